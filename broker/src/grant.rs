@@ -1,0 +1,218 @@
+//! The [`Grant`]: the permission a call runs under, and the checks the runtime makes
+//! against it at every operation.
+
+use std::path::{Path, PathBuf};
+
+use crate::net::HostRule;
+use crate::path::{normalize, strip_root};
+
+/// What a filesystem operation does to its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FsAccess {
+    /// Read a file, list a directory, stat a path.
+    Read,
+    /// Create, overwrite, append, make a directory. A write root also allows reading.
+    Write,
+}
+
+impl std::fmt::Display for FsAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FsAccess::Read => "read",
+            FsAccess::Write => "write",
+        })
+    }
+}
+
+/// One granted path prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RootGrant {
+    pub(crate) path: PathBuf,
+    pub(crate) access: FsAccess,
+}
+
+/// Where a permitted filesystem operation lands: a granted root and the path below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsRoute {
+    /// Index of the root in [`Grant::roots`].
+    pub root: usize,
+    /// The path relative to that root; empty for the root itself.
+    pub relative: PathBuf,
+}
+
+/// How a permitted URL was matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetRoute {
+    /// By a host name: the runtime must refuse it if the name resolves to any address
+    /// that is not public.
+    ByName,
+    /// By an address the owner wrote down: that address is reachable as granted.
+    ByAddress,
+}
+
+/// Which way a root was granted, for reporting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootKind {
+    /// Read-only.
+    ReadOnly,
+    /// Read and write.
+    ReadWrite,
+}
+
+/// The permission one tool call runs under: the tool it is for, the paths and hosts it
+/// reaches and the sub-paths it never reaches.
+///
+/// Fields are private and there is no public constructor: only the broker's decision
+/// function builds a `Grant`, and the runtime's entry point demands one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub(crate) tool: String,
+    pub(crate) digest: String,
+    pub(crate) roots: Vec<RootGrant>,
+    pub(crate) denied: Vec<PathBuf>,
+    pub(crate) hosts: Vec<HostRule>,
+}
+
+impl Grant {
+    /// The tool name this grant is for.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The `sha256:` digest of the component this grant is for.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The granted roots, normalised, with how each was granted.
+    pub fn roots(&self) -> impl ExactSizeIterator<Item = (&Path, RootKind)> {
+        self.roots.iter().map(|r| {
+            let kind = match r.access {
+                FsAccess::Read => RootKind::ReadOnly,
+                FsAccess::Write => RootKind::ReadWrite,
+            };
+            (r.path.as_path(), kind)
+        })
+    }
+
+    /// The sub-paths this grant never reaches, normalised.
+    pub fn denied(&self) -> impl ExactSizeIterator<Item = &Path> {
+        self.denied.iter().map(PathBuf::as_path)
+    }
+
+    /// The host rules of this grant.
+    pub fn hosts(&self) -> &[HostRule] {
+        &self.hosts
+    }
+
+    /// The denied sub-path that covers `path` (normalised), if any.
+    pub fn denied_prefix(&self, path: &Path) -> Option<&Path> {
+        self.denied.iter().find(|d| strip_root(path, d).is_some()).map(PathBuf::as_path)
+    }
+
+    /// Checks a filesystem operation lexically: the path is normalised, must not lie under
+    /// a denied sub-path, and must lie under a root that allows `access`; the longest such
+    /// root wins. The runtime repeats the denied check on the object it actually opened.
+    pub fn route_path(&self, path: &str, access: FsAccess) -> Result<FsRoute, String> {
+        let path = normalize(Path::new(path)).map_err(|e| e.to_string())?;
+        if let Some(denied) = self.denied_prefix(&path) {
+            return Err(format!("{} is under denied path {}", path.display(), denied.display()));
+        }
+        let best = self
+            .roots
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| access == FsAccess::Read || r.access == FsAccess::Write)
+            .filter_map(|(i, r)| strip_root(&path, &r.path).map(|rel| (i, r, rel)))
+            .max_by_key(|(_, r, _)| r.path.components().count());
+        match best {
+            Some((root, _, relative)) => Ok(FsRoute { root, relative: relative.to_path_buf() }),
+            None => Err(format!("no {access} grant covers {}", path.display())),
+        }
+    }
+
+    /// Checks a URL: http or https, no credentials, and a host rule that matches.
+    pub fn route_url(&self, url: &url::Url) -> Result<NetRoute, String> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("scheme {:?} is not http or https", url.scheme()));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("URLs with credentials are refused".to_owned());
+        }
+        let host = url.host().ok_or_else(|| format!("{url} has no host"))?;
+        let port = url.port_or_known_default().ok_or_else(|| format!("{url} has no port"))?;
+        let rule = self.hosts.iter().find(|r| r.matches(&host, port));
+        match rule {
+            Some(HostRule::Name { .. }) => Ok(NetRoute::ByName),
+            Some(HostRule::Addr { .. }) => Ok(NetRoute::ByAddress),
+            None => Err(match host {
+                url::Host::Domain(d) => format!("host {d}:{port} is not granted"),
+                url::Host::Ipv4(a) => format!("address {a}:{port} is not granted by address"),
+                url::Host::Ipv6(a) => format!("address [{a}]:{port} is not granted by address"),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant() -> Grant {
+        Grant {
+            tool: "t".into(),
+            digest: "sha256:00".into(),
+            roots: vec![
+                RootGrant { path: "/home/o".into(), access: FsAccess::Read },
+                RootGrant { path: "/home/o/out".into(), access: FsAccess::Write },
+            ],
+            denied: vec!["/home/o/.ssh".into()],
+            hosts: vec![HostRule::parse("example.com").unwrap()],
+        }
+    }
+
+    #[test]
+    fn longest_root_wins_and_write_needs_write_root() {
+        let g = grant();
+        assert_eq!(
+            g.route_path("/home/o/out/a", FsAccess::Read),
+            Ok(FsRoute { root: 1, relative: "a".into() })
+        );
+        assert_eq!(
+            g.route_path("/home/o/notes", FsAccess::Read),
+            Ok(FsRoute { root: 0, relative: "notes".into() })
+        );
+        assert!(g.route_path("/home/o/notes", FsAccess::Write).is_err());
+        assert!(g.route_path("/home/other", FsAccess::Read).is_err());
+        assert!(g.route_path("/home/oo", FsAccess::Read).is_err());
+    }
+
+    #[test]
+    fn denied_sub_path_wins_over_root() {
+        let g = grant();
+        let err = g.route_path("/home/o/.ssh/id_ed25519", FsAccess::Read).unwrap_err();
+        assert!(err.contains("denied path /home/o/.ssh"), "{err}");
+        assert!(g.route_path("/home/o/./.ssh", FsAccess::Read).is_err());
+        assert!(g.route_path("/home/o/.sshx", FsAccess::Read).is_ok());
+    }
+
+    #[test]
+    fn urls() {
+        let g = grant();
+        let ok = url::Url::parse("https://example.com/a").unwrap();
+        assert_eq!(g.route_url(&ok), Ok(NetRoute::ByName));
+        for bad in [
+            "https://other.com/",
+            "http://127.0.0.1/",
+            "http://[::1]/",
+            "http://169.254.169.254/latest/meta-data",
+            "http://2130706433/",
+            "http://0x7f000001/",
+            "ftp://example.com/",
+            "https://u:p@example.com/",
+        ] {
+            let url = url::Url::parse(bad).unwrap();
+            assert!(g.route_url(&url).is_err(), "{bad} must be refused");
+        }
+    }
+}
