@@ -3,6 +3,7 @@
 //! Everything here is a pure function over values: no files, no sockets, no clocks. The
 //! runtime cannot run a call without a [`Grant`], and only [`decide`] builds one.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod allow;
 mod grant;

@@ -1,1 +1,51 @@
-fn main(){}
+//! `bx`: the owner's command line.
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod state_dir;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// bx runs tools as WebAssembly components under grants you decide.
+#[derive(Debug, Parser)]
+#[command(name = "bx", version, about)]
+struct Cli {
+    /// State directory (tools, configuration). Default: $XDG_STATE_HOME/bx or
+    /// ~/.local/state/bx.
+    #[arg(long, env = "BX_HOME", global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install, list, inspect, remove and run tools.
+    #[command(subcommand)]
+    Tool(cmd::tool::ToolCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let state_dir = match state_dir::resolve(cli.state_dir) {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("bx: {e:#}");
+            return ExitCode::from(cmd::EXIT_ERROR);
+        }
+    };
+    let outcome = match cli.command {
+        Command::Tool(command) => cmd::tool::run(&state_dir, command),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("bx: {e:#}");
+            ExitCode::from(cmd::EXIT_ERROR)
+        }
+    }
+}

@@ -1,1 +1,30 @@
-//! stub
+//! Runs bx tool components: one wasmtime engine, a cache of precompiled components, and a
+//! fresh instance per call that reaches the world only through host functions checked
+//! against the call's [`bx_broker::Grant`] at every operation.
+//!
+//! What a tool gets, and nothing else: the `bx:host` interfaces (checked per operation)
+//! and the WASI that Rust's std needs (stdout and stderr captured into bounded buffers,
+//! clocks, random). No preopened directories, no environment, no arguments, no sockets.
+#![deny(missing_docs)]
+// Loading a precompiled component is the one unsafe operation; see `cache.rs`.
+#![deny(unsafe_code)]
+
+#[allow(missing_docs, reason = "generated from wit/, whose comments are the docs")]
+mod bindings;
+mod cache;
+mod engine;
+mod error;
+mod host_fs;
+mod host_http;
+mod limits;
+mod state;
+mod tool;
+
+pub use bindings::bx::tool::types::{
+    CallError, Description, Output, ResourceArg, ResourceKind,
+};
+pub use cache::{CacheOutcome, ComponentCache};
+pub use engine::{Runtime, engine_key};
+pub use error::{Limit, RunError};
+pub use limits::Limits;
+pub use tool::{CallReport, LoadedTool, Touched, WorldCheck, check_world};

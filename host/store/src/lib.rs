@@ -1,1 +1,19 @@
-//! stub
+//! The tool store: components kept by content digest, their precompiled native code, and
+//! the installed set (name → digest) with its tool epoch. Everything is verified before
+//! anything is kept; a refused install leaves the store as it was.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod config;
+mod digest;
+mod error;
+mod fetch;
+mod installed;
+mod store;
+
+pub use config::{Config, ToolsConfig};
+pub use digest::Digest;
+pub use error::StoreError;
+pub use fetch::Progress;
+pub use installed::{Installed, InstalledTool};
+pub use store::{InstallOutcome, InstallSource, Store, MAX_COMPONENT_BYTES};

@@ -1,0 +1,45 @@
+# bx: build, test and check everything from a fresh clone.
+#   make setup   install what the build needs (the wasm32-wasip2 target)
+#   make build   the bx binary (release)
+#   make tools   the first-party tool components, checked against tools/digests.lock
+#   make test    tools, then the whole test suite
+#   make lint    rustfmt and clippy on both workspaces, warnings denied
+#   make bench   the runtime benchmark table
+
+CARGO ?= cargo
+CARGO_HOME ?= $(HOME)/.cargo
+WASM_TARGET := wasm32-wasip2
+TOOLS_OUT := tools/target/$(WASM_TARGET)/release
+# The same source builds to the same bytes wherever the checkout or cargo home lives:
+# file paths that end up in panic messages are rewritten to fixed prefixes.
+TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
+
+.PHONY: setup build tools tools-lock test lint bench
+
+setup:
+	rustup target add $(WASM_TARGET)
+	rustup component add rustfmt clippy
+
+build:
+	$(CARGO) build --release --locked -p bx-cli
+
+tools:
+	cd tools && RUSTFLAGS="$(TOOLS_RUSTFLAGS)" $(CARGO) build --release --locked --target $(WASM_TARGET)
+	tools/digests.sh check $(TOOLS_OUT)
+
+# Rewrites tools/digests.lock from the current build; commit it with the change.
+tools-lock:
+	cd tools && RUSTFLAGS="$(TOOLS_RUSTFLAGS)" $(CARGO) build --release --locked --target $(WASM_TARGET)
+	tools/digests.sh write $(TOOLS_OUT)
+
+test: tools
+	$(CARGO) test --workspace --locked
+
+lint:
+	$(CARGO) fmt --all --check
+	cd tools && $(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	cd tools && RUSTFLAGS="$(TOOLS_RUSTFLAGS)" $(CARGO) clippy --release --locked --target $(WASM_TARGET) -- -D warnings
+
+bench: tools
+	$(CARGO) bench --locked -p bx-runtime --bench runtime

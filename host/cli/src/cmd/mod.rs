@@ -1,0 +1,12 @@
+//! One module per subcommand, each with its arguments and `run`.
+
+pub(crate) mod tool;
+
+/// Success.
+pub(crate) const EXIT_OK: u8 = 0;
+/// An error: bad input, a refused install, a failed tool.
+pub(crate) const EXIT_ERROR: u8 = 1;
+/// The broker or the host denied the call.
+pub(crate) const EXIT_DENIED: u8 = 3;
+/// A runtime limit stopped the tool.
+pub(crate) const EXIT_LIMIT: u8 = 4;

@@ -1,0 +1,282 @@
+//! `bx tool`: install by digest, list, inspect, remove, and run a tool by hand.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use bx_broker::{AllowList, CallRequest, Decision, Resource};
+use bx_runtime::{CallError, Limits, Output, ResourceKind, RunError, Runtime};
+use bx_store::{Digest, InstallSource, Store};
+use clap::{Args, Subcommand};
+
+use super::{EXIT_DENIED, EXIT_ERROR, EXIT_LIMIT, EXIT_OK};
+
+/// `bx tool …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum ToolCommand {
+    /// Install a tool from a file, an https URL, or its digest alone (local store, then
+    /// the mirrors in config.toml). The bytes must hash to --digest.
+    Install(InstallArgs),
+    /// List installed tools.
+    List(ListArgs),
+    /// Show what a tool says about itself and what it imports.
+    Inspect {
+        /// The tool's name.
+        name: String,
+    },
+    /// Remove a tool from the installed set (its bytes stay in the store).
+    Remove {
+        /// The tool's name.
+        name: String,
+    },
+    /// Run a tool once by hand, under a grant made of the --allow flags.
+    Run(RunArgs),
+}
+
+/// `bx tool install`
+#[derive(Debug, Args)]
+pub(crate) struct InstallArgs {
+    /// A file path, an https:// URL, or sha256:HEX.
+    source: String,
+    /// The expected digest, sha256:HEX. Required unless SOURCE is the digest.
+    #[arg(long)]
+    digest: Option<String>,
+    /// Replace a tool of the same name that has another digest.
+    #[arg(long)]
+    replace: bool,
+}
+
+/// `bx tool list`
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `bx tool run`
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The tool's name.
+    name: String,
+    /// The arguments, a JSON object.
+    #[arg(long, value_name = "JSON")]
+    args: String,
+    /// Allow reading under PATH (repeatable).
+    #[arg(long, value_name = "PATH")]
+    allow_read: Vec<PathBuf>,
+    /// Allow reading and writing under PATH (repeatable).
+    #[arg(long, value_name = "PATH")]
+    allow_write: Vec<PathBuf>,
+    /// Allow requests to HOST, HOST:PORT or an address (repeatable).
+    #[arg(long, value_name = "HOST")]
+    allow_host: Vec<String>,
+    /// Never reach PATH or below, whatever else is allowed (repeatable).
+    #[arg(long, value_name = "PATH")]
+    deny: Vec<PathBuf>,
+}
+
+pub(crate) fn run(state_dir: &Path, command: ToolCommand) -> anyhow::Result<u8> {
+    let store = Store::open(state_dir)?;
+    match command {
+        ToolCommand::Install(args) => install(&store, args),
+        ToolCommand::List(args) => list(&store, &args),
+        ToolCommand::Inspect { name } => inspect(&store, &name),
+        ToolCommand::Remove { name } => {
+            let removed = store.remove(&name)?;
+            println!("removed {name} ({})", removed.digest);
+            Ok(EXIT_OK)
+        }
+        ToolCommand::Run(args) => run_tool(&store, &args),
+    }
+}
+
+fn runtime() -> anyhow::Result<Runtime> {
+    Ok(Runtime::new(Limits::default())?)
+}
+
+fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
+    let source = InstallSource::parse(&args.source);
+    let digest_text = match (&source, &args.digest) {
+        (InstallSource::Digest, None) => args.source.clone(),
+        (InstallSource::Digest, Some(d)) if *d != args.source => {
+            bail!("--digest {d} differs from the digest given as the source {}", args.source)
+        }
+        (_, Some(d)) => d.clone(),
+        (_, None) => bail!("--digest sha256:HEX is required: bx installs only what you can name by hash"),
+    };
+    let digest = Digest::parse(&digest_text)?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bytes}/{total_bytes} {wide_bar} {bytes_per_sec}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut progress = |done: u64, total: Option<u64>| {
+        if let Some(total) = total {
+            bar.set_length(total);
+        }
+        bar.set_position(done);
+    };
+    let runtime = runtime()?;
+    let outcome = store.install(&runtime, &source, &digest, args.replace, &mut progress);
+    bar.finish_and_clear();
+    let outcome = outcome?;
+    match (&outcome.replaced, outcome.changed) {
+        (_, false) => println!("{} is already installed as {}", outcome.name, outcome.digest),
+        (Some(old), true) => {
+            println!("replaced {} {old} with {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch)
+        }
+        (None, true) => println!("installed {} {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch),
+    }
+    Ok(EXIT_OK)
+}
+
+fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
+    let installed = store.installed()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&installed)?);
+        return Ok(EXIT_OK);
+    }
+    if installed.tools.is_empty() {
+        eprintln!("no tools installed (tool epoch {})", installed.epoch);
+        return Ok(EXIT_OK);
+    }
+    println!("{:<16} {:<14} {:>9}  RESOURCES", "NAME", "DIGEST", "SIZE");
+    for (name, tool) in &installed.tools {
+        let short = Digest::parse(&tool.digest).map(|d| d.short()).unwrap_or_else(|_| "?".into());
+        let resources = if tool.resources.is_empty() { "-".to_owned() } else { tool.resources.join(",") };
+        println!("{name:<16} {short:<14} {:>9}  {resources}", tool.size);
+    }
+    Ok(EXIT_OK)
+}
+
+fn kind_name(kind: ResourceKind) -> &'static str {
+    match kind {
+        ResourceKind::PathRead => "path-read",
+        ResourceKind::PathWrite => "path-write",
+        ResourceKind::UrlFetch => "url-fetch",
+    }
+}
+
+fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
+    let runtime = runtime()?;
+    let tool = store.open_tool(&runtime, name)?;
+    let d = tool.description();
+    println!("name:     {}", d.name);
+    println!("digest:   {}", tool.digest());
+    println!("summary:  {}", d.summary);
+    println!("resources:");
+    for r in &d.resources {
+        println!("  {} ({})", r.arg, kind_name(r.kind));
+    }
+    let schema: serde_json::Value =
+        serde_json::from_str(&d.args_schema).unwrap_or(serde_json::Value::String(d.args_schema.clone()));
+    println!("arguments schema:\n{}", serde_json::to_string_pretty(&schema)?);
+    println!("imports:");
+    for i in &tool.world().imports {
+        println!("  {i}");
+    }
+    println!("exports:");
+    for e in &tool.world().exports {
+        println!("  {e}");
+    }
+    Ok(EXIT_OK)
+}
+
+fn absolute(path: &Path) -> anyhow::Result<String> {
+    let abs = std::path::absolute(path).with_context(|| format!("path {}", path.display()))?;
+    abs.to_str().map(str::to_owned).with_context(|| format!("path {} is not UTF-8", abs.display()))
+}
+
+/// The resources a call's arguments name, per the tool's own description.
+fn resources(kinds: &[(String, ResourceKind)], args: &serde_json::Value) -> anyhow::Result<Vec<Resource>> {
+    let mut out = Vec::new();
+    for (arg, kind) in kinds {
+        let Some(value) = args.get(arg) else { continue };
+        let Some(text) = value.as_str() else {
+            bail!("argument {arg:?} names a resource and must be a string, not {value}")
+        };
+        out.push(match kind {
+            ResourceKind::PathRead => Resource::PathRead(text.to_owned()),
+            ResourceKind::PathWrite => Resource::PathWrite(text.to_owned()),
+            ResourceKind::UrlFetch => Resource::Url(text.to_owned()),
+        });
+    }
+    Ok(out)
+}
+
+fn run_tool(store: &Store, args: &RunArgs) -> anyhow::Result<u8> {
+    let call_args: serde_json::Value =
+        serde_json::from_str(&args.args).context("--args is not valid JSON")?;
+    if !call_args.is_object() {
+        bail!("--args must be a JSON object");
+    }
+    let mut allow = AllowList::new();
+    for p in &args.allow_read {
+        allow = allow.read(&absolute(p)?).map_err(anyhow::Error::msg)?;
+    }
+    for p in &args.allow_write {
+        allow = allow.write(&absolute(p)?).map_err(anyhow::Error::msg)?;
+    }
+    for p in &args.deny {
+        allow = allow.deny(&absolute(p)?).map_err(anyhow::Error::msg)?;
+    }
+    for h in &args.allow_host {
+        allow = allow.host(h).map_err(anyhow::Error::msg)?;
+    }
+    let runtime = runtime()?;
+    let tool = store.open_tool(&runtime, &args.name)?;
+    let kinds: Vec<(String, ResourceKind)> =
+        tool.description().resources.iter().map(|r| (r.arg.clone(), r.kind)).collect();
+    let call = CallRequest {
+        tool: args.name.clone(),
+        digest: tool.digest().to_owned(),
+        resources: resources(&kinds, &call_args)?,
+    };
+    let grant = match bx_broker::decide(&allow, &call) {
+        Decision::Allow(grant) => grant,
+        Decision::Deny(reason) => {
+            eprintln!("bx: denied: {reason}");
+            return Ok(EXIT_DENIED);
+        }
+    };
+    let report = match runtime.call(&tool, grant, &args.args) {
+        Ok(report) => report,
+        Err(e @ RunError::Limit { .. }) => {
+            eprintln!("bx: {e}");
+            return Ok(EXIT_LIMIT);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !report.stderr.is_empty() {
+        eprintln!("{}", String::from_utf8_lossy(&report.stderr));
+    }
+    match report.result {
+        Ok(Output::Json(text)) => {
+            let pretty = serde_json::from_str::<serde_json::Value>(&text)
+                .and_then(|v| serde_json::to_string_pretty(&v))
+                .unwrap_or(text);
+            println!("{pretty}");
+            Ok(EXIT_OK)
+        }
+        Ok(Output::Text(text)) => {
+            println!("{text}");
+            Ok(EXIT_OK)
+        }
+        Err(CallError::Denied(reason)) => {
+            eprintln!("bx: denied by the host: {reason}");
+            Ok(EXIT_DENIED)
+        }
+        Err(CallError::InvalidArgs(m)) => {
+            eprintln!("bx: invalid arguments: {m}");
+            Ok(EXIT_ERROR)
+        }
+        Err(CallError::Failed(m)) => {
+            eprintln!("bx: tool failed: {m}");
+            Ok(EXIT_ERROR)
+        }
+        Err(CallError::OutputTooLarge(m)) => {
+            eprintln!("bx: tool output too large: {m}");
+            Ok(EXIT_ERROR)
+        }
+    }
+}

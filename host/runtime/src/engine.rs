@@ -1,0 +1,124 @@
+//! The [`Runtime`]: one wasmtime engine with the pooling allocator and epoch interruption,
+//! a linker holding exactly the host functions tools get, and the epoch ticker.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::bindings;
+use crate::error::{RunError, chain};
+use crate::limits::Limits;
+use crate::state::CallState;
+
+/// How often the epoch advances. A deadline is rounded up to whole ticks.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Instances that may exist at once across all calls (the pool's size). More concurrent
+/// calls than this fail to instantiate rather than exhaust host memory.
+const MAX_CONCURRENT_INSTANCES: u32 = 64;
+
+/// Core modules, memories and tables one tool component may contain. A Rust tool built
+/// for wasm32-wasip2 has a handful; a component with more is refused at load.
+const MAX_CORE_PER_COMPONENT: u32 = 16;
+
+/// The engine and linker shared by every call. Cheap to share across threads.
+pub struct Runtime {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<CallState>,
+    pub(crate) limits: Limits,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+fn config(limits: &Limits) -> Config {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(MAX_CONCURRENT_INSTANCES)
+        .total_core_instances(MAX_CONCURRENT_INSTANCES * MAX_CORE_PER_COMPONENT)
+        .total_memories(MAX_CONCURRENT_INSTANCES * 2)
+        .total_tables(MAX_CONCURRENT_INSTANCES * MAX_CORE_PER_COMPONENT)
+        .max_memories_per_component(2)
+        .max_tables_per_component(MAX_CORE_PER_COMPONENT)
+        .max_core_instances_per_component(MAX_CORE_PER_COMPONENT)
+        .max_memory_size(limits.memory_bytes);
+    let mut config = Config::new();
+    config
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .epoch_interruption(true)
+        .wasm_component_model(true);
+    config
+}
+
+/// The key that precompiled artifacts are filed under: wasmtime's version and a hash of
+/// every engine setting that affects compiled code. A changed key means recompile.
+pub fn engine_key(runtime: &Runtime) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    runtime.engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("wasmtime-{}-{:016x}", wasmtime_version(), hasher.finish())
+}
+
+fn wasmtime_version() -> &'static str {
+    // Pinned in Cargo.toml; a change of version changes this string and the cache key.
+    "48.0.8"
+}
+
+impl Runtime {
+    /// Builds the engine, the linker and the epoch ticker with `limits`.
+    pub fn new(limits: Limits) -> Result<Runtime, RunError> {
+        let engine = Engine::new(&config(&limits)).map_err(|e| RunError::Engine(chain(&e)))?;
+        let mut linker = Linker::new(&engine);
+        // WASI for std: stdio (bounded pipes), clocks, random. The context built per call
+        // has no preopens, no environment, no arguments and denies every socket address.
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| RunError::Engine(chain(&e)))?;
+        bindings::Tool::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+            .map_err(|e| RunError::Engine(chain(&e)))?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let weak = engine.weak();
+        let stop = Arc::clone(&ticker_stop);
+        std::thread::Builder::new()
+            .name("bx-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(|e| RunError::Engine(format!("cannot start the epoch thread: {e}")))?;
+        Ok(Runtime { engine, linker, limits, ticker_stop })
+    }
+
+    /// The limits every call runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Compiles a component to the engine's native code, for the precompiled cache.
+    pub fn precompile(&self, bytes: &[u8]) -> Result<Vec<u8>, RunError> {
+        self.engine.precompile_component(bytes).map_err(|e| RunError::Invalid(chain(&e)))
+    }
+
+    /// Epoch ticks that make up the deadline, rounded up, at least one.
+    pub(crate) fn deadline_ticks(&self) -> u64 {
+        let tick = EPOCH_TICK.as_nanos().max(1);
+        (self.limits.deadline.as_nanos().div_ceil(tick) as u64).max(1)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,76 @@
+//! Errors of the runtime: a failed load, a refused component, a call that hit a limit.
+
+/// Which limit stopped a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// The call ran past its wall-time deadline.
+    Deadline,
+    /// The instance tried to grow its memory past the cap.
+    Memory,
+    /// The returned output was larger than the cap.
+    Output,
+    /// stdout or stderr filled its buffer.
+    Stdio,
+    /// The call made more host calls than allowed.
+    HostCalls,
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Limit::Deadline => "deadline",
+            Limit::Memory => "memory cap",
+            Limit::Output => "output cap",
+            Limit::Stdio => "stdio cap",
+            Limit::HostCalls => "host-call cap",
+        })
+    }
+}
+
+/// Why the runtime could not load a component or finish a call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The bytes are not a component wasmtime accepts (a core module, garbage, truncated).
+    #[error("not a valid component: {0}")]
+    Invalid(String),
+    /// The component is valid but does not implement the `bx:tool` world, or imports
+    /// something the host does not give tools.
+    #[error("component does not fit the bx:tool world: {0}")]
+    WrongWorld(String),
+    /// The grant given is for another tool or another digest.
+    #[error("grant is for {granted}, not for this tool ({actual})")]
+    GrantMismatch {
+        /// What the grant names.
+        granted: String,
+        /// What the loaded tool is.
+        actual: String,
+    },
+    /// A limit stopped the call; `detail` says by how much.
+    #[error("tool stopped: {limit} exceeded ({detail}); see docs/runbook.md#tool-limit")]
+    Limit {
+        /// Which limit.
+        limit: Limit,
+        /// Numbers for the owner.
+        detail: String,
+    },
+    /// The guest trapped for a reason other than a limit (a panic, an abort).
+    #[error("tool trapped: {0}")]
+    Trap(String),
+    /// The precompiled cache could not be read or written.
+    #[error("precompiled cache at {path}: {message}")]
+    Cache {
+        /// The cache file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The engine itself could not be built or failed.
+    #[error("engine: {0}")]
+    Engine(String),
+}
+
+/// Formats a wasmtime error with its whole cause chain (`{}` alone hides the cause).
+pub(crate) fn chain(err: &wasmtime::Error) -> String {
+    format!("{err:#}")
+}

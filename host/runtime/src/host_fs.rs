@@ -1,0 +1,318 @@
+//! `bx:host/fs`: filesystem operations under the grant's roots.
+//!
+//! Each operation is checked twice. First lexically by the broker's grant (normalised
+//! path, no `..`, not under a denied sub-path, under a root of the right access). Then on
+//! the object actually opened: every open goes through a `cap-std` directory handle rooted
+//! at the granted path, so `..`, absolute paths and symlinks cannot leave the root, and
+//! the opened descriptor's real path is read back from the kernel and checked against the
+//! denied sub-paths before a byte moves. A symlink swapped between the two checks changes
+//! nothing: the descriptor that was verified is the one that is read or written.
+//! Writes never follow a symlink in the final component.
+
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::fd::{AsFd, AsRawFd as _};
+use std::path::{Path, PathBuf};
+
+use bx_broker::{FsAccess, Grant};
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt as _};
+use cap_std::fs::{Dir, OpenOptions};
+
+use crate::bindings::bx::host::fs::{Entry, EntryKind, Host, Metadata, WriteMode};
+use crate::bindings::bx::host::types::Error;
+use crate::state::CallState;
+use crate::tool::Touched;
+
+/// Entries one `list-dir` may return; a bigger directory is refused as too large.
+const MAX_LIST_ENTRIES: usize = 100_000;
+
+/// A granted root, opened on first use.
+struct OpenRoot {
+    /// The directory handle every operation under this root goes through. For a root
+    /// that names a file, the handle of its parent directory.
+    dir: Dir,
+    /// The kernel's path of the directory (or of the file, for a file root).
+    real: PathBuf,
+    /// For a root that names a file: its name inside `dir`.
+    file: Option<String>,
+}
+
+/// The roots of one call's grant, opened lazily, and the denied sub-paths resolved.
+pub(crate) struct Roots {
+    slots: Vec<Option<Result<OpenRoot, Error>>>,
+    denied_real: Option<Vec<PathBuf>>,
+}
+
+impl Roots {
+    pub(crate) fn new(grant: &Grant) -> Roots {
+        Roots { slots: grant.roots().map(|_| None).collect(), denied_real: None }
+    }
+}
+
+/// The kernel's idea of where an open descriptor lives.
+fn real_path(fd: impl AsFd) -> Result<PathBuf, Error> {
+    let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+    std::fs::read_link(&link)
+        .map_err(|e| Error::Denied(format!("cannot verify where an opened path lives: {e}")))
+}
+
+fn io_error(path: &str, err: &std::io::Error) -> Error {
+    use std::io::ErrorKind as K;
+    const ELOOP: i32 = 40;
+    if err.raw_os_error() == Some(ELOOP) {
+        return Error::Denied(format!("{path}: is a symlink (writes never follow symlinks)"));
+    }
+    match err.kind() {
+        K::NotFound => Error::NotFound(path.to_owned()),
+        K::AlreadyExists => Error::AlreadyExists(path.to_owned()),
+        // cap-std reports an escape attempt (`..`, absolute or symlink out of the root)
+        // as PermissionDenied; so does the OS for a file the owner cannot read.
+        K::PermissionDenied if err.to_string().contains("outside") => {
+            Error::Denied(format!("{path}: leads outside the granted root"))
+        }
+        K::PermissionDenied => Error::Failed(format!("{path}: permission denied by the OS")),
+        _ => Error::Failed(format!("{path}: {err}")),
+    }
+}
+
+fn kind_of(ft: cap_std::fs::FileType) -> EntryKind {
+    if ft.is_symlink() {
+        EntryKind::Symlink
+    } else if ft.is_dir() {
+        EntryKind::Directory
+    } else if ft.is_file() {
+        EntryKind::File
+    } else {
+        EntryKind::Other
+    }
+}
+
+fn modified_ms(meta: &cap_std::fs::Metadata) -> Option<u64> {
+    let t = meta.modified().ok()?.into_std();
+    t.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_millis() as u64)
+}
+
+impl CallState {
+    /// The lexical check: which root, which path below it.
+    fn route(&self, path: &str, access: FsAccess) -> Result<(usize, PathBuf), Error> {
+        self.grant
+            .route_path(path, access)
+            .map(|r| (r.root, r.relative))
+            .map_err(Error::Denied)
+    }
+
+    fn root_path(&self, idx: usize) -> PathBuf {
+        self.grant.roots().nth(idx).map(|(p, _)| p.to_path_buf()).unwrap_or_default()
+    }
+
+    fn open_root(logical: &Path) -> Result<OpenRoot, Error> {
+        let shown = logical.display().to_string();
+        let meta = std::fs::metadata(logical).map_err(|e| io_error(&shown, &e))?;
+        let auth = cap_std::ambient_authority();
+        if meta.is_dir() {
+            let dir = Dir::open_ambient_dir(logical, auth).map_err(|e| io_error(&shown, &e))?;
+            let real = real_path(&dir)?;
+            return Ok(OpenRoot { dir, real, file: None });
+        }
+        let (Some(parent), Some(name)) = (logical.parent(), logical.file_name()) else {
+            return Err(Error::Invalid(format!("{shown}: not a directory or file root")));
+        };
+        let dir = Dir::open_ambient_dir(parent, auth).map_err(|e| io_error(&shown, &e))?;
+        let real = std::fs::canonicalize(logical).map_err(|e| io_error(&shown, &e))?;
+        let name = name.to_str().ok_or_else(|| Error::Invalid(format!("{shown}: not UTF-8")))?;
+        Ok(OpenRoot { dir, real, file: Some(name.to_owned()) })
+    }
+
+    fn root(&mut self, idx: usize) -> Result<&OpenRoot, Error> {
+        if self.roots.slots[idx].is_none() {
+            let opened = Self::open_root(&self.root_path(idx));
+            self.roots.slots[idx] = Some(opened);
+        }
+        match &self.roots.slots[idx] {
+            Some(Ok(root)) => Ok(root),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(Error::Failed("root slot empty".into())),
+        }
+    }
+
+    /// The second check, on what was actually opened: its real path must lie in the root
+    /// and outside every denied sub-path (by name and by resolved location).
+    fn verify(&mut self, idx: usize, fd: impl AsFd, shown: &str) -> Result<PathBuf, Error> {
+        let real = real_path(fd)?;
+        let logical_root = self.root_path(idx);
+        let root = self.root(idx)?;
+        let below = if root.file.is_some() {
+            (real == root.real).then(PathBuf::new)
+        } else {
+            real.strip_prefix(&root.real).ok().map(Path::to_path_buf)
+        };
+        let Some(below) = below else {
+            return Err(Error::Denied(format!("{shown}: resolves outside the granted root")));
+        };
+        let logical = if below.as_os_str().is_empty() { logical_root } else { logical_root.join(below) };
+        if let Some(denied) = self.grant.denied_prefix(&logical) {
+            return Err(Error::Denied(format!(
+                "{shown}: resolves to {} under denied path {}",
+                logical.display(),
+                denied.display()
+            )));
+        }
+        let denied_real = self.roots.denied_real.get_or_insert_with(|| {
+            self.grant.denied().filter_map(|d| std::fs::canonicalize(d).ok()).collect()
+        });
+        if let Some(d) = denied_real.iter().find(|d| real.starts_with(d)) {
+            return Err(Error::Denied(format!("{shown}: resolves under denied path {}", d.display())));
+        }
+        Ok(logical)
+    }
+
+    /// Opens the directory that holds `rel`'s last component, verified, with that name.
+    fn open_parent(&mut self, idx: usize, rel: &Path, shown: &str) -> Result<(Dir, String), Error> {
+        let root = self.root(idx)?;
+        if let Some(file) = &root.file {
+            if !rel.as_os_str().is_empty() {
+                return Err(Error::NotFound(shown.to_owned()));
+            }
+            let (dir, name) = (root.dir.try_clone().map_err(|e| io_error(shown, &e))?, file.clone());
+            return Ok((dir, name));
+        }
+        let (Some(name), parent) = (rel.file_name(), rel.parent()) else {
+            return Err(Error::Invalid(format!("{shown}: is the granted root itself")));
+        };
+        let name = name.to_str().ok_or_else(|| Error::Invalid(format!("{shown}: not UTF-8")))?;
+        let parent = match parent {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = root.dir.open_dir(parent).map_err(|e| io_error(shown, &e))?;
+        let logical_parent = self.verify(idx, &dir, shown)?;
+        if let Some(denied) = self.grant.denied_prefix(&logical_parent.join(name)) {
+            return Err(Error::Denied(format!("{shown}: under denied path {}", denied.display())));
+        }
+        Ok((dir, name.to_owned()))
+    }
+
+    fn touch(&mut self, idx: usize, access: FsAccess) {
+        let root = self.root_path(idx);
+        self.touched.insert(Touched::Path { root, access });
+    }
+
+    fn fs_read(&mut self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>, Error> {
+        if len > self.limits.read_bytes {
+            return Err(Error::TooLarge(format!("read of {len} bytes; at most {}", self.limits.read_bytes)));
+        }
+        let (idx, rel) = self.route(path, FsAccess::Read)?;
+        let root = self.root(idx)?;
+        let opened = match (&root.file, rel.as_os_str().is_empty()) {
+            (Some(name), true) => root.dir.open(name),
+            (Some(_), false) => return Err(Error::NotFound(path.to_owned())),
+            (None, true) => return Err(Error::Invalid(format!("{path}: is a directory"))),
+            (None, false) => root.dir.open(&rel),
+        };
+        let mut file = opened.map_err(|e| io_error(path, &e))?;
+        self.verify(idx, &file, path)?;
+        self.touch(idx, FsAccess::Read);
+        file.seek(SeekFrom::Start(offset)).map_err(|e| io_error(path, &e))?;
+        let mut data = Vec::new();
+        file.take(len).read_to_end(&mut data).map_err(|e| io_error(path, &e))?;
+        Ok(data)
+    }
+
+    fn fs_write(&mut self, path: &str, data: &[u8], mode: WriteMode) -> Result<u64, Error> {
+        if data.len() as u64 > self.limits.write_bytes {
+            let cap = self.limits.write_bytes;
+            return Err(Error::TooLarge(format!("write of {} bytes; at most {cap}", data.len())));
+        }
+        let (idx, rel) = self.route(path, FsAccess::Write)?;
+        let (dir, name) = self.open_parent(idx, &rel, path)?;
+        let mut options = OpenOptions::new();
+        options.follow(FollowSymlinks::No);
+        match mode {
+            WriteMode::Create => options.write(true).create_new(true),
+            WriteMode::Overwrite => options.write(true).create(true).truncate(true),
+            WriteMode::Append => options.append(true).create(true),
+        };
+        let mut file = dir.open_with(&name, &options).map_err(|e| io_error(path, &e))?;
+        self.touch(idx, FsAccess::Write);
+        file.write_all(data).map_err(|e| io_error(path, &e))?;
+        Ok(data.len() as u64)
+    }
+
+    fn fs_list(&mut self, path: &str) -> Result<Vec<Entry>, Error> {
+        let (idx, rel) = self.route(path, FsAccess::Read)?;
+        let root = self.root(idx)?;
+        if root.file.is_some() {
+            return Err(Error::Invalid(format!("{path}: is a file")));
+        }
+        let target = if rel.as_os_str().is_empty() { Path::new(".") } else { rel.as_path() };
+        let dir = root.dir.open_dir(target).map_err(|e| io_error(path, &e))?;
+        let logical = self.verify(idx, &dir, path)?;
+        self.touch(idx, FsAccess::Read);
+        let mut out = Vec::new();
+        for entry in dir.entries().map_err(|e| io_error(path, &e))? {
+            let entry = entry.map_err(|e| io_error(path, &e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if self.grant.denied_prefix(&logical.join(&name)).is_some() {
+                continue; // a denied sub-path is not even named
+            }
+            let kind = entry.file_type().map(kind_of).unwrap_or(EntryKind::Other);
+            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            out.push(Entry { name, kind, size });
+            if out.len() > MAX_LIST_ENTRIES {
+                return Err(Error::TooLarge(format!("{path}: more than {MAX_LIST_ENTRIES} entries")));
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn fs_stat(&mut self, path: &str) -> Result<Metadata, Error> {
+        let (idx, rel) = self.route(path, FsAccess::Read)?;
+        let root = self.root(idx)?;
+        let meta = if root.file.is_none() && rel.as_os_str().is_empty() {
+            root.dir.dir_metadata().map_err(|e| io_error(path, &e))?
+        } else {
+            let (dir, name) = self.open_parent(idx, &rel, path)?;
+            dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?
+        };
+        self.touch(idx, FsAccess::Read);
+        Ok(Metadata { kind: kind_of(meta.file_type()), size: meta.len(), modified_ms: modified_ms(&meta) })
+    }
+
+    fn fs_mkdir(&mut self, path: &str) -> Result<(), Error> {
+        let (idx, rel) = self.route(path, FsAccess::Write)?;
+        let (dir, name) = self.open_parent(idx, &rel, path)?;
+        dir.create_dir(&name).map_err(|e| io_error(path, &e))?;
+        self.touch(idx, FsAccess::Write);
+        Ok(())
+    }
+}
+
+impl Host for CallState {
+    fn read(&mut self, path: String, offset: u64, len: u64) -> wasmtime::Result<Result<Vec<u8>, Error>> {
+        self.count_host_call()?;
+        Ok(self.fs_read(&path, offset, len))
+    }
+
+    fn write(&mut self, path: String, data: Vec<u8>, mode: WriteMode) -> wasmtime::Result<Result<u64, Error>> {
+        self.count_host_call()?;
+        Ok(self.fs_write(&path, &data, mode))
+    }
+
+    fn list_dir(&mut self, path: String) -> wasmtime::Result<Result<Vec<Entry>, Error>> {
+        self.count_host_call()?;
+        Ok(self.fs_list(&path))
+    }
+
+    fn stat(&mut self, path: String) -> wasmtime::Result<Result<Metadata, Error>> {
+        self.count_host_call()?;
+        Ok(self.fs_stat(&path))
+    }
+
+    fn mkdir(&mut self, path: String) -> wasmtime::Result<Result<(), Error>> {
+        self.count_host_call()?;
+        Ok(self.fs_mkdir(&path))
+    }
+}
+
+impl crate::bindings::bx::host::types::Host for CallState {}
+impl crate::bindings::bx::tool::types::Host for CallState {}

@@ -1,0 +1,218 @@
+//! `bx:host/http`: HTTP requests to the grant's hosts.
+//!
+//! Each request and each redirect hop is checked against the grant before it is sent.
+//! IP literals match only rules the owner wrote as addresses, in canonical dotted form
+//! (no decimal, hex or octal spellings); a host granted by name must resolve only to
+//! public addresses, checked in the resolver that the connection itself uses, so DNS
+//! cannot rebind a granted name onto loopback, a private network or cloud metadata.
+
+use std::io::Read as _;
+use std::net::{SocketAddr, ToSocketAddrs as _};
+use std::sync::Arc;
+
+use bx_broker::{NetRoute, is_public_ip};
+use reqwest::blocking::Client;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+use crate::bindings::bx::host::http::{Header, Host, Request, Response};
+use crate::bindings::bx::host::types::Error;
+use crate::state::CallState;
+use crate::tool::Touched;
+
+/// Request headers a tool may send, at most (count).
+const MAX_REQUEST_HEADERS: usize = 64;
+/// Request body a tool may send, at most (bytes).
+const MAX_REQUEST_BODY: usize = 1 << 20;
+/// Headers the URL and the host decide, never the tool.
+const RESERVED_HEADERS: &[&str] = &["host", "content-length", "transfer-encoding", "connection"];
+
+/// Resolves names with the system resolver, then refuses the name if any address it
+/// resolves to is not public.
+struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> = (host.as_str(), 0).to_socket_addrs()?.collect();
+            if let Some(bad) = addrs.iter().find(|a| !is_public_ip(a.ip())) {
+                let msg = format!("{host} resolves to non-public address {}", bad.ip());
+                return Err(Box::new(NonPublic(msg)) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+#[derive(Debug)]
+struct NonPublic(String);
+
+impl std::fmt::Display for NonPublic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NonPublic {}
+
+/// Finds a [`NonPublic`] refusal anywhere in an error's source chain.
+fn non_public(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(np) = e.downcast_ref::<NonPublic>() {
+            return Some(np.0.clone());
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// Refuses IPv4 hosts spelled any way but canonical dotted decimal (`2130706433`,
+/// `0x7f.1`, `0177.0.0.1`): the owner reads one thing, the parser another.
+fn canonical_ip_spelling(raw: &str, url: &url::Url) -> Result<(), Error> {
+    if let Some(url::Host::Ipv4(v4)) = url.host() {
+        let after_scheme = raw.split_once("://").map(|(_, rest)| rest).unwrap_or(raw);
+        let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or("");
+        let host = authority.rsplit_once('@').map(|(_, h)| h).unwrap_or(authority);
+        let host = host.split(':').next().unwrap_or("");
+        if host != v4.to_string() {
+            return Err(Error::Denied(format!(
+                "host {host:?} is an IPv4 address in non-canonical form ({v4}); refused"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl CallState {
+    fn check_url(&self, raw: &str) -> Result<(url::Url, NetRoute), Error> {
+        let url = url::Url::parse(raw).map_err(|e| Error::Invalid(format!("{raw:?}: {e}")))?;
+        canonical_ip_spelling(raw, &url)?;
+        let route = self.grant.route_url(&url).map_err(Error::Denied)?;
+        Ok((url, route))
+    }
+
+    fn client(&self) -> Result<Client, Error> {
+        Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(self.limits.http_timeout)
+            .connect_timeout(self.limits.http_timeout.min(std::time::Duration::from_secs(10)))
+            .dns_resolver(Arc::new(PublicOnly))
+            .no_proxy()
+            .build()
+            .map_err(|e| Error::Failed(format!("http client: {e}")))
+    }
+
+    fn http_send(&mut self, req: Request) -> Result<Response, Error> {
+        let method = reqwest::Method::from_bytes(req.method.as_bytes())
+            .map_err(|_| Error::Invalid(format!("method {:?}", req.method)))?;
+        if req.headers.len() > MAX_REQUEST_HEADERS {
+            return Err(Error::Invalid(format!("more than {MAX_REQUEST_HEADERS} headers")));
+        }
+        if req.body.as_ref().is_some_and(|b| b.len() > MAX_REQUEST_BODY) {
+            return Err(Error::TooLarge(format!("request body over {MAX_REQUEST_BODY} bytes")));
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        for h in &req.headers {
+            if RESERVED_HEADERS.contains(&h.name.to_ascii_lowercase().as_str()) {
+                return Err(Error::Invalid(format!("header {:?} is set by the host", h.name)));
+            }
+            let name = reqwest::header::HeaderName::from_bytes(h.name.as_bytes())
+                .map_err(|_| Error::Invalid(format!("header name {:?}", h.name)))?;
+            let value = reqwest::header::HeaderValue::from_str(&h.value)
+                .map_err(|_| Error::Invalid(format!("header value for {:?}", h.name)))?;
+            headers.append(name, value);
+        }
+
+        let (mut url, _) = self.check_url(&req.url)?;
+        let client = self.client()?;
+        let mut method = method;
+        let mut body = req.body;
+        let mut hops = 0;
+        loop {
+            self.touched.insert(Touched::Host(url.host_str().unwrap_or_default().to_owned()));
+            let mut builder = client.request(method.clone(), url.clone()).headers(headers.clone());
+            if let Some(b) = &body {
+                builder = builder.body(b.clone());
+            }
+            let response = builder.send().map_err(|e| match non_public(&e) {
+                Some(why) => Error::Denied(why),
+                None => Error::Failed(format!("{url}: {e}")),
+            })?;
+            let status = response.status();
+            if status.is_redirection() {
+                if let Some(location) = response.headers().get(reqwest::header::LOCATION) {
+                    hops += 1;
+                    if hops > self.limits.redirects {
+                        return Err(Error::Failed(format!("more than {} redirects", self.limits.redirects)));
+                    }
+                    let location = location
+                        .to_str()
+                        .map_err(|_| Error::Failed("redirect location is not text".into()))?;
+                    let next = url
+                        .join(location)
+                        .map_err(|e| Error::Failed(format!("redirect to {location:?}: {e}")))?;
+                    let (next, _) = self.check_url(next.as_str()).map_err(|e| match e {
+                        Error::Denied(why) => Error::Denied(format!("redirect from {url} refused: {why}")),
+                        other => other,
+                    })?;
+                    // 303, and 301/302 after anything but GET/HEAD, continue as GET without body.
+                    let code = status.as_u16();
+                    if code == 303 || ((code == 301 || code == 302) && method != reqwest::Method::HEAD) {
+                        method = reqwest::Method::GET;
+                        body = None;
+                    }
+                    url = next;
+                    continue;
+                }
+            }
+            let final_url = response.url().to_string();
+            let resp_headers = response
+                .headers()
+                .iter()
+                .filter_map(|(n, v)| {
+                    v.to_str().ok().map(|v| Header { name: n.as_str().to_owned(), value: v.to_owned() })
+                })
+                .collect();
+            let cap = self.limits.response_bytes;
+            let mut data = Vec::new();
+            response
+                .take(cap + 1)
+                .read_to_end(&mut data)
+                .map_err(|e| Error::Failed(format!("{final_url}: reading body: {e}")))?;
+            let truncated = data.len() as u64 > cap;
+            data.truncate(cap as usize);
+            return Ok(Response {
+                status: status.as_u16(),
+                url: final_url,
+                headers: resp_headers,
+                body: data,
+                truncated,
+            });
+        }
+    }
+}
+
+impl Host for CallState {
+    fn send(&mut self, req: Request) -> wasmtime::Result<Result<Response, Error>> {
+        self.count_host_call()?;
+        Ok(self.http_send(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_non_canonical_ipv4_spellings() {
+        for raw in ["http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/", "http://127.1/"] {
+            let url = url::Url::parse(raw).unwrap();
+            assert!(canonical_ip_spelling(raw, &url).is_err(), "{raw}");
+        }
+        for raw in ["http://127.0.0.1:8080/x", "http://u@127.0.0.1/", "https://example.com/"] {
+            let url = url::Url::parse(raw).unwrap();
+            assert!(canonical_ip_spelling(raw, &url).is_ok(), "{raw}");
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The bounds every call runs under. Each one says what a hostile tool could do without it.
+
+use std::time::Duration;
+
+/// Per-call limits. The defaults are written down here and in `docs/runtime.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Linear memory one instance may grow to (default 64 MiB). Without it a tool could
+    /// allocate until the host is out of memory.
+    pub memory_bytes: usize,
+    /// Wall time one call may run (default 10 s), enforced by epoch interruption. Without
+    /// it a tool that loops forever holds its thread and its turn forever.
+    pub deadline: Duration,
+    /// Bytes of output (the returned text) one call may produce (default 4 MiB). Without
+    /// it a tool could flood the model's context and the audit log.
+    pub output_bytes: usize,
+    /// Bytes each of stdout and stderr may hold (default 64 KiB). Without it a tool could
+    /// fill host memory through its diagnostics.
+    pub stdio_bytes: usize,
+    /// Host calls one call may make (default 100,000). Without it a tool could keep the
+    /// host busy (and its checks) for the whole deadline with tiny requests.
+    pub host_calls: u64,
+    /// Bytes one `fs.read` host call may return (default 8 MiB).
+    pub read_bytes: u64,
+    /// Bytes one `fs.write` host call may write (default 8 MiB).
+    pub write_bytes: u64,
+    /// Bytes of HTTP response body kept (default 4 MiB); more is cut and marked truncated.
+    pub response_bytes: u64,
+    /// Whole-request timeout for one HTTP request, redirects included (default 30 s).
+    pub http_timeout: Duration,
+    /// Redirects followed per request, each one checked against the grant (default 5).
+    pub redirects: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            memory_bytes: 64 << 20,
+            deadline: Duration::from_secs(10),
+            output_bytes: 4 << 20,
+            stdio_bytes: 64 << 10,
+            host_calls: 100_000,
+            read_bytes: 8 << 20,
+            write_bytes: 8 << 20,
+            response_bytes: 4 << 20,
+            http_timeout: Duration::from_secs(30),
+            redirects: 5,
+        }
+    }
+}

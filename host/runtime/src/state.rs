@@ -1,0 +1,114 @@
+//! What one call's `Store` holds: its grant, its WASI context, its counters and what it
+//! touched. Dropped with the store when the call ends.
+
+use std::collections::BTreeSet;
+
+use bx_broker::Grant;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::error::Limit;
+use crate::host_fs::Roots;
+use crate::limits::Limits;
+use crate::tool::Touched;
+
+/// The error a host function raises as a trap when a limit stops the guest; the call
+/// finds it again by downcasting, so the owner sees which limit, not a bare trap.
+#[derive(Debug)]
+pub(crate) struct LimitTrap(pub(crate) Limit, pub(crate) String);
+
+impl std::fmt::Display for LimitTrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} exceeded: {}", self.0, self.1)
+    }
+}
+
+impl std::error::Error for LimitTrap {}
+
+/// Per-call state.
+pub(crate) struct CallState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) grant: Grant,
+    pub(crate) limits: Limits,
+    pub(crate) roots: Roots,
+    pub(crate) host_calls: u64,
+    /// Set by the memory limiter, so a growth failure reports as a limit.
+    pub(crate) memory_hit: Option<String>,
+    pub(crate) touched: BTreeSet<Touched>,
+    pub(crate) stdout: MemoryOutputPipe,
+    pub(crate) stderr: MemoryOutputPipe,
+}
+
+impl CallState {
+    pub(crate) fn new(grant: Grant, limits: Limits) -> CallState {
+        let stdout = MemoryOutputPipe::new(limits.stdio_bytes);
+        let stderr = MemoryOutputPipe::new(limits.stdio_bytes);
+        // Defaults of the builder, restated: stdin closed, no environment, no arguments,
+        // no preopens, every socket address denied, name lookup denied.
+        let mut builder = WasiCtx::builder();
+        builder
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        let roots = Roots::new(&grant);
+        CallState {
+            wasi: builder.build(),
+            table: ResourceTable::new(),
+            grant,
+            limits,
+            roots,
+            host_calls: 0,
+            memory_hit: None,
+            touched: BTreeSet::new(),
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Counts one host call; past the cap the guest traps with [`LimitTrap`].
+    pub(crate) fn count_host_call(&mut self) -> wasmtime::Result<()> {
+        self.host_calls += 1;
+        if self.host_calls > self.limits.host_calls {
+            let detail = format!("more than {} host calls", self.limits.host_calls);
+            return Err(wasmtime::Error::new(LimitTrap(Limit::HostCalls, detail)));
+        }
+        Ok(())
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl wasmtime::ResourceLimiter for CallState {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limits.memory_bytes {
+            let detail =
+                format!("grow from {current} to {desired} bytes, cap {}", self.limits.memory_bytes);
+            self.memory_hit = Some(detail.clone());
+            return Err(wasmtime::Error::new(LimitTrap(Limit::Memory, detail)));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // Tables hold function references; a tool has no reason for a huge one.
+        Ok(desired <= 100_000)
+    }
+}

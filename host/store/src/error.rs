@@ -1,0 +1,80 @@
+//! Errors of the tool store. Each says what was refused and why; none leaves a partial
+//! install behind.
+
+/// Why the store refused or failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The digest text is malformed.
+    #[error("bad digest {text:?}: {why}")]
+    BadDigest {
+        /// What was given.
+        text: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The bytes do not hash to the digest the owner gave.
+    #[error("digest mismatch: expected {expected}, got {actual}; nothing was installed")]
+    DigestMismatch {
+        /// The digest the owner asked for.
+        expected: String,
+        /// The digest of the bytes received.
+        actual: String,
+    },
+    /// The component could not be fetched (file, URL or mirror).
+    #[error("cannot fetch {source_name}: {message}")]
+    Fetch {
+        /// The file, URL or mirror.
+        source_name: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The bytes are not a usable tool component.
+    #[error("refused component: {0}")]
+    Component(#[from] bx_runtime::RunError),
+    /// Another tool with this name is installed.
+    #[error("a tool named {name} is already installed as {installed}; pass --replace to replace it")]
+    NameClash {
+        /// The tool name.
+        name: String,
+        /// The digest installed under it now.
+        installed: String,
+    },
+    /// No tool by this name.
+    #[error("no tool named {0} is installed (see `bx tool list`)")]
+    NotInstalled(String),
+    /// A configuration or state file is malformed.
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// Reading or writing the store failed.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn io(path: &std::path::Path, err: impl std::fmt::Display) -> StoreError {
+        StoreError::Io { path: path.display().to_string(), message: err.to_string() }
+    }
+
+    /// A parse error at byte `offset` of `text`, located as line and column.
+    pub(crate) fn parse_at(path: &std::path::Path, text: &str, offset: usize, message: String) -> StoreError {
+        let before = &text[..offset.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        StoreError::Parse { path: path.display().to_string(), line, column, message }
+    }
+}

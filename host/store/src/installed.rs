@@ -1,0 +1,51 @@
+//! The installed set: tool name → digest, and the tool epoch that changes whenever the
+//! set does (the agent keeps its tools array fixed within one epoch).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::StoreError;
+
+/// One installed tool.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstalledTool {
+    /// `sha256:` digest of the component.
+    pub digest: String,
+    /// Size of the component in bytes.
+    pub size: u64,
+    /// Resource kinds its arguments name (`path-read`, `path-write`, `url-fetch`).
+    pub resources: Vec<String>,
+}
+
+/// `installed.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Installed {
+    /// Starts at 0 and rises by one on every install, replace or removal.
+    pub epoch: u64,
+    /// Installed tools by name.
+    pub tools: BTreeMap<String, InstalledTool>,
+}
+
+impl Installed {
+    /// Reads `path`; a missing file is the empty set at epoch 0.
+    pub fn load(path: &Path) -> Result<Installed, StoreError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Installed::default()),
+            Err(e) => return Err(StoreError::io(path, e)),
+        };
+        serde_json::from_str(&text).map_err(|e| {
+            let (line, column) = (e.line(), e.column());
+            StoreError::Parse { path: path.display().to_string(), line, column, message: e.to_string() }
+        })
+    }
+
+    /// Writes `path` atomically (temporary file, sync, rename).
+    pub fn save(&self, path: &Path) -> Result<(), StoreError> {
+        let mut text = serde_json::to_string_pretty(self).map_err(|e| StoreError::io(path, e))?;
+        text.push('\n');
+        crate::store::write_atomically(path, text.as_bytes())
+    }
+}
