@@ -58,7 +58,7 @@ pub enum RunError {
     #[error("tool trapped: {0}")]
     Trap(String),
     /// The precompiled cache could not be read or written.
-    #[error("precompiled cache at {path}: {message}")]
+    #[error("precompiled cache at {path}: {message} (see docs/runbook.md#precompiled-cache)")]
     Cache {
         /// The cache file.
         path: String,

@@ -52,7 +52,11 @@ impl Roots {
 fn real_path(fd: impl AsFd) -> Result<PathBuf, Error> {
     let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
     std::fs::read_link(&link)
-        .map_err(|e| Error::Denied(format!("cannot verify where an opened path lives: {e}")))
+        .map_err(|e| {
+            Error::Denied(format!(
+                "cannot verify where an opened path lives ({e}); see docs/runbook.md#path-unverifiable"
+            ))
+        })
 }
 
 fn io_error(path: &str, err: &std::io::Error) -> Error {

@@ -53,7 +53,7 @@ mod tests {
     #[test]
     fn round_trips_and_refuses_malformed() {
         let d = Digest::of(b"abc");
-        assert_eq!(Digest::parse(&d.to_string()), Ok(d.clone()));
+        assert_eq!(Digest::parse(&d.to_string()).unwrap(), d);
         assert_eq!(
             d.to_string(),
             "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

@@ -14,7 +14,7 @@ pub enum StoreError {
         why: String,
     },
     /// The bytes do not hash to the digest the owner gave.
-    #[error("digest mismatch: expected {expected}, got {actual}; nothing was installed")]
+    #[error("digest mismatch: expected {expected}, got {actual}; nothing was installed (see docs/runbook.md#install-refused)")]
     DigestMismatch {
         /// The digest the owner asked for.
         expected: String,
@@ -30,7 +30,7 @@ pub enum StoreError {
         message: String,
     },
     /// The bytes are not a usable tool component.
-    #[error("refused component: {0}")]
+    #[error("refused component: {0} (see docs/runbook.md#install-refused)")]
     Component(#[from] bx_runtime::RunError),
     /// Another tool with this name is installed.
     #[error("a tool named {name} is already installed as {installed}; pass --replace to replace it")]
@@ -44,7 +44,7 @@ pub enum StoreError {
     #[error("no tool named {0} is installed (see `bx tool list`)")]
     NotInstalled(String),
     /// A configuration or state file is malformed.
-    #[error("{path}:{line}:{column}: {message}")]
+    #[error("{path}:{line}:{column}: {message} (see docs/runbook.md#store-file-invalid)")]
     Parse {
         /// The file.
         path: String,

@@ -235,7 +235,7 @@ fn run_tool(store: &Store, args: &RunArgs) -> anyhow::Result<u8> {
     let grant = match bx_broker::decide(&allow, &call) {
         Decision::Allow(grant) => grant,
         Decision::Deny(reason) => {
-            eprintln!("bx: denied: {reason}");
+            eprintln!("bx: denied: {reason} (see docs/runbook.md#tool-denied)");
             return Ok(EXIT_DENIED);
         }
     };
@@ -259,11 +259,14 @@ fn run_tool(store: &Store, args: &RunArgs) -> anyhow::Result<u8> {
             Ok(EXIT_OK)
         }
         Ok(Output::Text(text)) => {
-            println!("{text}");
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
             Ok(EXIT_OK)
         }
         Err(CallError::Denied(reason)) => {
-            eprintln!("bx: denied by the host: {reason}");
+            eprintln!("bx: denied by the host: {reason} (see docs/runbook.md#tool-denied)");
             Ok(EXIT_DENIED)
         }
         Err(CallError::InvalidArgs(m)) => {

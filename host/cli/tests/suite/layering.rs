@@ -1,0 +1,51 @@
+//! The dependency direction from design.md, read from `cargo metadata`: the broker and
+//! the leaf crates depend on nothing of the host, the runtime and the inference client
+//! do not know each other, and only the top (agent, daemon, CLI) sees everything.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+
+/// For each workspace crate, the bx crates and heavy runtimes it must not depend on.
+/// Every workspace crate must appear here, so a new crate forces a decision.
+fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
+    let runtimes = ["tokio", "wasmtime", "wasmtime-wasi", "reqwest", "hyper"];
+    let all_bx = ["bx-audit", "bx-protocol", "bx-runtime", "bx-store", "bx-infer", "bx-agent", "bx-cli"];
+    let mut m = BTreeMap::new();
+    m.insert("bx-broker", [all_bx.as_slice(), &runtimes].concat());
+    m.insert("bx-runtime", vec!["bx-audit", "bx-protocol", "bx-store", "bx-infer", "bx-agent", "bx-cli"]);
+    m.insert("bx-store", vec!["bx-audit", "bx-protocol", "bx-infer", "bx-agent", "bx-cli"]);
+    m.insert("bx-cli", vec![]);
+    m
+}
+
+#[test]
+fn dependencies_point_one_way() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages = meta["packages"].as_array().expect("cargo metadata lists packages");
+    let rules = forbidden();
+    let mut seen = BTreeSet::new();
+    for pkg in packages {
+        let name = pkg["name"].as_str().unwrap();
+        seen.insert(name.to_owned());
+        let banned = rules
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} has no layering rule; add it to forbidden() in this test"));
+        for dep in pkg["dependencies"].as_array().unwrap() {
+            // Dev-dependencies may reach further (a test harness); normal and build may not.
+            if dep["kind"].as_str() == Some("dev") {
+                continue;
+            }
+            let dep_name = dep["name"].as_str().unwrap();
+            assert!(!banned.contains(&dep_name), "forbidden dependency edge: {name} -> {dep_name}");
+        }
+    }
+    let expected: BTreeSet<String> = rules.keys().map(|k| (*k).to_owned()).collect();
+    assert_eq!(seen, expected, "workspace crates and layering rules differ");
+}

@@ -1,0 +1,47 @@
+//! `bx tool run`: the owner tries a tool by hand through the same grant and runtime.
+
+use super::*;
+
+#[test]
+fn runs_under_the_allow_flags_and_refuses_outside_them() {
+    let state = tempfile::tempdir().unwrap();
+    let st = state.path();
+    install(st, "fs_read");
+    let data = tempfile::tempdir().unwrap();
+    let file = data.path().join("notes.txt");
+    std::fs::write(&file, "remember the milk\n").unwrap();
+    let args = serde_json::json!({"path": file}).to_string();
+    let dir = data.path().to_str().unwrap();
+
+    let r = bx(st, &["tool", "run", "fs.read", "--args", &args, "--allow-read", dir]);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "remember the milk\n"), "{}", r.stderr);
+
+    // No grant: the broker refuses before anything runs.
+    let r = bx(st, &["tool", "run", "fs.read", "--args", &args]);
+    assert_eq!(r.code, 3);
+    assert!(r.stderr.contains("denied: no read grant covers"), "{}", r.stderr);
+    assert!(r.stderr.contains("docs/runbook.md#tool-denied"), "{}", r.stderr);
+
+    // A denied sub-path wins over the root.
+    let r = bx(st, &["tool", "run", "fs.read", "--args", &args, "--allow-read", dir, "--deny", file.to_str().unwrap()]);
+    assert_eq!(r.code, 3);
+    assert!(r.stderr.contains("under denied path"), "{}", r.stderr);
+
+    // A grant of / is invalid.
+    let r = bx(st, &["tool", "run", "fs.read", "--args", &args, "--allow-read", "/"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("a grant of / is invalid"), "{}", r.stderr);
+
+    let r = bx(st, &["tool", "run", "fs.read", "--args", "[1]", "--allow-read", dir]);
+    assert!(r.code == 1 && r.stderr.contains("--args must be a JSON object"), "{}", r.stderr);
+}
+
+#[test]
+fn limit_hit_exits_with_its_own_status() {
+    let state = tempfile::tempdir().unwrap();
+    install(state.path(), "test_hostile");
+    let r = bx(state.path(), &["tool", "run", "test.hostile", "--args", r#"{"mode":"host-calls","count":1000000}"#]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("host-call cap exceeded"), "{}", r.stderr);
+    assert!(r.stderr.contains("docs/runbook.md#tool-limit"), "{}", r.stderr);
+}
