@@ -37,7 +37,8 @@ impl HostRule {
         }
         // Let the URL parser do the host grammar (IDNA, IPv4 forms, IPv6 brackets), so a
         // rule is read exactly as a request's host will be.
-        let parsed = url::Url::parse(&format!("http://{text}/")).map_err(|e| bad(&e.to_string()))?;
+        let parsed =
+            url::Url::parse(&format!("http://{text}/")).map_err(|e| bad(&e.to_string()))?;
         if !parsed.username().is_empty() || parsed.password().is_some() {
             return Err(bad("credentials are not part of a host"));
         }

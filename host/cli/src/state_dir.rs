@@ -14,7 +14,8 @@ pub(crate) fn resolve(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
             _ => bail!("no state directory: pass --state-dir or set BX_HOME"),
         },
     };
-    let dir = std::path::absolute(&dir).with_context(|| format!("state directory {}", dir.display()))?;
+    let dir =
+        std::path::absolute(&dir).with_context(|| format!("state directory {}", dir.display()))?;
     if !dir.exists() {
         use std::os::unix::fs::DirBuilderExt as _;
         std::fs::DirBuilder::new()

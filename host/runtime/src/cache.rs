@@ -52,7 +52,12 @@ impl ComponentCache {
     }
 
     /// Writes native code for `wasm` (whose digest is `digest_hex`) into the cache.
-    pub fn compile(&self, runtime: &Runtime, digest_hex: &str, wasm: &[u8]) -> Result<Component, RunError> {
+    pub fn compile(
+        &self,
+        runtime: &Runtime,
+        digest_hex: &str,
+        wasm: &[u8],
+    ) -> Result<Component, RunError> {
         let native = runtime.precompile(wasm)?;
         let path = self.path(runtime, digest_hex);
         write_atomically(&path, &native)?;
@@ -69,7 +74,9 @@ impl ComponentCache {
         wasm: impl FnOnce() -> Result<Vec<u8>, RunError>,
     ) -> Result<(Component, CacheOutcome), RunError> {
         let path = self.path(runtime, digest_hex);
-        if let (Ok(native), Ok(expected)) = (std::fs::read(&path), std::fs::read_to_string(sidecar(&path))) {
+        if let (Ok(native), Ok(expected)) =
+            (std::fs::read(&path), std::fs::read_to_string(sidecar(&path)))
+        {
             // An artifact that does not hash to what was written (a torn write, a disk
             // error) is recompiled, never loaded.
             if hex::encode(Sha256::digest(&native)) == expected.trim() {

@@ -51,12 +51,11 @@ impl Roots {
 /// The kernel's idea of where an open descriptor lives.
 fn real_path(fd: impl AsFd) -> Result<PathBuf, Error> {
     let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-    std::fs::read_link(&link)
-        .map_err(|e| {
-            Error::Denied(format!(
-                "cannot verify where an opened path lives ({e}); see docs/runbook.md#path-unverifiable"
-            ))
-        })
+    std::fs::read_link(&link).map_err(|e| {
+        Error::Denied(format!(
+            "cannot verify where an opened path lives ({e}); see docs/runbook.md#path-unverifiable"
+        ))
+    })
 }
 
 fn io_error(path: &str, err: &std::io::Error) -> Error {
@@ -98,10 +97,7 @@ fn modified_ms(meta: &cap_std::fs::Metadata) -> Option<u64> {
 impl CallState {
     /// The lexical check: which root, which path below it.
     fn route(&self, path: &str, access: FsAccess) -> Result<(usize, PathBuf), Error> {
-        self.grant
-            .route_path(path, access)
-            .map(|r| (r.root, r.relative))
-            .map_err(Error::Denied)
+        self.grant.route_path(path, access).map(|r| (r.root, r.relative)).map_err(Error::Denied)
     }
 
     fn root_path(&self, idx: usize) -> PathBuf {
@@ -152,7 +148,8 @@ impl CallState {
         let Some(below) = below else {
             return Err(Error::Denied(format!("{shown}: resolves outside the granted root")));
         };
-        let logical = if below.as_os_str().is_empty() { logical_root } else { logical_root.join(below) };
+        let logical =
+            if below.as_os_str().is_empty() { logical_root } else { logical_root.join(below) };
         if let Some(denied) = self.grant.denied_prefix(&logical) {
             return Err(Error::Denied(format!(
                 "{shown}: resolves to {} under denied path {}",
@@ -164,7 +161,10 @@ impl CallState {
             self.grant.denied().filter_map(|d| std::fs::canonicalize(d).ok()).collect()
         });
         if let Some(d) = denied_real.iter().find(|d| real.starts_with(d)) {
-            return Err(Error::Denied(format!("{shown}: resolves under denied path {}", d.display())));
+            return Err(Error::Denied(format!(
+                "{shown}: resolves under denied path {}",
+                d.display()
+            )));
         }
         Ok(logical)
     }
@@ -176,7 +176,8 @@ impl CallState {
             if !rel.as_os_str().is_empty() {
                 return Err(Error::NotFound(shown.to_owned()));
             }
-            let (dir, name) = (root.dir.try_clone().map_err(|e| io_error(shown, &e))?, file.clone());
+            let (dir, name) =
+                (root.dir.try_clone().map_err(|e| io_error(shown, &e))?, file.clone());
             return Ok((dir, name));
         }
         let (Some(name), parent) = (rel.file_name(), rel.parent()) else {
@@ -202,7 +203,10 @@ impl CallState {
 
     fn fs_read(&mut self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>, Error> {
         if len > self.limits.read_bytes {
-            return Err(Error::TooLarge(format!("read of {len} bytes; at most {}", self.limits.read_bytes)));
+            return Err(Error::TooLarge(format!(
+                "read of {len} bytes; at most {}",
+                self.limits.read_bytes
+            )));
         }
         let (idx, rel) = self.route(path, FsAccess::Read)?;
         let root = self.root(idx)?;
@@ -262,7 +266,9 @@ impl CallState {
             let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
             out.push(Entry { name, kind, size });
             if out.len() > MAX_LIST_ENTRIES {
-                return Err(Error::TooLarge(format!("{path}: more than {MAX_LIST_ENTRIES} entries")));
+                return Err(Error::TooLarge(format!(
+                    "{path}: more than {MAX_LIST_ENTRIES} entries"
+                )));
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -279,7 +285,11 @@ impl CallState {
             dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?
         };
         self.touch(idx, FsAccess::Read);
-        Ok(Metadata { kind: kind_of(meta.file_type()), size: meta.len(), modified_ms: modified_ms(&meta) })
+        Ok(Metadata {
+            kind: kind_of(meta.file_type()),
+            size: meta.len(),
+            modified_ms: modified_ms(&meta),
+        })
     }
 
     fn fs_mkdir(&mut self, path: &str) -> Result<(), Error> {
@@ -292,12 +302,22 @@ impl CallState {
 }
 
 impl Host for CallState {
-    fn read(&mut self, path: String, offset: u64, len: u64) -> wasmtime::Result<Result<Vec<u8>, Error>> {
+    fn read(
+        &mut self,
+        path: String,
+        offset: u64,
+        len: u64,
+    ) -> wasmtime::Result<Result<Vec<u8>, Error>> {
         self.count_host_call()?;
         Ok(self.fs_read(&path, offset, len))
     }
 
-    fn write(&mut self, path: String, data: Vec<u8>, mode: WriteMode) -> wasmtime::Result<Result<u64, Error>> {
+    fn write(
+        &mut self,
+        path: String,
+        data: Vec<u8>,
+        mode: WriteMode,
+    ) -> wasmtime::Result<Result<u64, Error>> {
         self.count_host_call()?;
         Ok(self.fs_write(&path, &data, mode))
     }

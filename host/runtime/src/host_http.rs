@@ -140,38 +140,46 @@ impl CallState {
                 None => Error::Failed(format!("{url}: {e}")),
             })?;
             let status = response.status();
-            if status.is_redirection() {
-                if let Some(location) = response.headers().get(reqwest::header::LOCATION) {
-                    hops += 1;
-                    if hops > self.limits.redirects {
-                        return Err(Error::Failed(format!("more than {} redirects", self.limits.redirects)));
-                    }
-                    let location = location
-                        .to_str()
-                        .map_err(|_| Error::Failed("redirect location is not text".into()))?;
-                    let next = url
-                        .join(location)
-                        .map_err(|e| Error::Failed(format!("redirect to {location:?}: {e}")))?;
-                    let (next, _) = self.check_url(next.as_str()).map_err(|e| match e {
-                        Error::Denied(why) => Error::Denied(format!("redirect from {url} refused: {why}")),
-                        other => other,
-                    })?;
-                    // 303, and 301/302 after anything but GET/HEAD, continue as GET without body.
-                    let code = status.as_u16();
-                    if code == 303 || ((code == 301 || code == 302) && method != reqwest::Method::HEAD) {
-                        method = reqwest::Method::GET;
-                        body = None;
-                    }
-                    url = next;
-                    continue;
+            if status.is_redirection()
+                && let Some(location) = response.headers().get(reqwest::header::LOCATION)
+            {
+                hops += 1;
+                if hops > self.limits.redirects {
+                    return Err(Error::Failed(format!(
+                        "more than {} redirects",
+                        self.limits.redirects
+                    )));
                 }
+                let location = location
+                    .to_str()
+                    .map_err(|_| Error::Failed("redirect location is not text".into()))?;
+                let next = url
+                    .join(location)
+                    .map_err(|e| Error::Failed(format!("redirect to {location:?}: {e}")))?;
+                let (next, _) = self.check_url(next.as_str()).map_err(|e| match e {
+                    Error::Denied(why) => {
+                        Error::Denied(format!("redirect from {url} refused: {why}"))
+                    }
+                    other => other,
+                })?;
+                // 303, and 301/302 after anything but GET/HEAD, continue as GET without body.
+                let code = status.as_u16();
+                if code == 303 || ((code == 301 || code == 302) && method != reqwest::Method::HEAD)
+                {
+                    method = reqwest::Method::GET;
+                    body = None;
+                }
+                url = next;
+                continue;
             }
             let final_url = response.url().to_string();
             let resp_headers = response
                 .headers()
                 .iter()
                 .filter_map(|(n, v)| {
-                    v.to_str().ok().map(|v| Header { name: n.as_str().to_owned(), value: v.to_owned() })
+                    v.to_str()
+                        .ok()
+                        .map(|v| Header { name: n.as_str().to_owned(), value: v.to_owned() })
                 })
                 .collect();
             let cap = self.limits.response_bytes;
@@ -206,7 +214,9 @@ mod tests {
 
     #[test]
     fn refuses_non_canonical_ipv4_spellings() {
-        for raw in ["http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/", "http://127.1/"] {
+        for raw in
+            ["http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/", "http://127.1/"]
+        {
             let url = url::Url::parse(raw).unwrap();
             assert!(canonical_ip_spelling(raw, &url).is_err(), "{raw}");
         }

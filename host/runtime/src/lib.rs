@@ -20,9 +20,7 @@ mod limits;
 mod state;
 mod tool;
 
-pub use bindings::bx::tool::types::{
-    CallError, Description, Output, ResourceArg, ResourceKind,
-};
+pub use bindings::bx::tool::types::{CallError, Description, Output, ResourceArg, ResourceKind};
 pub use cache::{CacheOutcome, ComponentCache};
 pub use engine::{Runtime, engine_key};
 pub use error::{Limit, RunError};

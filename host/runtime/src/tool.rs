@@ -7,8 +7,8 @@ use bx_broker::{AllowList, CallRequest, Decision, FsAccess, Grant};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
-use crate::bindings::{Tool as Bindings, ToolPre};
 use crate::bindings::bx::tool::types::{CallError, Description, Output};
+use crate::bindings::{Tool as Bindings, ToolPre};
 use crate::engine::Runtime;
 use crate::error::{Limit, RunError, chain};
 use crate::state::{CallState, LimitTrap};
@@ -120,20 +120,20 @@ impl Runtime {
     /// describe itself (under a grant that reaches nothing).
     pub fn load(&self, component: &Component, digest: &str) -> Result<LoadedTool, RunError> {
         let world = check_world(self, component)?;
-        let instance_pre = self
-            .linker
-            .instantiate_pre(component)
-            .map_err(|e| RunError::WrongWorld(chain(&e)))?;
+        let instance_pre =
+            self.linker.instantiate_pre(component).map_err(|e| RunError::WrongWorld(chain(&e)))?;
         let pre = ToolPre::new(instance_pre).map_err(|e| RunError::WrongWorld(chain(&e)))?;
-        let nothing = CallRequest { tool: String::new(), digest: digest.to_owned(), resources: vec![] };
+        let nothing =
+            CallRequest { tool: String::new(), digest: digest.to_owned(), resources: vec![] };
         let grant = match bx_broker::decide(&AllowList::new(), &nothing) {
             Decision::Allow(grant) => grant,
-            Decision::Deny(why) => return Err(RunError::Engine(format!("empty grant refused: {why}"))),
+            Decision::Deny(why) => {
+                return Err(RunError::Engine(format!("empty grant refused: {why}")));
+            }
         };
         let (mut store, instance) = self.instantiate(&pre, grant)?;
-        let description = instance
-            .call_describe(&mut store)
-            .map_err(|e| self.classify(e, &store))?;
+        let description =
+            instance.call_describe(&mut store).map_err(|e| self.classify(e, &store))?;
         Ok(LoadedTool { digest: digest.to_owned(), pre, description, world })
     }
 
@@ -177,7 +177,12 @@ impl Runtime {
     ///
     /// The grant must be for this tool's digest. A limit stops the call with
     /// [`RunError::Limit`]; the runtime is unaffected and the next call starts clean.
-    pub fn call(&self, tool: &LoadedTool, grant: Grant, args: &str) -> Result<CallReport, RunError> {
+    pub fn call(
+        &self,
+        tool: &LoadedTool,
+        grant: Grant,
+        args: &str,
+    ) -> Result<CallReport, RunError> {
         if grant.digest() != tool.digest {
             return Err(RunError::GrantMismatch {
                 granted: grant.digest().to_owned(),
@@ -189,11 +194,11 @@ impl Runtime {
         if stdio_full(&store) {
             return Err(RunError::Limit { limit: Limit::Stdio, detail: self.stdio_detail() });
         }
-        if let Ok(Output::Json(text) | Output::Text(text)) = &result {
-            if text.len() > self.limits.output_bytes {
-                let detail = format!("{} bytes, cap {}", text.len(), self.limits.output_bytes);
-                return Err(RunError::Limit { limit: Limit::Output, detail });
-            }
+        if let Ok(Output::Json(text) | Output::Text(text)) = &result
+            && text.len() > self.limits.output_bytes
+        {
+            let detail = format!("{} bytes, cap {}", text.len(), self.limits.output_bytes);
+            return Err(RunError::Limit { limit: Limit::Output, detail });
         }
         let state = store.data();
         Ok(CallReport {

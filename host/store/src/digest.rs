@@ -12,7 +12,8 @@ impl Digest {
     /// Parses `sha256:HEX` strictly: the prefix, exactly 64 hex digits, lower case.
     pub fn parse(text: &str) -> Result<Digest, StoreError> {
         let bad = |why: &str| StoreError::BadDigest { text: text.to_owned(), why: why.to_owned() };
-        let hex_part = text.strip_prefix("sha256:").ok_or_else(|| bad("must start with sha256:"))?;
+        let hex_part =
+            text.strip_prefix("sha256:").ok_or_else(|| bad("must start with sha256:"))?;
         if hex_part.len() != 64 {
             return Err(bad("must have 64 hex digits"));
         }

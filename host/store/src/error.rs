@@ -14,7 +14,9 @@ pub enum StoreError {
         why: String,
     },
     /// The bytes do not hash to the digest the owner gave.
-    #[error("digest mismatch: expected {expected}, got {actual}; nothing was installed (see docs/runbook.md#install-refused)")]
+    #[error(
+        "digest mismatch: expected {expected}, got {actual}; nothing was installed (see docs/runbook.md#install-refused)"
+    )]
     DigestMismatch {
         /// The digest the owner asked for.
         expected: String,
@@ -33,7 +35,9 @@ pub enum StoreError {
     #[error("refused component: {0} (see docs/runbook.md#install-refused)")]
     Component(#[from] bx_runtime::RunError),
     /// Another tool with this name is installed.
-    #[error("a tool named {name} is already installed as {installed}; pass --replace to replace it")]
+    #[error(
+        "a tool named {name} is already installed as {installed}; pass --replace to replace it"
+    )]
     NameClash {
         /// The tool name.
         name: String,
@@ -71,7 +75,12 @@ impl StoreError {
     }
 
     /// A parse error at byte `offset` of `text`, located as line and column.
-    pub(crate) fn parse_at(path: &std::path::Path, text: &str, offset: usize, message: String) -> StoreError {
+    pub(crate) fn parse_at(
+        path: &std::path::Path,
+        text: &str,
+        offset: usize,
+        message: String,
+    ) -> StoreError {
         let before = &text[..offset.min(text.len())];
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;

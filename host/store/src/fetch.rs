@@ -15,7 +15,9 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
     let fetch_err = |m: String| StoreError::Fetch { source_name: shown.clone(), message: m };
     let file = std::fs::File::open(path).map_err(|e| fetch_err(e.to_string()))?;
     let mut data = Vec::new();
-    file.take(MAX_COMPONENT_BYTES + 1).read_to_end(&mut data).map_err(|e| fetch_err(e.to_string()))?;
+    file.take(MAX_COMPONENT_BYTES + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| fetch_err(e.to_string()))?;
     if data.len() as u64 > MAX_COMPONENT_BYTES {
         return Err(fetch_err(format!("larger than {MAX_COMPONENT_BYTES} bytes")));
     }

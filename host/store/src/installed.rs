@@ -38,7 +38,12 @@ impl Installed {
         };
         serde_json::from_str(&text).map_err(|e| {
             let (line, column) = (e.line(), e.column());
-            StoreError::Parse { path: path.display().to_string(), line, column, message: e.to_string() }
+            StoreError::Parse {
+                path: path.display().to_string(),
+                line,
+                column,
+                message: e.to_string(),
+            }
         })
     }
 

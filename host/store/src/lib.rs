@@ -16,4 +16,4 @@ pub use digest::Digest;
 pub use error::StoreError;
 pub use fetch::Progress;
 pub use installed::{Installed, InstalledTool};
-pub use store::{InstallOutcome, InstallSource, Store, MAX_COMPONENT_BYTES};
+pub use store::{InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, Store};

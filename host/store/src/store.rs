@@ -132,7 +132,12 @@ impl Store {
     }
 
     /// Fetches the bytes for `digest` from `source` and checks them against it.
-    fn fetch(&self, source: &InstallSource, digest: &Digest, progress: Progress<'_>) -> Result<Vec<u8>, StoreError> {
+    fn fetch(
+        &self,
+        source: &InstallSource,
+        digest: &Digest,
+        progress: Progress<'_>,
+    ) -> Result<Vec<u8>, StoreError> {
         let bytes = match source {
             InstallSource::File(path) => fetch::read_file(path)?,
             InstallSource::Url(url) => fetch::download(url, progress)?,
@@ -148,9 +153,11 @@ impl Store {
         let mut tried = Vec::new();
         let local = self.blob_path(digest);
         let candidates = std::iter::once(local.display().to_string()).chain(
-            self.config.tools.mirrors.iter().map(|m| {
-                format!("{}/sha256/{}.wasm", m.trim_end_matches('/'), digest.hex())
-            }),
+            self.config
+                .tools
+                .mirrors
+                .iter()
+                .map(|m| format!("{}/sha256/{}.wasm", m.trim_end_matches('/'), digest.hex())),
         );
         for candidate in candidates {
             let got = if candidate.starts_with("https://") {
@@ -184,7 +191,10 @@ impl Store {
         let component = runtime.compile(&bytes)?;
         let tool = runtime.load(&component, &digest.to_string())?;
         let name = tool.description().name.clone();
-        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        if name.is_empty()
+            || name.len() > 64
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
             return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(format!(
                 "tool name {name:?} must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'"
             ))));
@@ -195,7 +205,13 @@ impl Store {
         let previous = installed.tools.get(&name).map(|t| t.digest.clone());
         match &previous {
             Some(d) if *d == digest.to_string() => {
-                return Ok(InstallOutcome { name, digest: digest.clone(), replaced: None, changed: false, epoch: installed.epoch });
+                return Ok(InstallOutcome {
+                    name,
+                    digest: digest.clone(),
+                    replaced: None,
+                    changed: false,
+                    epoch: installed.epoch,
+                });
             }
             Some(d) if !replace => {
                 return Err(StoreError::NameClash { name, installed: d.clone() });
@@ -207,14 +223,21 @@ impl Store {
             write_atomically(&blob, &bytes)?;
         }
         self.cache.compile(runtime, &digest.hex(), &bytes)?;
-        let resources = tool.description().resources.iter().map(|r| kind_name(r.kind).to_owned()).collect();
+        let resources =
+            tool.description().resources.iter().map(|r| kind_name(r.kind).to_owned()).collect();
         installed.tools.insert(
             name.clone(),
             InstalledTool { digest: digest.to_string(), size: bytes.len() as u64, resources },
         );
         installed.epoch += 1;
         installed.save(&self.installed_path())?;
-        Ok(InstallOutcome { name, digest: digest.clone(), replaced: previous, changed: true, epoch: installed.epoch })
+        Ok(InstallOutcome {
+            name,
+            digest: digest.clone(),
+            replaced: previous,
+            changed: true,
+            epoch: installed.epoch,
+        })
     }
 
     /// Removes `name` from the installed set (its bytes stay, so the digest can be
@@ -222,7 +245,10 @@ impl Store {
     pub fn remove(&self, name: &str) -> Result<InstalledTool, StoreError> {
         let _lock = self.lock()?;
         let mut installed = self.installed()?;
-        let removed = installed.tools.remove(name).ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
+        let removed = installed
+            .tools
+            .remove(name)
+            .ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
         installed.epoch += 1;
         installed.save(&self.installed_path())?;
         Ok(removed)
@@ -232,11 +258,13 @@ impl Store {
     /// are re-verified against the digest before any compile.
     pub fn open_tool(&self, runtime: &Runtime, name: &str) -> Result<LoadedTool, StoreError> {
         let installed = self.installed()?;
-        let entry = installed.tools.get(name).ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
+        let entry =
+            installed.tools.get(name).ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
         let digest = Digest::parse(&entry.digest)?;
         let blob = self.blob_path(&digest);
         let (component, _) = self.cache.load(runtime, &digest.hex(), || {
-            let bytes = fetch::read_file(&blob).map_err(|e| bx_runtime::RunError::Invalid(e.to_string()))?;
+            let bytes = fetch::read_file(&blob)
+                .map_err(|e| bx_runtime::RunError::Invalid(e.to_string()))?;
             verify(&digest, &bytes).map_err(|e| bx_runtime::RunError::Invalid(e.to_string()))?;
             Ok(bytes)
         })?;
@@ -247,7 +275,10 @@ impl Store {
 fn verify(expected: &Digest, bytes: &[u8]) -> Result<(), StoreError> {
     let actual = Digest::of(bytes);
     if actual != *expected {
-        return Err(StoreError::DigestMismatch { expected: expected.to_string(), actual: actual.to_string() });
+        return Err(StoreError::DigestMismatch {
+            expected: expected.to_string(),
+            actual: actual.to_string(),
+        });
     }
     Ok(())
 }

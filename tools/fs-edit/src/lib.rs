@@ -41,7 +41,8 @@ impl Tool for Edit {
         if stat.size > MAX_FILE_BYTES {
             return Err(CallError::Failed(format!("{} is over {MAX_FILE_BYTES} bytes", args.path)));
         }
-        let data = fs::read(&args.path, 0, stat.size.max(1)).map_err(|e| host_error(&args.path, e))?;
+        let data =
+            fs::read(&args.path, 0, stat.size.max(1)).map_err(|e| host_error(&args.path, e))?;
         let text = String::from_utf8(data)
             .map_err(|_| CallError::Failed(format!("{} is not UTF-8 text", args.path)))?;
         let mut found = text.match_indices(&args.old);

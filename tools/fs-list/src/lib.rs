@@ -52,7 +52,8 @@ fn kind_name(kind: fs::EntryKind) -> &'static str {
 
 impl Tool for List {
     const NAME: &'static str = "fs.list";
-    const SUMMARY: &'static str = "List a directory. depth > 1 recurses (symlinks are not followed).";
+    const SUMMARY: &'static str =
+        "List a directory. depth > 1 recurses (symlinks are not followed).";
     const SCHEMA: &'static str = r#"{"type":"object","properties":{"path":{"type":"string","description":"absolute path of the directory"},"depth":{"type":"integer","minimum":1,"maximum":16},"max_entries":{"type":"integer","minimum":1,"maximum":10000}},"required":["path"],"additionalProperties":false}"#;
     const RESOURCES: &'static [(&'static str, ResourceKind)] = &[("path", ResourceKind::PathRead)];
 

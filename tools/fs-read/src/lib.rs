@@ -34,7 +34,8 @@ impl Tool for Read {
         if limit == 0 || limit > MAX_LIMIT {
             return Err(CallError::InvalidArgs(format!("limit must be 1..={MAX_LIMIT}")));
         }
-        let data = fs::read(&args.path, args.offset, limit).map_err(|e| host_error(&args.path, e))?;
+        let data =
+            fs::read(&args.path, args.offset, limit).map_err(|e| host_error(&args.path, e))?;
         let end = args.offset.saturating_add(data.len() as u64);
         // One byte past the window says whether there is more, without a separate stat
         // (which would not follow a symlink the read itself follows).

@@ -23,7 +23,8 @@ struct Reply {
 
 impl Tool for Fetch {
     const NAME: &'static str = "http.fetch";
-    const SUMMARY: &'static str = "Fetch a URL with GET and return its status and body as text (size-capped).";
+    const SUMMARY: &'static str =
+        "Fetch a URL with GET and return its status and body as text (size-capped).";
     const SCHEMA: &'static str = r#"{"type":"object","properties":{"url":{"type":"string","description":"http or https URL"}},"required":["url"],"additionalProperties":false}"#;
     const RESOURCES: &'static [(&'static str, ResourceKind)] = &[("url", ResourceKind::UrlFetch)];
 
@@ -32,7 +33,10 @@ impl Tool for Fetch {
         let request = http::Request {
             method: "GET".into(),
             url: args.url.clone(),
-            headers: vec![http::Header { name: "accept".into(), value: "text/*, application/json, */*;q=0.5".into() }],
+            headers: vec![http::Header {
+                name: "accept".into(),
+                value: "text/*, application/json, */*;q=0.5".into(),
+            }],
             body: None,
         };
         let response = http::send(&request).map_err(|e| host_error(&args.url, e))?;

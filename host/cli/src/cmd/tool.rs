@@ -102,7 +102,9 @@ fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
             bail!("--digest {d} differs from the digest given as the source {}", args.source)
         }
         (_, Some(d)) => d.clone(),
-        (_, None) => bail!("--digest sha256:HEX is required: bx installs only what you can name by hash"),
+        (_, None) => {
+            bail!("--digest sha256:HEX is required: bx installs only what you can name by hash")
+        }
     };
     let digest = Digest::parse(&digest_text)?;
     let bar = indicatif::ProgressBar::new(0);
@@ -123,9 +125,14 @@ fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
     match (&outcome.replaced, outcome.changed) {
         (_, false) => println!("{} is already installed as {}", outcome.name, outcome.digest),
         (Some(old), true) => {
-            println!("replaced {} {old} with {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch)
+            println!(
+                "replaced {} {old} with {} (tool epoch {})",
+                outcome.name, outcome.digest, outcome.epoch
+            )
         }
-        (None, true) => println!("installed {} {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch),
+        (None, true) => {
+            println!("installed {} {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch)
+        }
     }
     Ok(EXIT_OK)
 }
@@ -143,7 +150,8 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
     println!("{:<16} {:<14} {:>9}  RESOURCES", "NAME", "DIGEST", "SIZE");
     for (name, tool) in &installed.tools {
         let short = Digest::parse(&tool.digest).map(|d| d.short()).unwrap_or_else(|_| "?".into());
-        let resources = if tool.resources.is_empty() { "-".to_owned() } else { tool.resources.join(",") };
+        let resources =
+            if tool.resources.is_empty() { "-".to_owned() } else { tool.resources.join(",") };
         println!("{name:<16} {short:<14} {:>9}  {resources}", tool.size);
     }
     Ok(EXIT_OK)
@@ -168,8 +176,8 @@ fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
     for r in &d.resources {
         println!("  {} ({})", r.arg, kind_name(r.kind));
     }
-    let schema: serde_json::Value =
-        serde_json::from_str(&d.args_schema).unwrap_or(serde_json::Value::String(d.args_schema.clone()));
+    let schema: serde_json::Value = serde_json::from_str(&d.args_schema)
+        .unwrap_or(serde_json::Value::String(d.args_schema.clone()));
     println!("arguments schema:\n{}", serde_json::to_string_pretty(&schema)?);
     println!("imports:");
     for i in &tool.world().imports {
@@ -188,7 +196,10 @@ fn absolute(path: &Path) -> anyhow::Result<String> {
 }
 
 /// The resources a call's arguments name, per the tool's own description.
-fn resources(kinds: &[(String, ResourceKind)], args: &serde_json::Value) -> anyhow::Result<Vec<Resource>> {
+fn resources(
+    kinds: &[(String, ResourceKind)],
+    args: &serde_json::Value,
+) -> anyhow::Result<Vec<Resource>> {
     let mut out = Vec::new();
     for (arg, kind) in kinds {
         let Some(value) = args.get(arg) else { continue };

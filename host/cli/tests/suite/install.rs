@@ -28,7 +28,9 @@ fn install_list_inspect_remove_and_reinstall_by_digest() {
     let size = std::fs::metadata(component("fs_read")).unwrap().len();
     assert_eq!(
         r.stdout,
-        format!("NAME             DIGEST              SIZE  RESOURCES\nfs.read          {short:<14} {size:>9}  path-read\n")
+        format!(
+            "NAME             DIGEST              SIZE  RESOURCES\nfs.read          {short:<14} {size:>9}  path-read\n"
+        )
     );
 
     let r = bx(st, &["tool", "list", "--json"]);
@@ -40,13 +42,18 @@ fn install_list_inspect_remove_and_reinstall_by_digest() {
 
     let r = bx(st, &["tool", "inspect", "fs.read"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.starts_with(&format!("name:     fs.read\ndigest:   {digest}\n")), "{}", r.stdout);
+    assert!(
+        r.stdout.starts_with(&format!("name:     fs.read\ndigest:   {digest}\n")),
+        "{}",
+        r.stdout
+    );
     assert!(r.stdout.contains("  path (path-read)\n"), "{}", r.stdout);
     assert!(r.stdout.contains("  bx:host/fs@0.1.0\n"), "{}", r.stdout);
     assert!(!r.stdout.contains("wasi:sockets"), "{}", r.stdout);
 
     // Installing the same digest again changes nothing.
-    let again = bx(st, &["tool", "install", component("fs_read").to_str().unwrap(), "--digest", &digest]);
+    let again =
+        bx(st, &["tool", "install", component("fs_read").to_str().unwrap(), "--digest", &digest]);
     assert_eq!(again.stdout, format!("fs.read is already installed as {digest}\n"));
 
     let r = bx(st, &["tool", "remove", "fs.read"]);
@@ -70,7 +77,11 @@ fn installs_by_digest_from_a_directory_mirror() {
     std::fs::copy(component("fs_list"), mirror.path().join(format!("sha256/{hexd}.wasm"))).unwrap();
     let state = tempfile::tempdir().unwrap();
     let config = std::fs::read_to_string(repo().join("fixtures/config/mirrors.toml")).unwrap();
-    std::fs::write(state.path().join("config.toml"), config.replace("@MIRROR@", mirror.path().to_str().unwrap())).unwrap();
+    std::fs::write(
+        state.path().join("config.toml"),
+        config.replace("@MIRROR@", mirror.path().to_str().unwrap()),
+    )
+    .unwrap();
     let r = bx(state.path(), &["tool", "install", &digest]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.stdout, format!("installed fs.list {digest} (tool epoch 1)\n"));
@@ -86,10 +97,17 @@ fn installs_by_digest_from_a_directory_mirror() {
 #[test]
 fn refuses_config_with_unknown_key() {
     let state = tempfile::tempdir().unwrap();
-    std::fs::copy(repo().join("fixtures/config/unknown-key.toml"), state.path().join("config.toml")).unwrap();
+    std::fs::copy(
+        repo().join("fixtures/config/unknown-key.toml"),
+        state.path().join("config.toml"),
+    )
+    .unwrap();
     let r = bx(state.path(), &["tool", "list"]);
     assert_eq!(r.code, 1);
-    let shown = format!("{}:3:1: unknown field `mirror_timeout`", state.path().join("config.toml").display());
+    let shown = format!(
+        "{}:3:1: unknown field `mirror_timeout`",
+        state.path().join("config.toml").display()
+    );
     assert!(r.stderr.contains(&shown), "{}", r.stderr);
     assert!(r.stderr.contains("docs/runbook.md#store-file-invalid"), "{}", r.stderr);
 }
@@ -107,14 +125,21 @@ fn refused_installs_leave_the_store_unchanged() {
     // Digest mismatch: both digests printed.
     let r = bx(st, &["tool", "install", write_path.to_str().unwrap(), "--digest", &installed]);
     assert_eq!(r.code, 1);
-    assert!(r.stderr.contains(&format!("expected {installed}, got {write_digest}")), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("expected {installed}, got {write_digest}")),
+        "{}",
+        r.stderr
+    );
     assert!(r.stderr.contains("docs/runbook.md#install-refused"), "{}", r.stderr);
 
     // A truncated file (its own digest given, so only validation can refuse it).
     let bytes = std::fs::read(&write_path).unwrap();
     let truncated = scratch.path().join("truncated.wasm");
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let r = bx(st, &["tool", "install", truncated.to_str().unwrap(), "--digest", &digest_file(&truncated)]);
+    let r = bx(
+        st,
+        &["tool", "install", truncated.to_str().unwrap(), "--digest", &digest_file(&truncated)],
+    );
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("not a valid component"), "{}", r.stderr);
 
@@ -131,7 +156,8 @@ fn refused_installs_leave_the_store_unchanged() {
     assert!(r.stderr.contains("does not fit the bx:tool world"), "{}", r.stderr);
 
     // An unreachable URL, and a plain-http one.
-    let r = bx(st, &["tool", "install", "https://127.0.0.1:9/tool.wasm", "--digest", &write_digest]);
+    let r =
+        bx(st, &["tool", "install", "https://127.0.0.1:9/tool.wasm", "--digest", &write_digest]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("cannot fetch https://127.0.0.1:9/tool.wasm"), "{}", r.stderr);
     let r = bx(st, &["tool", "install", "http://127.0.0.1:9/tool.wasm", "--digest", &write_digest]);
@@ -145,16 +171,30 @@ fn refused_installs_leave_the_store_unchanged() {
 
     // Same name, another digest: refused without --replace.
     let variant = scratch.path().join("fs_read_variant.wasm");
-    std::fs::write(&variant, with_custom_section(&std::fs::read(component("fs_read")).unwrap(), "v2")).unwrap();
+    std::fs::write(
+        &variant,
+        with_custom_section(&std::fs::read(component("fs_read")).unwrap(), "v2"),
+    )
+    .unwrap();
     let variant_digest = digest_file(&variant);
     let r = bx(st, &["tool", "install", variant.to_str().unwrap(), "--digest", &variant_digest]);
     assert_eq!(r.code, 1);
-    assert!(r.stderr.contains(&format!("a tool named fs.read is already installed as {installed}")), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("a tool named fs.read is already installed as {installed}")),
+        "{}",
+        r.stderr
+    );
 
     assert_eq!(snapshot(st), before, "a refused install changed the store");
 
     // With --replace it goes through, and the epoch rises.
-    let r = bx(st, &["tool", "install", variant.to_str().unwrap(), "--digest", &variant_digest, "--replace"]);
+    let r = bx(
+        st,
+        &["tool", "install", variant.to_str().unwrap(), "--digest", &variant_digest, "--replace"],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout, format!("replaced fs.read {installed} with {variant_digest} (tool epoch 2)\n"));
+    assert_eq!(
+        r.stdout,
+        format!("replaced fs.read {installed} with {variant_digest} (tool epoch 2)\n")
+    );
 }

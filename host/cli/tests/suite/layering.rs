@@ -10,10 +10,14 @@ use super::*;
 /// Every workspace crate must appear here, so a new crate forces a decision.
 fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
     let runtimes = ["tokio", "wasmtime", "wasmtime-wasi", "reqwest", "hyper"];
-    let all_bx = ["bx-audit", "bx-protocol", "bx-runtime", "bx-store", "bx-infer", "bx-agent", "bx-cli"];
+    let all_bx =
+        ["bx-audit", "bx-protocol", "bx-runtime", "bx-store", "bx-infer", "bx-agent", "bx-cli"];
     let mut m = BTreeMap::new();
     m.insert("bx-broker", [all_bx.as_slice(), &runtimes].concat());
-    m.insert("bx-runtime", vec!["bx-audit", "bx-protocol", "bx-store", "bx-infer", "bx-agent", "bx-cli"]);
+    m.insert(
+        "bx-runtime",
+        vec!["bx-audit", "bx-protocol", "bx-store", "bx-infer", "bx-agent", "bx-cli"],
+    );
     m.insert("bx-store", vec!["bx-audit", "bx-protocol", "bx-infer", "bx-agent", "bx-cli"]);
     m.insert("bx-cli", vec![]);
     m
@@ -26,7 +30,11 @@ fn dependencies_point_one_way() {
         .current_dir(repo())
         .output()
         .unwrap();
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let packages = meta["packages"].as_array().expect("cargo metadata lists packages");
     let rules = forbidden();
@@ -34,9 +42,9 @@ fn dependencies_point_one_way() {
     for pkg in packages {
         let name = pkg["name"].as_str().unwrap();
         seen.insert(name.to_owned());
-        let banned = rules
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} has no layering rule; add it to forbidden() in this test"));
+        let banned = rules.get(name).unwrap_or_else(|| {
+            panic!("{name} has no layering rule; add it to forbidden() in this test")
+        });
         for dep in pkg["dependencies"].as_array().unwrap() {
             // Dev-dependencies may reach further (a test harness); normal and build may not.
             if dep["kind"].as_str() == Some("dev") {

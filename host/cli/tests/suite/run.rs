@@ -23,7 +23,20 @@ fn runs_under_the_allow_flags_and_refuses_outside_them() {
     assert!(r.stderr.contains("docs/runbook.md#tool-denied"), "{}", r.stderr);
 
     // A denied sub-path wins over the root.
-    let r = bx(st, &["tool", "run", "fs.read", "--args", &args, "--allow-read", dir, "--deny", file.to_str().unwrap()]);
+    let r = bx(
+        st,
+        &[
+            "tool",
+            "run",
+            "fs.read",
+            "--args",
+            &args,
+            "--allow-read",
+            dir,
+            "--deny",
+            file.to_str().unwrap(),
+        ],
+    );
     assert_eq!(r.code, 3);
     assert!(r.stderr.contains("under denied path"), "{}", r.stderr);
 
@@ -40,7 +53,10 @@ fn runs_under_the_allow_flags_and_refuses_outside_them() {
 fn limit_hit_exits_with_its_own_status() {
     let state = tempfile::tempdir().unwrap();
     install(state.path(), "test_hostile");
-    let r = bx(state.path(), &["tool", "run", "test.hostile", "--args", r#"{"mode":"host-calls","count":1000000}"#]);
+    let r = bx(
+        state.path(),
+        &["tool", "run", "test.hostile", "--args", r#"{"mode":"host-calls","count":1000000}"#],
+    );
     assert_eq!(r.code, 4, "{}", r.stderr);
     assert!(r.stderr.contains("host-call cap exceeded"), "{}", r.stderr);
     assert!(r.stderr.contains("docs/runbook.md#tool-limit"), "{}", r.stderr);

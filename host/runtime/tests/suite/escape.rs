@@ -77,7 +77,11 @@ fn refuses_symlink_pointing_out() {
     assert!(why.contains("outside the granted root"), "{why}");
     let why = denied(hostile_read(read_grant(&l), &s(&l.granted.join("linkdir/secret.txt"))));
     assert!(why.contains("outside the granted root"), "{why}");
-    let list = call(tool("test_hostile"), read_grant(&l), json!({"mode": "list", "path": s(&l.granted.join("linkdir"))}));
+    let list = call(
+        tool("test_hostile"),
+        read_grant(&l),
+        json!({"mode": "list", "path": s(&l.granted.join("linkdir"))}),
+    );
     assert!(denied(list).contains("outside the granted root"));
 }
 
@@ -102,7 +106,7 @@ fn symlink_swapped_between_check_and_use_never_leaks() {
             let tmp = link.with_extension("tmp");
             let mut flips = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let target: &Path = if flips % 2 == 0 { &out } else { Path::new("inside.txt") };
+                let target: &Path = if flips.is_multiple_of(2) { &out } else { Path::new("inside.txt") };
                 let _ = std::fs::remove_file(&tmp);
                 symlink(target, &tmp).unwrap();
                 std::fs::rename(&tmp, &link).unwrap(); // atomic swap of the link
@@ -134,9 +138,17 @@ fn symlink_swapped_between_check_and_use_never_leaks() {
 fn refuses_write_through_read_grant() {
     let l = layout();
     let target = l.granted.join("inside.txt");
-    let r = call(tool("test_hostile"), read_grant(&l), json!({"mode": "write", "path": s(&target), "content": "pwned"}));
+    let r = call(
+        tool("test_hostile"),
+        read_grant(&l),
+        json!({"mode": "write", "path": s(&target), "content": "pwned"}),
+    );
     assert!(denied(r).contains("no write grant covers"));
-    let r = call(tool("test_hostile"), read_grant(&l), json!({"mode": "mkdir", "path": s(&l.granted.join("new"))}));
+    let r = call(
+        tool("test_hostile"),
+        read_grant(&l),
+        json!({"mode": "mkdir", "path": s(&l.granted.join("new"))}),
+    );
     assert!(denied(r).contains("no write grant covers"));
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "inside");
     assert!(!l.granted.join("new").exists());
@@ -149,7 +161,11 @@ fn refuses_write_through_symlink() {
     symlink("inside.txt", l.granted.join("in.txt")).unwrap();
     let allow = AllowList::new().write(&s(&l.granted)).unwrap();
     for name in ["out.txt", "in.txt"] {
-        let r = call(tool("test_hostile"), allow.clone(), json!({"mode": "write", "path": s(&l.granted.join(name)), "content": "pwned"}));
+        let r = call(
+            tool("test_hostile"),
+            allow.clone(),
+            json!({"mode": "write", "path": s(&l.granted.join(name)), "content": "pwned"}),
+        );
         assert!(denied(r).contains("symlink"), "{name}");
     }
     assert_eq!(std::fs::read_to_string(l.outside.join("secret.txt")).unwrap(), SECRET);
@@ -170,11 +186,23 @@ fn refuses_denied_sub_path_inside_granted_root() {
     assert!(why.contains("denied path"), "{why}");
     let why = denied(hostile_read(allow(), &s(&l.granted.join("innocent/id"))));
     assert!(why.contains("denied path"), "{why}");
-    let r = call(tool("test_hostile"), allow(), json!({"mode": "stat", "path": s(&l.granted.join("innocent/id"))}));
+    let r = call(
+        tool("test_hostile"),
+        allow(),
+        json!({"mode": "stat", "path": s(&l.granted.join("innocent/id"))}),
+    );
     assert!(denied(r).contains("denied path"));
-    let r = call(tool("test_hostile"), allow(), json!({"mode": "write", "path": s(&l.granted.join("innocent/new")), "content": "x"}));
+    let r = call(
+        tool("test_hostile"),
+        allow(),
+        json!({"mode": "write", "path": s(&l.granted.join("innocent/new")), "content": "x"}),
+    );
     assert!(denied(r).contains("denied path"));
-    let listed = ok_text(call(tool("test_hostile"), allow(), json!({"mode": "list", "path": s(&l.granted)})));
+    let listed = ok_text(call(
+        tool("test_hostile"),
+        allow(),
+        json!({"mode": "list", "path": s(&l.granted)}),
+    ));
     assert!(!listed.contains("\"dir keys\""), "denied sub-path listed: {listed}");
     assert!(listed.contains("inside.txt"), "{listed}");
     assert!(!l.granted.join("keys/new").exists());

@@ -66,7 +66,9 @@ fn refuses_redirect_to_host_not_granted() {
     let target = TinyServer::start(|_| http_ok("you should not see this"));
     let tport = target.port;
     let origin = TinyServer::start(move |_| {
-        format!("HTTP/1.1 302 Found\r\nlocation: http://127.0.0.2:{tport}/stolen\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://127.0.0.2:{tport}/stolen\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        )
     });
     let allow = AllowList::new().host(&format!("127.0.0.1:{}", origin.port)).unwrap();
     let why = denied(get(allow, &format!("http://127.0.0.1:{}/", origin.port)));
@@ -81,7 +83,9 @@ fn follows_redirect_within_grant() {
         // First request redirects to /b on the same granted address; /b answers.
         static N: AtomicUsize = AtomicUsize::new(0);
         if N.fetch_add(1, Ordering::SeqCst) == 0 {
-            format!("HTTP/1.1 301 Moved\r\nlocation: http://127.0.0.1:{port}/b\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            format!(
+                "HTTP/1.1 301 Moved\r\nlocation: http://127.0.0.1:{port}/b\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
         } else {
             http_ok("landed")
         }
@@ -97,7 +101,8 @@ fn http_fetch_tool_reports_status_and_text() {
     let allow = AllowList::new().host(&format!("127.0.0.1:{}", server.port)).unwrap();
     let url = format!("http://127.0.0.1:{}/data", server.port);
     let out: serde_json::Value =
-        serde_json::from_str(&ok_text(call(tool("http_fetch"), allow, json!({"url": url})))).unwrap();
+        serde_json::from_str(&ok_text(call(tool("http_fetch"), allow, json!({"url": url}))))
+            .unwrap();
     assert_eq!(
         out,
         json!({"status": 200, "url": url, "content_type": "text/plain", "truncated": false, "text": "{\"ok\":true}"})

@@ -63,7 +63,8 @@ fn tool_sees_no_environment_arguments_or_preopens() {
     // Even with the file granted, plain std::fs inside the guest reaches nothing: the
     // grant is enforced by bx:host only, and WASI has no preopened directories.
     let allow = AllowList::new().read(&s(l.path())).unwrap();
-    let out = ok_text(call(tool("test_hostile"), allow, json!({"mode": "ambient", "path": s(&file)})));
+    let out =
+        ok_text(call(tool("test_hostile"), allow, json!({"mode": "ambient", "path": s(&file)})));
     let out: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(out["env"], json!([]));
     assert_eq!(out["args"], json!([]));

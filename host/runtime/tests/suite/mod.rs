@@ -24,9 +24,8 @@ pub fn components_dir() -> PathBuf {
 /// The bytes of a built component; fails (never skips) when `make tools` has not run.
 pub fn component_bytes(crate_name: &str) -> Vec<u8> {
     let path = components_dir().join(format!("bx_tool_{crate_name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}; run `make tools` before the tests", path.display())
-    })
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `make tools` before the tests", path.display()))
 }
 
 pub fn digest_of(bytes: &[u8]) -> String {
@@ -46,8 +45,9 @@ pub fn runtime() -> &'static Runtime {
 
 /// A loaded tool, compiled once per test binary.
 pub fn tool(crate_name: &'static str) -> &'static LoadedTool {
-    static TOOLS: OnceLock<std::sync::Mutex<std::collections::HashMap<&'static str, &'static LoadedTool>>> =
-        OnceLock::new();
+    static TOOLS: OnceLock<
+        std::sync::Mutex<std::collections::HashMap<&'static str, &'static LoadedTool>>,
+    > = OnceLock::new();
     let map = TOOLS.get_or_init(Default::default);
     let mut map = map.lock().unwrap();
     map.entry(crate_name).or_insert_with(|| {
@@ -61,14 +61,22 @@ pub fn tool(crate_name: &'static str) -> &'static LoadedTool {
 /// A grant for `tool` from the broker's allow-list decision, declaring no resources, so
 /// that only the runtime's per-operation checks stand between the tool and the world.
 pub fn grant(tool: &LoadedTool, allow: AllowList) -> Grant {
-    let call = CallRequest { tool: tool.description().name.clone(), digest: tool.digest().into(), resources: vec![] };
+    let call = CallRequest {
+        tool: tool.description().name.clone(),
+        digest: tool.digest().into(),
+        resources: vec![],
+    };
     match bx_broker::decide(&allow, &call) {
         Decision::Allow(g) => g,
         Decision::Deny(r) => panic!("allow-list refused an empty call: {r}"),
     }
 }
 
-pub fn call(tool: &LoadedTool, allow: AllowList, args: serde_json::Value) -> Result<CallReport, RunError> {
+pub fn call(
+    tool: &LoadedTool,
+    allow: AllowList,
+    args: serde_json::Value,
+) -> Result<CallReport, RunError> {
     runtime().call(tool, grant(tool, allow), &args.to_string())
 }
 

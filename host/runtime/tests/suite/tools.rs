@@ -35,14 +35,18 @@ fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
 
 #[test]
 fn every_tool_describes_itself() {
-    let names: Vec<(String, Vec<String>)> = ["fs_read", "fs_write", "fs_list", "fs_search", "fs_edit", "http_fetch"]
-        .iter()
-        .map(|c| {
-            let d = tool(c).description();
-            serde_json::from_str::<Value>(&d.args_schema).expect("schema is JSON");
-            (d.name.clone(), d.resources.iter().map(|r| format!("{}:{:?}", r.arg, r.kind)).collect())
-        })
-        .collect();
+    let names: Vec<(String, Vec<String>)> =
+        ["fs_read", "fs_write", "fs_list", "fs_search", "fs_edit", "http_fetch"]
+            .iter()
+            .map(|c| {
+                let d = tool(c).description();
+                serde_json::from_str::<Value>(&d.args_schema).expect("schema is JSON");
+                (
+                    d.name.clone(),
+                    d.resources.iter().map(|r| format!("{}:{:?}", r.arg, r.kind)).collect(),
+                )
+            })
+            .collect();
     let expected: Vec<(String, Vec<String>)> = vec![
         ("fs.read".into(), vec!["path:ResourceKind::PathRead".into()]),
         ("fs.write".into(), vec!["path:ResourceKind::PathWrite".into()]),
@@ -64,12 +68,22 @@ fn fs_read_reads_and_pages() {
         ok_text(call(tool("fs_read"), allow(), json!({"path": path, "offset": 3, "limit": 4}))),
         "3456\n[fs.read: showed bytes 3..7; the file goes on, pass offset=7 to continue]"
     );
-    assert_eq!(ok_text(call(tool("fs_read"), allow(), json!({"path": path, "offset": 7, "limit": 4}))), "789");
+    assert_eq!(
+        ok_text(call(tool("fs_read"), allow(), json!({"path": path, "offset": 7, "limit": 4}))),
+        "789"
+    );
     let dir = failed(call(tool("fs_read"), allow(), json!({"path": s(d.path())})));
     assert!(dir.contains("directory"), "{dir}");
-    assert!(invalid(call(tool("fs_read"), allow(), json!({"path": path, "limit": 0}))).contains("limit"));
-    assert!(invalid(call(tool("fs_read"), allow(), json!({"path": path, "extra": 1}))).contains("unknown field"));
-    let missing = failed(call(tool("fs_read"), allow(), json!({"path": s(&d.path().join("nope"))})));
+    assert!(
+        invalid(call(tool("fs_read"), allow(), json!({"path": path, "limit": 0})))
+            .contains("limit")
+    );
+    assert!(
+        invalid(call(tool("fs_read"), allow(), json!({"path": path, "extra": 1})))
+            .contains("unknown field")
+    );
+    let missing =
+        failed(call(tool("fs_read"), allow(), json!({"path": s(&d.path().join("nope"))})));
     assert!(missing.contains("not found"), "{missing}");
 }
 
@@ -78,7 +92,9 @@ fn fs_write_creates_refuses_overwrites_appends() {
     let d = dir_with(&[]);
     let allow = || AllowList::new().write(&s(d.path())).unwrap();
     let path = s(&d.path().join("out.txt"));
-    let w = |mode: &str, content: &str| call(tool("fs_write"), allow(), json!({"path": path, "content": content, "mode": mode}));
+    let w = |mode: &str, content: &str| {
+        call(tool("fs_write"), allow(), json!({"path": path, "content": content, "mode": mode}))
+    };
     assert_eq!(json_of(w("create", "one")), json!({"path": path, "bytes": 3}));
     assert!(failed(w("create", "two")).contains("already exists"));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "one");
@@ -97,28 +113,52 @@ fn fs_list_recurses_to_depth_and_bounds_entries() {
     let allow = || AllowList::new().read(&s(d.path())).unwrap();
     let root = s(d.path());
     let paths = |v: Value| -> Vec<String> {
-        v["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap().trim_start_matches(&root).to_owned()).collect()
+        v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap().trim_start_matches(&root).to_owned())
+            .collect()
     };
     let one = json_of(call(tool("fs_list"), allow(), json!({"path": root})));
     assert_eq!(paths(one), vec!["/a.txt", "/sub"]);
     let all = json_of(call(tool("fs_list"), allow(), json!({"path": root, "depth": 3})));
     assert_eq!(all["truncated"], json!(false));
-    assert_eq!(paths(all), vec!["/a.txt", "/sub", "/sub/b.txt", "/sub/deeper", "/sub/deeper/c.txt"]);
-    let cut = json_of(call(tool("fs_list"), allow(), json!({"path": root, "depth": 3, "max_entries": 2})));
+    assert_eq!(
+        paths(all),
+        vec!["/a.txt", "/sub", "/sub/b.txt", "/sub/deeper", "/sub/deeper/c.txt"]
+    );
+    let cut = json_of(call(
+        tool("fs_list"),
+        allow(),
+        json!({"path": root, "depth": 3, "max_entries": 2}),
+    ));
     assert_eq!(cut["truncated"], json!(true));
     assert_eq!(cut["entries"].as_array().unwrap().len(), 2);
-    assert!(invalid(call(tool("fs_list"), allow(), json!({"path": root, "depth": 0}))).contains("depth"));
+    assert!(
+        invalid(call(tool("fs_list"), allow(), json!({"path": root, "depth": 0})))
+            .contains("depth")
+    );
 }
 
 #[test]
 fn fs_search_prints_path_line_text_and_bounds_results() {
-    let d = dir_with(&[("a.rs", "fn main() {}\nlet x = 1;\nfn helper() {}\n"), ("sub/b.rs", "nothing\nfn deep() {}\n")]);
+    let d = dir_with(&[
+        ("a.rs", "fn main() {}\nlet x = 1;\nfn helper() {}\n"),
+        ("sub/b.rs", "nothing\nfn deep() {}\n"),
+    ]);
     let allow = || AllowList::new().read(&s(d.path())).unwrap();
     let root = s(d.path());
     let out = ok_text(call(tool("fs_search"), allow(), json!({"path": root, "pattern": "^fn "})));
-    let expected = format!("{root}/a.rs:1:fn main() {{}}\n{root}/a.rs:3:fn helper() {{}}\n{root}/sub/b.rs:2:fn deep() {{}}");
+    let expected = format!(
+        "{root}/a.rs:1:fn main() {{}}\n{root}/a.rs:3:fn helper() {{}}\n{root}/sub/b.rs:2:fn deep() {{}}"
+    );
     assert_eq!(out, expected);
-    let bounded = ok_text(call(tool("fs_search"), allow(), json!({"path": root, "pattern": "fn", "max_results": 2})));
+    let bounded = ok_text(call(
+        tool("fs_search"),
+        allow(),
+        json!({"path": root, "pattern": "fn", "max_results": 2}),
+    ));
     assert_eq!(bounded.lines().filter(|l| l.contains(":fn")).count(), 2);
     assert!(bounded.ends_with("[stopped at 2 matches]"), "{bounded}");
     let bad = invalid(call(tool("fs_search"), allow(), json!({"path": root, "pattern": "("})));
@@ -130,24 +170,36 @@ fn fs_edit_replaces_exactly_one_occurrence() {
     let d = dir_with(&[("f.txt", "alpha\nbeta\ngamma beta\n")]);
     let allow = || AllowList::new().write(&s(d.path())).unwrap();
     let path = s(&d.path().join("f.txt"));
-    let edit = |old: &str, new: &str| call(tool("fs_edit"), allow(), json!({"path": path, "old": old, "new": new}));
+    let edit = |old: &str, new: &str| {
+        call(tool("fs_edit"), allow(), json!({"path": path, "old": old, "new": new}))
+    };
     assert!(failed(edit("delta", "x")).contains("not found"));
     assert!(failed(edit("beta", "x")).contains("ambiguous: 2 occurrences"));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "alpha\nbeta\ngamma beta\n");
-    assert_eq!(json_of(edit("gamma beta", "gamma delta")), json!({"path": path, "line": 3, "bytes": 23}));
+    assert_eq!(
+        json_of(edit("gamma beta", "gamma delta")),
+        json!({"path": path, "line": 3, "bytes": 23})
+    );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "alpha\nbeta\ngamma delta\n");
 }
 
 #[test]
 fn first_party_digests_match_the_lock() {
-    let lock = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/digests.lock"))
-        .expect("tools/digests.lock");
+    let lock = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/digests.lock"),
+    )
+    .expect("tools/digests.lock");
     let mut checked = 0;
     for line in lock.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
         let (name, digest) = line.split_once(' ').unwrap();
         let built = components_dir().join(format!("{name}.wasm"));
-        let bytes = std::fs::read(&built).unwrap_or_else(|e| panic!("{}: {e}; run `make tools`", built.display()));
-        assert_eq!(digest_of(&bytes), digest, "{name} does not build to its locked digest; run `make tools-lock` if the source changed");
+        let bytes = std::fs::read(&built)
+            .unwrap_or_else(|e| panic!("{}: {e}; run `make tools`", built.display()));
+        assert_eq!(
+            digest_of(&bytes),
+            digest,
+            "{name} does not build to its locked digest; run `make tools-lock` if the source changed"
+        );
         checked += 1;
     }
     assert!(checked >= 6, "lock lists only {checked} components");

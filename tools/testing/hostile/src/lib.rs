@@ -53,7 +53,8 @@ fn kind(k: fs::EntryKind) -> &'static str {
 impl Tool for Hostile {
     const NAME: &'static str = "test.hostile";
     const SUMMARY: &'static str = "Test-only: breaks runtime limits and calls the host directly.";
-    const SCHEMA: &'static str = r#"{"type":"object","properties":{"mode":{"type":"string"}},"required":["mode"]}"#;
+    const SCHEMA: &'static str =
+        r#"{"type":"object","properties":{"mode":{"type":"string"}},"required":["mode"]}"#;
     const RESOURCES: &'static [(&'static str, ResourceKind)] = &[];
 
     fn run(args: &str) -> Result<Output, CallError> {
@@ -101,7 +102,8 @@ impl Tool for Hostile {
             }
             Args::List { path } => {
                 let entries = fs::list_dir(&path).map_err(|e| host_error(&path, e))?;
-                let names: Vec<String> = entries.into_iter().map(|e| format!("{} {}", kind(e.kind), e.name)).collect();
+                let names: Vec<String> =
+                    entries.into_iter().map(|e| format!("{} {}", kind(e.kind), e.name)).collect();
                 json_output(&names)
             }
             Args::Stat { path } => {
@@ -126,7 +128,12 @@ impl Tool for Hostile {
                 json_output(&serde_json::json!({"env": env, "args": args, "fs": fs, "root": dir}))
             }
             Args::Get { url } => {
-                let req = http::Request { method: "GET".into(), url: url.clone(), headers: vec![], body: None };
+                let req = http::Request {
+                    method: "GET".into(),
+                    url: url.clone(),
+                    headers: vec![],
+                    body: None,
+                };
                 let resp = http::send(&req).map_err(|e| host_error(&url, e))?;
                 Ok(Output::Text(format!("{} {}", resp.status, String::from_utf8_lossy(&resp.body))))
             }
