@@ -106,7 +106,8 @@ fn symlink_swapped_between_check_and_use_never_leaks() {
             let tmp = link.with_extension("tmp");
             let mut flips = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let target: &Path = if flips.is_multiple_of(2) { &out } else { Path::new("inside.txt") };
+                let target: &Path =
+                    if flips.is_multiple_of(2) { &out } else { Path::new("inside.txt") };
                 let _ = std::fs::remove_file(&tmp);
                 symlink(target, &tmp).unwrap();
                 std::fs::rename(&tmp, &link).unwrap(); // atomic swap of the link
