@@ -1,1 +1,167 @@
-fn main() {}
+//! `make bench`: what a tool call costs. Prints a table of medians and p90s, each next to
+//! a baseline measured in the same run; quote the ratios, since this machine is shared.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bx_broker::{AllowList, CallRequest, Decision, Grant};
+use bx_runtime::{ComponentCache, Limits, LoadedTool, Output, Runtime};
+use sha2::Digest as _;
+
+const FIRST_PARTY: &[&str] =
+    &["fs_read", "fs_write", "fs_list", "fs_search", "fs_edit", "http_fetch"];
+
+struct Stats {
+    median: Duration,
+    p90: Duration,
+}
+
+fn measure(samples: usize, mut f: impl FnMut()) -> Stats {
+    for _ in 0..samples.div_ceil(10) {
+        f(); // warm-up
+    }
+    let mut times: Vec<Duration> = (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    Stats { median: times[times.len() / 2], p90: times[times.len() * 9 / 10] }
+}
+
+fn fmt(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1000.0 { format!("{us:.1} µs") } else { format!("{:.2} ms", us / 1000.0) }
+}
+
+fn components() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/target/wasm32-wasip2/release")
+}
+
+fn bytes(name: &str) -> Vec<u8> {
+    let path = components().join(format!("bx_tool_{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run `make tools`", path.display()))
+}
+
+fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+fn load(rt: &Runtime, name: &str) -> LoadedTool {
+    let b = bytes(name);
+    rt.load(&rt.compile(&b).unwrap(), &digest(&b)).unwrap()
+}
+
+fn grant(tool: &LoadedTool, allow: AllowList) -> Grant {
+    let call = CallRequest {
+        tool: tool.description().name.clone(),
+        digest: tool.digest().into(),
+        resources: vec![],
+    };
+    match bx_broker::decide(&allow, &call) {
+        Decision::Allow(g) => g,
+        Decision::Deny(r) => panic!("{r}"),
+    }
+}
+
+fn row(case: &str, s: &Stats, baseline: &str, b: &Stats) {
+    let ratio = s.median.as_secs_f64() / b.median.as_secs_f64();
+    println!(
+        "| {case} | {} | {} | {baseline} | {} | {} | {ratio:.2}× |",
+        fmt(s.median),
+        fmt(s.p90),
+        fmt(b.median),
+        fmt(b.p90)
+    );
+}
+
+/// `BX_BENCH=read` (or `call`, `install`) runs one case alone, for profiling.
+fn wanted(case: &str) -> bool {
+    std::env::var("BX_BENCH").map_or(true, |w| w == case)
+}
+
+fn main() {
+    let rt = Runtime::new(Limits::default()).unwrap();
+    println!("bx runtime benchmark (wasmtime 48, pooling allocator, epoch interruption)\n");
+    println!("| case | median | p90 | baseline | baseline median | baseline p90 | ratio |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+
+    // 1. A fresh instance plus a trivial call, against the fresh instance alone.
+    if wanted("call") {
+        bench_call(&rt);
+    }
+    if wanted("read") {
+        bench_read(&rt);
+    }
+    if wanted("install") {
+        bench_install(&rt);
+    }
+    println!(
+        "\ntargets: fresh instance + trivial call <= 30 µs median; fs.read 1 MiB <= 3× std::fs::read"
+    );
+}
+
+fn bench_call(rt: &Runtime) {
+    let hostile = load(rt, "test_hostile");
+    let args = r#"{"mode":"echo","text":"hi"}"#;
+    let call = measure(5000, || {
+        let r = rt.call(&hostile, grant(&hostile, AllowList::new()), args).unwrap();
+        assert!(matches!(r.result, Ok(Output::Text(_))));
+    });
+    let bare = measure(5000, || rt.instantiate_only(&hostile).unwrap());
+    row("fresh instance + trivial call", &call, "instance alone", &bare);
+}
+
+fn bench_read(rt: &Runtime) {
+    // 2. fs.read of 1 MiB through the component, against std::fs::read.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one-mib.txt");
+    let line = "the quick brown fox jumps over the lazy dog 0123456789\n";
+    let content: String = line.repeat((1 << 20) / line.len() + 1)[..1 << 20].to_owned();
+    std::fs::write(&file, &content).unwrap();
+    let fs_read = load(rt, "fs_read");
+    let allow = AllowList::new().read(dir.path().to_str().unwrap()).unwrap();
+    let read_args = serde_json::json!({"path": file, "limit": 1 << 20}).to_string();
+    let via = measure(300, || {
+        let r = rt.call(&fs_read, grant(&fs_read, allow.clone()), &read_args).unwrap();
+        match r.result {
+            Ok(Output::Text(t)) => assert_eq!(t.len(), 1 << 20),
+            other => panic!("{other:?}"),
+        }
+    });
+    let native = measure(300, || assert_eq!(std::fs::read(&file).unwrap().len(), 1 << 20));
+    row("fs.read 1 MiB via component", &via, "std::fs::read", &native);
+}
+
+fn bench_install(rt: &Runtime) {
+    // 3. Install cost per first-party tool: verify the digest, compile, write the
+    //    precompiled artifact, describe; against loading it back from the cache.
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = ComponentCache::new(cache_dir.path()).unwrap();
+    for name in FIRST_PARTY {
+        let b = bytes(name);
+        let d = digest(&b);
+        let hex = d.trim_start_matches("sha256:").to_owned();
+        let install = measure(5, || {
+            assert_eq!(digest(&b), d);
+            let c = cache.compile(rt, &hex, &b).unwrap();
+            rt.load(&c, &d).unwrap();
+        });
+        let cached = measure(20, || {
+            let (c, _) = cache.load(rt, &hex, || unreachable!("cache miss")).unwrap();
+            rt.load(&c, &d).unwrap();
+        });
+        row(
+            &format!("install {name} ({} KiB)", b.len() / 1024),
+            &install,
+            "load from cache",
+            &cached,
+        );
+    }
+    println!(
+        "\ntargets: fresh instance + trivial call <= 30 µs median; fs.read 1 MiB <= 3× std::fs::read"
+    );
+}

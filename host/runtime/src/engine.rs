@@ -20,6 +20,12 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// calls than this fail to instantiate rather than exhaust host memory.
 const MAX_CONCURRENT_INSTANCES: u32 = 64;
 
+/// Bytes of each linear memory kept resident between instances and reset with `memset`
+/// (only the pages actually touched, where the kernel has `PAGEMAP_SCAN`) instead of
+/// being returned to the kernel: a fresh instance then takes no page faults for memory
+/// its predecessor used. Measured by `make bench` (fs.read of 1 MiB).
+const KEEP_RESIDENT_BYTES: usize = 8 << 20;
+
 /// Core modules, memories and tables one tool component may contain. A Rust tool built
 /// for wasm32-wasip2 has a handful; a component with more is refused at load.
 const MAX_CORE_PER_COMPONENT: u32 = 16;
@@ -47,7 +53,10 @@ fn config(limits: &Limits) -> Config {
         .max_memories_per_component(2)
         .max_tables_per_component(MAX_CORE_PER_COMPONENT)
         .max_core_instances_per_component(MAX_CORE_PER_COMPONENT)
-        .max_memory_size(limits.memory_bytes);
+        .max_memory_size(limits.memory_bytes)
+        .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+        .table_keep_resident(KEEP_RESIDENT_BYTES / 64)
+        .pagemap_scan(wasmtime::Enabled::Auto);
     let mut config = Config::new();
     config
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))

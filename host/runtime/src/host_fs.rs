@@ -17,7 +17,7 @@ use bx_broker::{FsAccess, Grant};
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt as _};
 use cap_std::fs::{Dir, OpenOptions};
 
-use crate::bindings::bx::host::fs::{Entry, EntryKind, Host, Metadata, WriteMode};
+use crate::bindings::bx::host::fs::{Entry, EntryKind, Host, Metadata, TextChunk, WriteMode};
 use crate::bindings::bx::host::types::Error;
 use crate::state::CallState;
 use crate::tool::Touched;
@@ -201,13 +201,8 @@ impl CallState {
         self.touched.insert(Touched::Path { root, access });
     }
 
-    fn fs_read(&mut self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>, Error> {
-        if len > self.limits.read_bytes {
-            return Err(Error::TooLarge(format!(
-                "read of {len} bytes; at most {}",
-                self.limits.read_bytes
-            )));
-        }
+    /// Opens the file at `path` for reading, verified; returns it and its length.
+    fn open_for_read(&mut self, path: &str) -> Result<(cap_std::fs::File, u64), Error> {
         let (idx, rel) = self.route(path, FsAccess::Read)?;
         let root = self.root(idx)?;
         let opened = match (&root.file, rel.as_os_str().is_empty()) {
@@ -216,13 +211,46 @@ impl CallState {
             (None, true) => return Err(Error::Invalid(format!("{path}: is a directory"))),
             (None, false) => root.dir.open(&rel),
         };
-        let mut file = opened.map_err(|e| io_error(path, &e))?;
+        let file = opened.map_err(|e| io_error(path, &e))?;
         self.verify(idx, &file, path)?;
         self.touch(idx, FsAccess::Read);
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok((file, size))
+    }
+
+    fn fs_read(&mut self, path: &str, offset: u64, len: u64) -> Result<(Vec<u8>, u64), Error> {
+        if len > self.limits.read_bytes {
+            let cap = self.limits.read_bytes;
+            return Err(Error::TooLarge(format!("read of {len} bytes; at most {cap}")));
+        }
+        let (mut file, size) = self.open_for_read(path)?;
+        // Size the buffer from the file's length so the read lands without regrowth.
+        let expect = size.saturating_sub(offset).min(len);
         file.seek(SeekFrom::Start(offset)).map_err(|e| io_error(path, &e))?;
-        let mut data = Vec::new();
+        let mut data = Vec::with_capacity(usize::try_from(expect).unwrap_or(0));
         file.take(len).read_to_end(&mut data).map_err(|e| io_error(path, &e))?;
-        Ok(data)
+        Ok((data, size))
+    }
+
+    fn fs_read_text(&mut self, path: &str, offset: u64, len: u64) -> Result<TextChunk, Error> {
+        let (mut data, size) = self.fs_read(path, offset, len)?;
+        let mut eof = offset.saturating_add(data.len() as u64) >= size;
+        if !eof {
+            // Leave a character cut by the window's end for the next window.
+            let keep = utf8_complete_prefix(&data);
+            if keep > 0 {
+                data.truncate(keep);
+            }
+        }
+        let bytes = data.len() as u64;
+        if bytes == 0 {
+            eof = true;
+        }
+        let text = match String::from_utf8(data) {
+            Ok(text) => text,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
+        Ok(TextChunk { text, bytes, eof })
     }
 
     fn fs_write(&mut self, path: &str, data: &[u8], mode: WriteMode) -> Result<u64, Error> {
@@ -301,6 +329,26 @@ impl CallState {
     }
 }
 
+/// The length of `data` without a trailing, incomplete UTF-8 sequence (at most 3 bytes).
+fn utf8_complete_prefix(data: &[u8]) -> usize {
+    let n = data.len();
+    for back in 1..=3.min(n) {
+        let b = data[n - back];
+        if b & 0b1100_0000 == 0b1000_0000 {
+            continue; // a continuation byte: look further back for the lead byte
+        }
+        let width = match b {
+            0x00..=0x7f => 1,
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => return n, // not a lead byte: invalid anyway, leave it to lossy decoding
+        };
+        return if width > back { n - back } else { n };
+    }
+    n
+}
+
 impl Host for CallState {
     fn read(
         &mut self,
@@ -309,7 +357,17 @@ impl Host for CallState {
         len: u64,
     ) -> wasmtime::Result<Result<Vec<u8>, Error>> {
         self.count_host_call()?;
-        Ok(self.fs_read(&path, offset, len))
+        Ok(self.fs_read(&path, offset, len).map(|(data, _)| data))
+    }
+
+    fn read_text(
+        &mut self,
+        path: String,
+        offset: u64,
+        len: u64,
+    ) -> wasmtime::Result<Result<TextChunk, Error>> {
+        self.count_host_call()?;
+        Ok(self.fs_read_text(&path, offset, len))
     }
 
     fn write(
@@ -340,3 +398,19 @@ impl Host for CallState {
 
 impl crate::bindings::bx::host::types::Host for CallState {}
 impl crate::bindings::bx::tool::types::Host for CallState {}
+
+#[cfg(test)]
+mod tests {
+    use super::utf8_complete_prefix;
+
+    #[test]
+    fn keeps_only_complete_characters() {
+        let euro = "€".as_bytes(); // three bytes
+        assert_eq!(utf8_complete_prefix(b"abc"), 3);
+        assert_eq!(utf8_complete_prefix(&[b'a', euro[0]]), 1);
+        assert_eq!(utf8_complete_prefix(&[b'a', euro[0], euro[1]]), 1);
+        assert_eq!(utf8_complete_prefix(&[b'a', euro[0], euro[1], euro[2]]), 4);
+        assert_eq!(utf8_complete_prefix(&[0xff]), 1);
+        assert_eq!(utf8_complete_prefix(&[]), 0);
+    }
+}

@@ -137,6 +137,20 @@ impl Runtime {
         Ok(LoadedTool { digest: digest.to_owned(), pre, description, world })
     }
 
+    /// Creates a fresh store and instance of `tool` under an empty grant and drops them:
+    /// the raw cost every call pays, for benchmarks and warm-up.
+    pub fn instantiate_only(&self, tool: &LoadedTool) -> Result<(), RunError> {
+        let nothing =
+            CallRequest { tool: String::new(), digest: tool.digest.clone(), resources: vec![] };
+        let grant = match bx_broker::decide(&AllowList::new(), &nothing) {
+            Decision::Allow(grant) => grant,
+            Decision::Deny(why) => {
+                return Err(RunError::Engine(format!("empty grant refused: {why}")));
+            }
+        };
+        self.instantiate(&tool.pre, grant).map(drop)
+    }
+
     fn instantiate(
         &self,
         pre: &ToolPre<CallState>,

@@ -34,15 +34,13 @@ impl Tool for Read {
         if limit == 0 || limit > MAX_LIMIT {
             return Err(CallError::InvalidArgs(format!("limit must be 1..={MAX_LIMIT}")));
         }
-        let data =
-            fs::read(&args.path, args.offset, limit).map_err(|e| host_error(&args.path, e))?;
-        let end = args.offset.saturating_add(data.len() as u64);
-        // One byte past the window says whether there is more, without a separate stat
-        // (which would not follow a symlink the read itself follows).
-        let more = data.len() as u64 == limit
-            && !fs::read(&args.path, end, 1).map_err(|e| host_error(&args.path, e))?.is_empty();
-        let mut text = String::from_utf8_lossy(&data).into_owned();
-        if more {
+        // The host decodes the text natively; a character cut by the window's end is left
+        // for the next window, so `end` is always a character boundary.
+        let chunk =
+            fs::read_text(&args.path, args.offset, limit).map_err(|e| host_error(&args.path, e))?;
+        let end = args.offset.saturating_add(chunk.bytes);
+        let mut text = chunk.text;
+        if !chunk.eof {
             text.push_str(&format!(
                 "\n[fs.read: showed bytes {}..{end}; the file goes on, pass offset={end} to continue]",
                 args.offset

@@ -88,6 +88,37 @@ fn fs_read_reads_and_pages() {
 }
 
 #[test]
+fn fs_read_never_splits_a_character_between_windows() {
+    // Regression: a window ending inside a multi-byte character used to come back as
+    // U+FFFD; the host now leaves the partial character for the next window.
+    let d = dir_with(&[("u.txt", "a€b")]); // 1 + 3 + 1 bytes
+    let allow = || AllowList::new().read(&s(d.path())).unwrap();
+    let path = s(&d.path().join("u.txt"));
+    let read = |offset: u64, limit: u64| {
+        ok_text(call(
+            tool("fs_read"),
+            allow(),
+            json!({"path": path, "offset": offset, "limit": limit}),
+        ))
+    };
+    assert_eq!(
+        read(0, 2),
+        "a\n[fs.read: showed bytes 0..1; the file goes on, pass offset=1 to continue]"
+    );
+    assert_eq!(
+        read(1, 3),
+        "€\n[fs.read: showed bytes 1..4; the file goes on, pass offset=4 to continue]"
+    );
+    assert_eq!(read(4, 3), "b");
+    // Invalid UTF-8 is replaced, not refused.
+    std::fs::write(d.path().join("bin"), [b'o', b'k', 0xff]).unwrap();
+    assert_eq!(
+        ok_text(call(tool("fs_read"), allow(), json!({"path": s(&d.path().join("bin"))}))),
+        "ok\u{fffd}"
+    );
+}
+
+#[test]
 fn fs_write_creates_refuses_overwrites_appends() {
     let d = dir_with(&[]);
     let allow = || AllowList::new().write(&s(d.path())).unwrap();
