@@ -1,0 +1,31 @@
+//! Errors of the audit log.
+
+/// Why the audit log refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditError {
+    /// A write or sync failed earlier (or now): the log accepts nothing until the owner
+    /// acts. Sticky on purpose; a failed sync is never retried.
+    #[error(
+        "audit log unavailable: {0}; every call is refused until this is fixed (see docs/runbook.md#audit-unavailable)"
+    )]
+    Unavailable(String),
+    /// The log's files could not be read for verification or recovery.
+    #[error("audit log at {path}: {message}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// `accept_break` was asked to accept a log that has no break, or more than one
+    /// problem that is not a break.
+    #[error("cannot accept a break: {0}")]
+    NothingToAccept(String),
+}
+
+impl AuditError {
+    pub(crate) fn io(path: &std::path::Path, err: impl std::fmt::Display) -> AuditError {
+        AuditError::Io { path: path.display().to_string(), message: err.to_string() }
+    }
+}
