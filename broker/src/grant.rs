@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::label::Label;
 use crate::net::HostRule;
 use crate::path::{normalize, strip_root};
 
@@ -29,6 +30,7 @@ impl std::fmt::Display for FsAccess {
 pub(crate) struct RootGrant {
     pub(crate) path: PathBuf,
     pub(crate) access: FsAccess,
+    pub(crate) label: Label,
 }
 
 /// Where a permitted filesystem operation lands: a granted root and the path below it.
@@ -70,7 +72,7 @@ pub struct Grant {
     pub(crate) digest: String,
     pub(crate) roots: Vec<RootGrant>,
     pub(crate) denied: Vec<PathBuf>,
-    pub(crate) hosts: Vec<HostRule>,
+    pub(crate) hosts: Vec<(HostRule, Label)>,
 }
 
 impl Grant {
@@ -101,8 +103,25 @@ impl Grant {
     }
 
     /// The host rules of this grant.
-    pub fn hosts(&self) -> &[HostRule] {
-        &self.hosts
+    pub fn hosts(&self) -> impl ExactSizeIterator<Item = &HostRule> {
+        self.hosts.iter().map(|(h, _)| h)
+    }
+
+    /// The label of data that flows in through the root at `root` (as the runtime
+    /// reports it in what a call touched).
+    pub fn root_label(&self, root: &Path) -> Option<Label> {
+        self.roots.iter().find(|r| r.path == root).map(|r| r.label)
+    }
+
+    /// The label of data fetched from `host` (a host name or address as the runtime
+    /// reports it).
+    pub fn host_label(&self, host: &str) -> Option<Label> {
+        let url = url::Url::parse(&format!("http://{host}/")).ok()?;
+        let parsed = url.host()?;
+        self.hosts
+            .iter()
+            .find(|(rule, _)| rule_ignoring_port(rule).matches(&parsed, 0))
+            .map(|(_, label)| *label)
     }
 
     /// The denied sub-path that covers `path` (normalised), if any.
@@ -141,7 +160,7 @@ impl Grant {
         }
         let host = url.host().ok_or_else(|| format!("{url} has no host"))?;
         let port = url.port_or_known_default().ok_or_else(|| format!("{url} has no port"))?;
-        let rule = self.hosts.iter().find(|r| r.matches(&host, port));
+        let rule = self.hosts.iter().map(|(r, _)| r).find(|r| r.matches(&host, port));
         match rule {
             Some(HostRule::Name { .. }) => Ok(NetRoute::ByName),
             Some(HostRule::Addr { .. }) => Ok(NetRoute::ByAddress),
@@ -154,6 +173,13 @@ impl Grant {
     }
 }
 
+fn rule_ignoring_port(rule: &HostRule) -> HostRule {
+    match rule {
+        HostRule::Name { name, .. } => HostRule::Name { name: name.clone(), port: None },
+        HostRule::Addr { addr, .. } => HostRule::Addr { addr: *addr, port: None },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,11 +189,15 @@ mod tests {
             tool: "t".into(),
             digest: "sha256:00".into(),
             roots: vec![
-                RootGrant { path: "/home/o".into(), access: FsAccess::Read },
-                RootGrant { path: "/home/o/out".into(), access: FsAccess::Write },
+                RootGrant { path: "/home/o".into(), access: FsAccess::Read, label: Label::CLEAN },
+                RootGrant {
+                    path: "/home/o/out".into(),
+                    access: FsAccess::Write,
+                    label: Label::CLEAN,
+                },
             ],
             denied: vec!["/home/o/.ssh".into()],
-            hosts: vec![HostRule::parse("example.com").unwrap()],
+            hosts: vec![(HostRule::parse("example.com").unwrap(), Label::TOP)],
         }
     }
 

@@ -1,16 +1,29 @@
 //! The broker: decides what a tool call may reach and builds the [`Grant`] that says so.
 //!
-//! Everything here is a pure function over values: no files, no sockets, no clocks. The
-//! runtime cannot run a call without a [`Grant`], and only [`decide`] builds one.
+//! Everything here is a pure function over values: no files, no sockets, no clocks of its
+//! own. The runtime cannot run a call without a [`Grant`], and only the broker builds one.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod allow;
+mod approval;
+mod decide;
 mod grant;
+mod label;
 mod net;
 mod path;
+mod policy;
 
-pub use allow::{AllowList, CallRequest, Decision, DenyReason, Resource, decide};
+pub use allow::AllowList;
+pub use approval::{Answered, ApprovalTable, Pending, escape_untrusted, render_block};
+pub use decide::{
+    Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, decide, redecide,
+};
 pub use grant::{FsAccess, FsRoute, Grant, NetRoute, RootKind};
+pub use label::{Confidentiality, Integrity, Label};
 pub use net::{HostRule, is_public_ip};
 pub use path::{PathError, normalize};
+pub use policy::{
+    DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError, PolicyErrors,
+    ResourceRule, ToolMatch, parse_label,
+};

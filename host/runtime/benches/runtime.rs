@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bx_broker::{AllowList, CallRequest, Decision, Grant};
+use bx_broker::{AllowList, CallRequest, Decision, Grant, Label};
 use bx_runtime::{ComponentCache, Limits, LoadedTool, Output, Runtime};
 use sha2::Digest as _;
 
@@ -59,11 +59,11 @@ fn grant(tool: &LoadedTool, allow: AllowList) -> Grant {
     let call = CallRequest {
         tool: tool.description().name.clone(),
         digest: tool.digest().into(),
-        resources: vec![],
+        resources: allow.resources(),
     };
-    match bx_broker::decide(&allow, &call) {
+    match bx_broker::decide(allow.policy(), Label::CLEAN, &call) {
         Decision::Allow(g) => g,
-        Decision::Deny(r) => panic!("{r}"),
+        other => panic!("the allow-list refused its own resources: {other:?}"),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use bx_broker::{AllowList, CallRequest, Decision, FsAccess, Grant};
+use bx_broker::{CallRequest, Decision, FsAccess, Grant, Label, Policy};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
@@ -123,14 +123,7 @@ impl Runtime {
         let instance_pre =
             self.linker.instantiate_pre(component).map_err(|e| RunError::WrongWorld(chain(&e)))?;
         let pre = ToolPre::new(instance_pre).map_err(|e| RunError::WrongWorld(chain(&e)))?;
-        let nothing =
-            CallRequest { tool: String::new(), digest: digest.to_owned(), resources: vec![] };
-        let grant = match bx_broker::decide(&AllowList::new(), &nothing) {
-            Decision::Allow(grant) => grant,
-            Decision::Deny(why) => {
-                return Err(RunError::Engine(format!("empty grant refused: {why}")));
-            }
-        };
+        let grant = empty_grant(digest)?;
         let (mut store, instance) = self.instantiate(&pre, grant)?;
         let description =
             instance.call_describe(&mut store).map_err(|e| self.classify(e, &store))?;
@@ -140,14 +133,7 @@ impl Runtime {
     /// Creates a fresh store and instance of `tool` under an empty grant and drops them:
     /// the raw cost every call pays, for benchmarks and warm-up.
     pub fn instantiate_only(&self, tool: &LoadedTool) -> Result<(), RunError> {
-        let nothing =
-            CallRequest { tool: String::new(), digest: tool.digest.clone(), resources: vec![] };
-        let grant = match bx_broker::decide(&AllowList::new(), &nothing) {
-            Decision::Allow(grant) => grant,
-            Decision::Deny(why) => {
-                return Err(RunError::Engine(format!("empty grant refused: {why}")));
-            }
-        };
+        let grant = empty_grant(&tool.digest)?;
         self.instantiate(&tool.pre, grant).map(drop)
     }
 
@@ -222,6 +208,18 @@ impl Runtime {
             host_calls: state.host_calls,
             touched: state.touched.iter().cloned().collect(),
         })
+    }
+}
+
+/// A grant that reaches nothing, from the broker's decision on a call that declares no
+/// resources under an empty policy: what `describe` and warm-up instances run under.
+fn empty_grant(digest: &str) -> Result<Grant, RunError> {
+    let nothing = CallRequest { tool: String::new(), digest: digest.to_owned(), resources: vec![] };
+    match bx_broker::decide(&Policy::empty(), Label::CLEAN, &nothing) {
+        Decision::Allow(grant) => Ok(grant),
+        Decision::Ask(_) | Decision::Deny(_) => {
+            Err(RunError::Engine("the broker refused a grant that reaches nothing".into()))
+        }
     }
 }
 

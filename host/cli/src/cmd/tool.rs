@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use bx_broker::{AllowList, CallRequest, Decision, Resource};
+use bx_broker::{AllowList, CallRequest, Decision, Label, Resource};
 use bx_runtime::{CallError, Limits, Output, ResourceKind, RunError, Runtime};
 use bx_store::{Digest, InstallSource, Store};
 use clap::{Args, Subcommand};
@@ -243,8 +243,12 @@ fn run_tool(store: &Store, args: &RunArgs) -> anyhow::Result<u8> {
         digest: tool.digest().to_owned(),
         resources: resources(&kinds, &call_args)?,
     };
-    let grant = match bx_broker::decide(&allow, &call) {
+    let grant = match bx_broker::decide(allow.policy(), Label::CLEAN, &call) {
         Decision::Allow(grant) => grant,
+        Decision::Ask(ask) => {
+            eprintln!("bx: the allow-list asked, which it never does: {:?}", ask.reasons);
+            return Ok(EXIT_DENIED);
+        }
         Decision::Deny(reason) => {
             eprintln!("bx: denied: {reason} (see docs/runbook.md#tool-denied)");
             return Ok(EXIT_DENIED);

@@ -14,6 +14,7 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
         ["bx-audit", "bx-protocol", "bx-runtime", "bx-store", "bx-infer", "bx-agent", "bx-cli"];
     let mut m = BTreeMap::new();
     m.insert("bx-broker", [all_bx.as_slice(), &runtimes].concat());
+    m.insert("bx-audit", [all_bx.as_slice(), &runtimes, &["bx-broker"]].concat());
     m.insert(
         "bx-runtime",
         vec!["bx-audit", "bx-protocol", "bx-store", "bx-infer", "bx-agent", "bx-cli"],

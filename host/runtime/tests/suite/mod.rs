@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bx_broker::{AllowList, CallRequest, Decision, Grant};
+use bx_broker::{AllowList, CallRequest, Decision, Grant, Label};
 use bx_runtime::{CallError, CallReport, Limits, LoadedTool, Output, RunError, Runtime};
 use sha2::Digest as _;
 
@@ -32,9 +32,11 @@ pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
 
-/// Limits with a short deadline so the deadline test is quick; the rest are defaults.
+/// Limits for tests: a short deadline so the deadline test is quick, and a host-call cap
+/// low enough that a slow, shared machine reaches it well inside that deadline (a
+/// million calls against the default cap of 100,000 could hit the deadline first).
 pub fn test_limits() -> Limits {
-    Limits { deadline: Duration::from_millis(500), ..Limits::default() }
+    Limits { deadline: Duration::from_secs(1), host_calls: 10_000, ..Limits::default() }
 }
 
 /// One runtime per test binary, shared by every test (as the daemon shares one).
@@ -58,17 +60,18 @@ pub fn tool(crate_name: &'static str) -> &'static LoadedTool {
     })
 }
 
-/// A grant for `tool` from the broker's allow-list decision, declaring no resources, so
-/// that only the runtime's per-operation checks stand between the tool and the world.
+/// A grant for `tool` from the broker's decision on a call that declares exactly the
+/// allow-list's resources; the hostile tool then reaches for other things, so that only
+/// the runtime's per-operation checks stand between it and the world.
 pub fn grant(tool: &LoadedTool, allow: AllowList) -> Grant {
     let call = CallRequest {
         tool: tool.description().name.clone(),
         digest: tool.digest().into(),
-        resources: vec![],
+        resources: allow.resources(),
     };
-    match bx_broker::decide(&allow, &call) {
+    match bx_broker::decide(allow.policy(), Label::CLEAN, &call) {
         Decision::Allow(g) => g,
-        Decision::Deny(r) => panic!("allow-list refused an empty call: {r}"),
+        other => panic!("the allow-list refused its own resources: {other:?}"),
     }
 }
 

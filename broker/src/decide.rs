@@ -1,0 +1,317 @@
+//! Decisions: `decide(policy, taint, call) -> Allow(Grant) | Ask(request) | Deny(reason)`,
+//! a pure function, and `redecide`, the only way an answered `Ask` becomes a decision.
+
+use std::path::Path;
+
+use crate::grant::{FsAccess, Grant, RootGrant};
+use crate::label::Label;
+use crate::path::{normalize, strip_root};
+use crate::policy::{GrantRule, Mode, OnTainted, Policy, ResourceRule};
+
+/// A resource a call declares through its arguments, as the tool's `describe` names them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Resource {
+    /// A path the tool reads.
+    PathRead(String),
+    /// A path the tool writes.
+    PathWrite(String),
+    /// A URL the tool fetches.
+    Url(String),
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Resource::PathRead(p) => write!(f, "read {p}"),
+            Resource::PathWrite(p) => write!(f, "write {p}"),
+            Resource::Url(u) => write!(f, "fetch {u}"),
+        }
+    }
+}
+
+/// One proposed call, as the broker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRequest {
+    /// The tool's installed name.
+    pub tool: String,
+    /// The `sha256:` digest of the tool's component.
+    pub digest: String,
+    /// The resources its arguments name.
+    pub resources: Vec<Resource>,
+}
+
+/// Why a call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DenyReason {
+    /// What was refused and by which rule.
+    pub message: String,
+}
+
+/// Which grant covered a resource, for the owner's view of a decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matched {
+    /// The resource.
+    pub resource: Resource,
+    /// `grant[i]` in the policy file, and its line.
+    pub grant: String,
+    /// The grant's label.
+    pub label: Label,
+    /// Whether the session's taint flows to that label.
+    pub clean: bool,
+}
+
+/// A call that waits for the owner. Only [`redecide`] turns it into a decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AskRequest {
+    /// The call.
+    pub call: CallRequest,
+    /// Why it asks, one line per resource that asked.
+    pub reasons: Vec<String>,
+    /// The resources that asked.
+    pub asking: Vec<Resource>,
+    /// Every resource and the grant that covered it.
+    pub matched: Vec<Matched>,
+    /// The session's taint when it asked.
+    pub taint: Label,
+}
+
+/// The broker's answer to a call.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The call runs under this grant.
+    Allow(Grant),
+    /// The call waits for the owner.
+    Ask(AskRequest),
+    /// The call does not run.
+    Deny(DenyReason),
+}
+
+/// The owner's answer to an `Ask`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Run it.
+    Approve,
+    /// Do not run it; the reason reaches the model.
+    Refuse(String),
+    /// Nobody answered in time.
+    Expired,
+}
+
+/// `grant[2] (line 14)`, or `--allow flag` / `--deny flag` for rules from the command line.
+fn rule_name(kind: &str, index: usize, line: usize) -> String {
+    if line == 0 {
+        let flag = if kind == "deny" { "--deny" } else { "--allow" };
+        format!("a {flag} flag")
+    } else {
+        format!("{kind}[{index}] (line {line})")
+    }
+}
+
+fn deny(message: String) -> Decision {
+    Decision::Deny(DenyReason { message })
+}
+
+/// The deny rule that covers `resource` for `tool`, if any.
+fn denied_by(
+    policy: &Policy,
+    tool: &str,
+    resource: &Resource,
+    path: Option<&Path>,
+    url: Option<&url::Url>,
+) -> Option<String> {
+    for d in policy.denies.iter().filter(|d| d.tool.matches(tool)) {
+        let hit = match (&d.resource, resource) {
+            (ResourceRule::Path(p), Resource::PathRead(_) | Resource::PathWrite(_)) => {
+                path.is_some_and(|path| strip_root(path, p).is_some())
+            }
+            (ResourceRule::Host(h), Resource::Url(_)) => url.is_some_and(|u| {
+                u.host()
+                    .is_some_and(|host| h.matches(&host, u.port_or_known_default().unwrap_or(0)))
+            }),
+            _ => false,
+        };
+        if hit {
+            return Some(format!(
+                "{resource} is refused by {}",
+                rule_name("deny", d.index, d.line)
+            ));
+        }
+    }
+    None
+}
+
+/// The grant that covers `resource`: the mode must match; the longest path wins, then a
+/// rule naming the tool over `*`, then file order.
+fn covering<'p>(
+    policy: &'p Policy,
+    tool: &str,
+    mode: Mode,
+    path: Option<&Path>,
+    url: Option<&url::Url>,
+) -> Option<&'p GrantRule> {
+    policy
+        .grants
+        .iter()
+        .filter(|g| g.mode == mode && g.tool.matches(tool))
+        .filter_map(|g| {
+            let depth = match (&g.resource, path, url) {
+                (ResourceRule::Path(p), Some(path), _) => {
+                    strip_root(path, p).map(|_| p.components().count())
+                }
+                (ResourceRule::Host(h), _, Some(u)) => {
+                    let port = u.port_or_known_default().unwrap_or(0);
+                    u.host().filter(|host| h.matches(host, port)).map(|_| 0)
+                }
+                _ => None,
+            }?;
+            let specific = usize::from(matches!(g.tool, crate::policy::ToolMatch::Named(_)));
+            Some(((depth, specific, std::cmp::Reverse(g.index)), g))
+        })
+        .max_by_key(|(key, _)| *key)
+        .map(|(_, g)| g)
+}
+
+/// Decides `call` under `policy` for a session whose taint is `taint`.
+///
+/// Every declared resource is decided on its own; the call's decision is the worst of
+/// them (deny over ask over allow). A deny rule refuses at every taint. Otherwise the
+/// covering grant decides: when the session's taint flows to the grant's label the
+/// resource is allowed, else its `when_tainted` applies. A resource no grant covers is
+/// refused. The grant reaches the covering grants' resources and never the deny rules'.
+pub fn decide(policy: &Policy, taint: Label, call: &CallRequest) -> Decision {
+    match evaluate(policy, taint, call) {
+        Err(reason) => Decision::Deny(reason),
+        Ok((grant, ask)) => match ask {
+            None => Decision::Allow(grant),
+            Some(ask) => Decision::Ask(ask),
+        },
+    }
+}
+
+type Evaluation = Result<(Grant, Option<AskRequest>), DenyReason>;
+
+fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
+    let deny = |message: String| Err(DenyReason { message });
+    let mut roots: Vec<RootGrant> = Vec::new();
+    let mut hosts = Vec::new();
+    let mut reasons = Vec::new();
+    let mut asking = Vec::new();
+    let mut matched = Vec::new();
+    for resource in &call.resources {
+        let (mode, path, url) = match resource {
+            Resource::PathRead(p) | Resource::PathWrite(p) => {
+                let norm = match normalize(Path::new(p)) {
+                    Ok(n) => n,
+                    Err(e) => return deny(format!("{resource}: {e}")),
+                };
+                let mode = if matches!(resource, Resource::PathRead(_)) {
+                    Mode::Read
+                } else {
+                    Mode::Write
+                };
+                (mode, Some(norm), None)
+            }
+            Resource::Url(u) => match url::Url::parse(u) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") => {
+                    (Mode::Fetch, None, Some(url))
+                }
+                Ok(url) => {
+                    return deny(format!(
+                        "{resource}: scheme {} is not http or https",
+                        url.scheme()
+                    ));
+                }
+                Err(e) => return deny(format!("{resource}: not a URL: {e}")),
+            },
+        };
+        if let Some(why) = denied_by(policy, &call.tool, resource, path.as_deref(), url.as_ref()) {
+            return deny(why);
+        }
+        let Some(g) = covering(policy, &call.tool, mode, path.as_deref(), url.as_ref()) else {
+            return deny(format!("no grant covers {resource} for {}", call.tool));
+        };
+        let clean = taint.flows_to(g.label);
+        let name = rule_name("grant", g.index, g.line);
+        matched.push(Matched {
+            resource: resource.clone(),
+            grant: name.clone(),
+            label: g.label,
+            clean,
+        });
+        if !clean {
+            match g.when_tainted {
+                OnTainted::Allow => {}
+                OnTainted::Ask => {
+                    reasons.push(format!(
+                        "{resource}: session taint {taint} does not flow to {name}'s label {}, which asks",
+                        g.label
+                    ));
+                    asking.push(resource.clone());
+                }
+                OnTainted::Deny => {
+                    return deny(format!(
+                        "{resource}: session taint {taint} does not flow to {name}'s label {}, which denies when tainted",
+                        g.label
+                    ));
+                }
+            }
+        }
+        match &g.resource {
+            ResourceRule::Path(p) => {
+                let access = if g.mode == Mode::Write { FsAccess::Write } else { FsAccess::Read };
+                if !roots.iter().any(|r| r.path == *p && r.access == access) {
+                    roots.push(RootGrant { path: p.clone(), access, label: g.label });
+                }
+            }
+            ResourceRule::Host(h) => {
+                if !hosts.iter().any(|(r, _)| r == h) {
+                    hosts.push((h.clone(), g.label));
+                }
+            }
+        }
+    }
+    let denied = policy
+        .denies
+        .iter()
+        .filter(|d| d.tool.matches(&call.tool))
+        .filter_map(|d| match &d.resource {
+            ResourceRule::Path(p) => Some(p.clone()),
+            ResourceRule::Host(_) => None,
+        })
+        .collect();
+    let grant =
+        Grant { tool: call.tool.clone(), digest: call.digest.clone(), roots, denied, hosts };
+    let ask = (!reasons.is_empty()).then(|| AskRequest {
+        call: call.clone(),
+        reasons,
+        asking,
+        matched,
+        taint,
+    });
+    Ok((grant, ask))
+}
+
+/// Turns an answered `Ask` into a decision against the policy and taint of this moment.
+/// A refusal or expiry denies. An approval runs the call only if the policy still covers
+/// it (a deny rule or a removed grant still refuses) and nothing asks now that the owner
+/// was not shown (the taint may have risen while the call waited).
+pub fn redecide(policy: &Policy, taint: Label, request: &AskRequest, answer: &Answer) -> Decision {
+    match answer {
+        Answer::Refuse(why) => deny(format!("refused by the owner: {why}")),
+        Answer::Expired => deny("no answer before the approval expired; refused".to_owned()),
+        Answer::Approve => match evaluate(policy, taint, &request.call) {
+            Err(reason) => Decision::Deny(reason),
+            Ok((grant, None)) => Decision::Allow(grant),
+            Ok((grant, Some(now))) => {
+                match now.asking.iter().find(|r| !request.asking.contains(r)) {
+                    None => Decision::Allow(grant),
+                    Some(unseen) => deny(format!(
+                        "{unseen} now needs approval too (the session's taint rose to {taint}); refused, ask again"
+                    )),
+                }
+            }
+        },
+    }
+}

@@ -1,0 +1,563 @@
+//! The policy file: the owner's grants, deny rules and examples, parsed from hand-edited
+//! TOML and validated completely. Every error names the file, line and column, the rule
+//! that was broken, and shows the line with a caret under the offending span.
+
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+
+use crate::label::{Confidentiality, Integrity, Label};
+use crate::net::HostRule;
+use crate::path::normalize;
+
+/// Which tools a rule applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolMatch {
+    /// `"*"`: every tool.
+    Any,
+    /// One tool by name.
+    Named(String),
+}
+
+impl ToolMatch {
+    pub(crate) fn matches(&self, tool: &str) -> bool {
+        match self {
+            ToolMatch::Any => true,
+            ToolMatch::Named(name) => name == tool,
+        }
+    }
+}
+
+/// What a grant lets a call do with its resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Read files and list directories under the path.
+    Read,
+    /// Create, overwrite and append under the path (reading too).
+    Write,
+    /// Send HTTP requests to the host.
+    Fetch,
+}
+
+/// What to do when the session's taint does not flow to the grant's label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnTainted {
+    /// Run anyway.
+    Allow,
+    /// Wait for the owner's approval.
+    Ask,
+    /// Refuse.
+    Deny,
+}
+
+/// The resource a rule names: a path prefix or a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceRule {
+    /// An absolute, normalised path prefix (never `/`).
+    Path(PathBuf),
+    /// A host name or address, optionally with a port.
+    Host(HostRule),
+}
+
+/// One `[[grant]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRule {
+    /// Position among the grants, from 0, for explanations (`grant[3]`).
+    pub index: usize,
+    /// Line in the policy file.
+    pub line: usize,
+    /// Which tools.
+    pub tool: ToolMatch,
+    /// Which resource.
+    pub resource: ResourceRule,
+    /// How.
+    pub mode: Mode,
+    /// The label of data that flows in through this grant; also the most a session may
+    /// be tainted for the grant to apply without `when_tainted`.
+    pub label: Label,
+    /// What happens when the session's taint does not flow to `label`.
+    pub when_tainted: OnTainted,
+}
+
+/// One `[[deny]]`: applies at every taint, whatever the grants say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenyRule {
+    /// Position among the deny rules, from 0.
+    pub index: usize,
+    /// Line in the policy file.
+    pub line: usize,
+    /// Which tools.
+    pub tool: ToolMatch,
+    /// Which resource.
+    pub resource: ResourceRule,
+}
+
+/// What an `[[example]]` expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// The call runs.
+    Allow,
+    /// The call waits for the owner.
+    Ask,
+    /// The call is refused.
+    Deny,
+}
+
+/// One `[[example]]`: a call and the decision the owner expects, checked at every load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Example {
+    /// Position among the examples.
+    pub index: usize,
+    /// The tool name.
+    pub tool: String,
+    /// The resources the call declares.
+    pub resources: Vec<crate::Resource>,
+    /// The session's taint.
+    pub taint: Label,
+    /// The expected decision.
+    pub expect: Expect,
+    span: std::ops::Range<usize>,
+}
+
+/// A validated policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Policy {
+    pub(crate) grants: Vec<GrantRule>,
+    pub(crate) denies: Vec<DenyRule>,
+    pub(crate) examples: Vec<Example>,
+}
+
+/// One thing wrong with a policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    /// The file, as given to the parser.
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column (in characters).
+    pub column: usize,
+    /// The rule broken, such as `grant[2].path`.
+    pub rule: String,
+    /// What is wrong.
+    pub message: String,
+    /// The source line and a caret line under the span.
+    pub snippet: String,
+}
+
+impl std::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}: {}\n{}",
+            self.file, self.line, self.column, self.rule, self.message, self.snippet
+        )
+    }
+}
+
+/// Every error found in a policy file (never empty).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct PolicyErrors(pub Vec<PolicyError>);
+
+impl std::fmt::Display for PolicyErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        write!(
+            f,
+            "\n{} error(s); see docs/policy.md (docs/runbook.md#policy-invalid)",
+            self.0.len()
+        )
+    }
+}
+
+struct Source<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    fn error(
+        &self,
+        span: std::ops::Range<usize>,
+        rule: &str,
+        message: impl Into<String>,
+    ) -> PolicyError {
+        let start = span.start.min(self.text.len());
+        let end = span.end.clamp(start, self.text.len());
+        let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = self.text[start..].find('\n').map_or(self.text.len(), |i| start + i);
+        let line_no = self.text[..start].matches('\n').count() + 1;
+        let column = self.text[line_start..start].chars().count() + 1;
+        let source_line = &self.text[line_start..line_end];
+        let width = self.text[start..end.min(line_end)].chars().count().max(1);
+        let gutter = line_no.to_string().len();
+        let snippet = format!(
+            "{:gutter$} |\n{line_no} | {source_line}\n{:gutter$} | {}{}",
+            "",
+            "",
+            " ".repeat(column - 1),
+            "^".repeat(width)
+        );
+        PolicyError {
+            file: self.file.to_owned(),
+            line: line_no,
+            column,
+            rule: rule.to_owned(),
+            message: message.into(),
+            snippet,
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    #[serde(default)]
+    grant: Vec<Spanned<RawGrant>>,
+    #[serde(default)]
+    deny: Vec<Spanned<RawDeny>>,
+    #[serde(default)]
+    example: Vec<Spanned<RawExample>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    tool: Spanned<String>,
+    path: Option<Spanned<String>>,
+    host: Option<Spanned<String>>,
+    mode: Spanned<String>,
+    label: Spanned<String>,
+    when_tainted: Option<Spanned<String>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeny {
+    tool: Spanned<String>,
+    path: Option<Spanned<String>>,
+    host: Option<Spanned<String>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExample {
+    tool: Spanned<String>,
+    read: Option<Spanned<String>>,
+    write: Option<Spanned<String>>,
+    fetch: Option<Spanned<String>>,
+    taint: Option<Spanned<String>>,
+    expect: Spanned<String>,
+}
+
+/// Parses `"private/untrusted"`.
+pub fn parse_label(text: &str) -> Result<Label, String> {
+    let (c, i) = text
+        .split_once('/')
+        .ok_or("a label is CONFIDENTIALITY/INTEGRITY, such as private/trusted")?;
+    let confidentiality = match c {
+        "public" => Confidentiality::Public,
+        "private" => Confidentiality::Private,
+        "secret" => Confidentiality::Secret,
+        _ => return Err(format!("confidentiality {c:?} is not public, private or secret")),
+    };
+    let integrity = match i {
+        "trusted" => Integrity::Trusted,
+        "untrusted" => Integrity::Untrusted,
+        _ => return Err(format!("integrity {i:?} is not trusted or untrusted")),
+    };
+    Ok(Label { confidentiality, integrity })
+}
+
+fn tool_match(
+    src: &Source<'_>,
+    raw: &Spanned<String>,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<ToolMatch> {
+    let name = raw.get_ref();
+    if name == "*" {
+        return Some(ToolMatch::Any);
+    }
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        errors.push(src.error(
+            raw.span(),
+            &format!("{rule}.tool"),
+            "a tool name (letters, digits, '.', '_', '-') or \"*\"",
+        ));
+        return None;
+    }
+    Some(ToolMatch::Named(name.clone()))
+}
+
+fn path_rule(
+    src: &Source<'_>,
+    raw: &Spanned<String>,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<PathBuf> {
+    match normalize(Path::new(raw.get_ref())) {
+        Ok(p) if p == Path::new("/") => {
+            errors.push(src.error(
+                raw.span(),
+                &format!("{rule}.path"),
+                "a grant of / is invalid: name the directories the tool needs",
+            ));
+            None
+        }
+        Ok(p) => Some(p),
+        Err(e) => {
+            errors.push(src.error(raw.span(), &format!("{rule}.path"), e.to_string()));
+            None
+        }
+    }
+}
+
+fn resource(
+    src: &Source<'_>,
+    path: Option<&Spanned<String>>,
+    host: Option<&Spanned<String>>,
+    whole: std::ops::Range<usize>,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<ResourceRule> {
+    match (path, host) {
+        (Some(p), None) => path_rule(src, p, rule, errors).map(ResourceRule::Path),
+        (None, Some(h)) => match HostRule::parse(h.get_ref()) {
+            Ok(rule) => Some(ResourceRule::Host(rule)),
+            Err(e) => {
+                errors.push(src.error(h.span(), &format!("{rule}.host"), e));
+                None
+            }
+        },
+        (Some(_), Some(h)) => {
+            errors.push(src.error(h.span(), rule, "give either path or host, not both"));
+            None
+        }
+        (None, None) => {
+            errors.push(src.error(whole, rule, "needs a path or a host"));
+            None
+        }
+    }
+}
+
+fn one_of<T: Copy>(
+    src: &Source<'_>,
+    raw: &Spanned<String>,
+    rule: &str,
+    options: &[(&str, T)],
+    errors: &mut Vec<PolicyError>,
+) -> Option<T> {
+    if let Some((_, v)) = options.iter().find(|(name, _)| name == raw.get_ref()) {
+        return Some(*v);
+    }
+    let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+    errors.push(src.error(
+        raw.span(),
+        rule,
+        format!("{:?} is not one of {}", raw.get_ref(), names.join(", ")),
+    ));
+    None
+}
+
+impl Policy {
+    /// A policy with no rules: every call is refused.
+    pub fn empty() -> Policy {
+        Policy::default()
+    }
+
+    /// The grants, in file order.
+    pub fn grants(&self) -> &[GrantRule] {
+        &self.grants
+    }
+
+    /// The deny rules, in file order.
+    pub fn denies(&self) -> &[DenyRule] {
+        &self.denies
+    }
+
+    /// The examples, in file order.
+    pub fn examples(&self) -> &[Example] {
+        &self.examples
+    }
+
+    /// Parses and validates policy text read from `file` (the name is only for errors).
+    /// Returns every error found; the examples are checked last, against the policy.
+    pub fn parse(file: &str, text: &str) -> Result<Policy, PolicyErrors> {
+        let src = Source { file, text };
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            PolicyErrors(vec![src.error(span, "toml", e.message().trim().to_owned())])
+        })?;
+        let mut errors = Vec::new();
+        let mut policy = Policy::default();
+        for (index, g) in raw.grant.iter().enumerate() {
+            let rule = format!("grant[{index}]");
+            let whole = g.span();
+            let g = g.get_ref();
+            let tool = tool_match(&src, &g.tool, &rule, &mut errors);
+            let res =
+                resource(&src, g.path.as_ref(), g.host.as_ref(), whole.clone(), &rule, &mut errors);
+            let mode = one_of(
+                &src,
+                &g.mode,
+                &format!("{rule}.mode"),
+                &[("read", Mode::Read), ("write", Mode::Write), ("fetch", Mode::Fetch)],
+                &mut errors,
+            );
+            let label = parse_label(g.label.get_ref())
+                .map_err(|e| errors.push(src.error(g.label.span(), &format!("{rule}.label"), e)))
+                .ok();
+            let when_tainted = match &g.when_tainted {
+                Some(w) => one_of(
+                    &src,
+                    w,
+                    &format!("{rule}.when_tainted"),
+                    &[
+                        ("allow", OnTainted::Allow),
+                        ("ask", OnTainted::Ask),
+                        ("deny", OnTainted::Deny),
+                    ],
+                    &mut errors,
+                ),
+                None => Some(OnTainted::Ask),
+            };
+            match (&res, mode) {
+                (Some(ResourceRule::Path(_)), Some(Mode::Fetch)) => errors.push(src.error(
+                    g.mode.span(),
+                    &format!("{rule}.mode"),
+                    "a path grant's mode is read or write; fetch is for hosts",
+                )),
+                (Some(ResourceRule::Host(_)), Some(Mode::Read | Mode::Write)) => {
+                    errors.push(src.error(
+                        g.mode.span(),
+                        &format!("{rule}.mode"),
+                        "a host grant's mode is fetch",
+                    ))
+                }
+                _ => {}
+            }
+            if let (Some(tool), Some(resource), Some(mode), Some(label), Some(when_tainted)) =
+                (tool, res, mode, label, when_tainted)
+            {
+                let line = text[..whole.start.min(text.len())].matches('\n').count() + 1;
+                let duplicate = policy
+                    .grants
+                    .iter()
+                    .find(|o| o.tool == tool && o.resource == resource && o.mode == mode);
+                if let Some(dup) = duplicate {
+                    errors.push(src.error(
+                        whole,
+                        &rule,
+                        format!("duplicates grant[{}] (same tool, resource and mode)", dup.index),
+                    ));
+                    continue;
+                }
+                policy.grants.push(GrantRule {
+                    index,
+                    line,
+                    tool,
+                    resource,
+                    mode,
+                    label,
+                    when_tainted,
+                });
+            }
+        }
+        for (index, d) in raw.deny.iter().enumerate() {
+            let rule = format!("deny[{index}]");
+            let whole = d.span();
+            let d = d.get_ref();
+            let tool = tool_match(&src, &d.tool, &rule, &mut errors);
+            // A deny of / is allowed (it refuses everything); only grants of / are invalid.
+            let res = match (&d.path, &d.host) {
+                (Some(p), None) => match normalize(Path::new(p.get_ref())) {
+                    Ok(path) => Some(ResourceRule::Path(path)),
+                    Err(e) => {
+                        errors.push(src.error(p.span(), &format!("{rule}.path"), e.to_string()));
+                        None
+                    }
+                },
+                _ => resource(
+                    &src,
+                    d.path.as_ref(),
+                    d.host.as_ref(),
+                    whole.clone(),
+                    &rule,
+                    &mut errors,
+                ),
+            };
+            if let (Some(tool), Some(resource)) = (tool, res) {
+                let line = text[..whole.start.min(text.len())].matches('\n').count() + 1;
+                policy.denies.push(DenyRule { index, line, tool, resource });
+            }
+        }
+        for (index, e) in raw.example.iter().enumerate() {
+            let rule = format!("example[{index}]");
+            let span = e.span();
+            let e = e.get_ref();
+            let mut resources = Vec::new();
+            if let Some(r) = &e.read {
+                resources.push(crate::Resource::PathRead(r.get_ref().clone()));
+            }
+            if let Some(w) = &e.write {
+                resources.push(crate::Resource::PathWrite(w.get_ref().clone()));
+            }
+            if let Some(f) = &e.fetch {
+                resources.push(crate::Resource::Url(f.get_ref().clone()));
+            }
+            let taint = match &e.taint {
+                Some(t) => parse_label(t.get_ref())
+                    .map_err(|m| errors.push(src.error(t.span(), &format!("{rule}.taint"), m)))
+                    .ok(),
+                None => Some(Label::CLEAN),
+            };
+            let expect = one_of(
+                &src,
+                &e.expect,
+                &format!("{rule}.expect"),
+                &[("allow", Expect::Allow), ("ask", Expect::Ask), ("deny", Expect::Deny)],
+                &mut errors,
+            );
+            if let (Some(taint), Some(expect)) = (taint, expect) {
+                policy.examples.push(Example {
+                    index,
+                    tool: e.tool.get_ref().clone(),
+                    resources,
+                    taint,
+                    expect,
+                    span,
+                });
+            }
+        }
+        if errors.is_empty() {
+            for ex in &policy.examples {
+                let call = crate::CallRequest {
+                    tool: ex.tool.clone(),
+                    digest: String::new(),
+                    resources: ex.resources.clone(),
+                };
+                let (got, why) = match crate::decide(&policy, ex.taint, &call) {
+                    crate::Decision::Allow(_) => (Expect::Allow, "allowed".to_owned()),
+                    crate::Decision::Ask(a) => (Expect::Ask, a.reasons.join("; ")),
+                    crate::Decision::Deny(d) => (Expect::Deny, d.message),
+                };
+                if got != ex.expect {
+                    let message =
+                        format!("expected {:?}, the policy decides {:?}: {why}", ex.expect, got)
+                            .to_lowercase();
+                    errors.push(src.error(
+                        ex.span.clone(),
+                        &format!("example[{}]", ex.index),
+                        message,
+                    ));
+                }
+            }
+        }
+        if errors.is_empty() { Ok(policy) } else { Err(PolicyErrors(errors)) }
+    }
+}
