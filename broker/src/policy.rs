@@ -426,19 +426,19 @@ impl Policy {
                 ),
                 None => Some(OnTainted::Ask),
             };
-            match (&res, mode) {
-                (Some(ResourceRule::Path(_)), Some(Mode::Fetch)) => errors.push(src.error(
+            let is_path = g.path.is_some() && g.host.is_none();
+            let is_host = g.host.is_some() && g.path.is_none();
+            match (is_path, is_host, mode) {
+                (true, _, Some(Mode::Fetch)) => errors.push(src.error(
                     g.mode.span(),
                     &format!("{rule}.mode"),
                     "a path grant's mode is read or write; fetch is for hosts",
                 )),
-                (Some(ResourceRule::Host(_)), Some(Mode::Read | Mode::Write)) => {
-                    errors.push(src.error(
-                        g.mode.span(),
-                        &format!("{rule}.mode"),
-                        "a host grant's mode is fetch",
-                    ))
-                }
+                (_, true, Some(Mode::Read | Mode::Write)) => errors.push(src.error(
+                    g.mode.span(),
+                    &format!("{rule}.mode"),
+                    "a host grant's mode is fetch",
+                )),
                 _ => {}
             }
             if let (Some(tool), Some(resource), Some(mode), Some(label), Some(when_tainted)) =
@@ -558,6 +558,7 @@ impl Policy {
                 }
             }
         }
+        errors.sort_by_key(|e| (e.line, e.column));
         if errors.is_empty() { Ok(policy) } else { Err(PolicyErrors(errors)) }
     }
 }

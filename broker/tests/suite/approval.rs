@@ -1,0 +1,76 @@
+//! The approval block, pinned by golden files, with hostile arguments.
+
+use bx_broker::{
+    ApprovalTable, Decision, Label, Policy, Resource, decide, escape_untrusted, parse_label,
+    render_block,
+};
+
+use super::*;
+
+const POLICY: &str = r#"
+[[grant]]
+tool = "fs.write"
+path = "/home/o/out"
+mode = "write"
+label = "private/trusted"
+when_tainted = "ask"
+"#;
+
+fn pending(args: &str, path: &str) -> bx_broker::Pending {
+    let policy = Policy::parse("p.toml", POLICY).unwrap();
+    let call = bx_broker::CallRequest {
+        tool: "fs.write".into(),
+        digest: "sha256:5e".into(),
+        resources: vec![Resource::PathWrite(path.into())],
+    };
+    let Decision::Ask(ask) = decide(&policy, parse_label("public/untrusted").unwrap(), &call)
+    else {
+        panic!("should ask")
+    };
+    let table = ApprovalTable::new();
+    let mut p = table.insert(ask, args.into(), 1_000, 120_000);
+    p.id = "7kq3mx".into(); // ids are random; pin one for the golden file
+    p
+}
+
+#[test]
+fn plain_block() {
+    let p = pending(
+        r#"{"path":"/home/o/out/today.md","content":"hello\nworld","mode":"create"}"#,
+        "/home/o/out/today.md",
+    );
+    golden("approval/plain.txt", &render_block(&p, "sha256:5e", 31_000));
+}
+
+#[test]
+fn bidi_override_and_zero_width_characters_are_shown() {
+    // U+202E makes "gpj.exe" display as "exe.jpg"; U+200B and U+2060 hide inside words;
+    // tag characters (U+E0041…) carry invisible text; U+2066/U+2069 isolate.
+    let path = "/home/o/out/invoice\u{202e}gpj.exe";
+    let content =
+        "pay\u{200b}ment to acc\u{2060}ount\u{e0041}\u{e0042} \u{2066}rtl\u{2069} \u{7}bell";
+    let args = serde_json::json!({"path": path, "content": content}).to_string();
+    let block = render_block(&pending(&args, path), "sha256:5e", 1_000);
+    golden("approval/hostile.txt", &block);
+    for hidden in ['\u{202e}', '\u{200b}', '\u{2060}', '\u{e0041}', '\u{2066}', '\u{2069}', '\u{7}']
+    {
+        assert!(!block.contains(hidden), "{:?} reached the owner unescaped", hidden);
+    }
+}
+
+#[test]
+fn a_megabyte_of_arguments_is_shown_whole() {
+    let content = "A\u{200d}".repeat(350_000); // over 1 MB with a zero-width joiner in every pair
+    let args = serde_json::json!({"path": "/home/o/out/big.txt", "content": content}).to_string();
+    let block = render_block(&pending(&args, "/home/o/out/big.txt"), "sha256:5e", 1_000);
+    let escaped = escape_untrusted(&content, false);
+    assert!(block.contains(&escaped), "the block lost part of the arguments");
+    assert!(block.len() > 1_000_000 + escaped.len() / 2, "block is {} bytes", block.len());
+    assert!(!block.contains('\u{200d}'));
+}
+
+#[test]
+fn label_display_matches_policy_syntax() {
+    assert_eq!(Label::TOP.to_string(), "secret/untrusted");
+    assert_eq!(parse_label(&Label::CLEAN.to_string()), Ok(Label::CLEAN));
+}

@@ -1,0 +1,268 @@
+//! Decisions, rule by rule.
+
+use std::path::Path;
+
+use bx_broker::{
+    Answer, CallRequest, Decision, Label, Policy, Resource, decide, parse_label, redecide,
+};
+
+fn policy(text: &str) -> Policy {
+    Policy::parse("p.toml", text).unwrap()
+}
+
+fn call(tool: &str, resources: Vec<Resource>) -> CallRequest {
+    CallRequest { tool: tool.into(), digest: "sha256:00".into(), resources }
+}
+
+fn read(p: &str) -> Resource {
+    Resource::PathRead(p.into())
+}
+
+fn write(p: &str) -> Resource {
+    Resource::PathWrite(p.into())
+}
+
+fn fetch(u: &str) -> Resource {
+    Resource::Url(u.into())
+}
+
+fn label(s: &str) -> Label {
+    parse_label(s).unwrap()
+}
+
+/// "allow", "ask" or "deny: <reason>".
+fn outcome(p: &Policy, taint: &str, c: &CallRequest) -> String {
+    match decide(p, label(taint), c) {
+        Decision::Allow(_) => "allow".into(),
+        Decision::Ask(_) => "ask".into(),
+        Decision::Deny(r) => format!("deny: {r}"),
+    }
+}
+
+const BASE: &str = r#"
+[[grant]]
+tool = "*"
+path = "/home/o"
+mode = "read"
+label = "private/trusted"
+when_tainted = "allow"
+
+[[grant]]
+tool = "*"
+path = "/home/o/public"
+mode = "read"
+label = "public/trusted"
+when_tainted = "deny"
+
+[[grant]]
+tool = "fs.write"
+path = "/home/o/out"
+mode = "write"
+label = "private/trusted"
+when_tainted = "ask"
+
+[[grant]]
+tool = "http.fetch"
+host = "example.com"
+mode = "fetch"
+label = "public/untrusted"
+when_tainted = "deny"
+
+[[deny]]
+tool = "*"
+path = "/home/o/.ssh"
+"#;
+
+#[test]
+fn deny_rule_applies_at_every_taint() {
+    let p = policy(BASE);
+    for taint in ["public/trusted", "private/trusted", "secret/untrusted"] {
+        let got = outcome(&p, taint, &call("fs.read", vec![read("/home/o/.ssh/id")]));
+        assert!(
+            got.starts_with("deny: read /home/o/.ssh/id is refused by deny[0] (line 30)"),
+            "{taint}: {got}"
+        );
+    }
+}
+
+#[test]
+fn longest_path_wins_within_a_mode() {
+    let p = policy(BASE);
+    // /home/o/public is the longer match: its label is public, so a private session is
+    // tainted relative to it, and it denies when tainted.
+    let got = outcome(&p, "private/trusted", &call("fs.read", vec![read("/home/o/public/a")]));
+    assert!(got.contains("grant[1] (line 9)") && got.contains("denies when tainted"), "{got}");
+    assert_eq!(
+        outcome(&p, "private/trusted", &call("fs.read", vec![read("/home/o/notes")])),
+        "allow"
+    );
+    assert_eq!(
+        outcome(&p, "public/trusted", &call("fs.read", vec![read("/home/o/public/a")])),
+        "allow"
+    );
+}
+
+#[test]
+fn mode_and_tool_must_match() {
+    let p = policy(BASE);
+    let got = outcome(&p, "public/trusted", &call("fs.write", vec![write("/home/o/notes")]));
+    assert_eq!(got, "deny: no grant covers write /home/o/notes for fs.write");
+    let got = outcome(&p, "public/trusted", &call("fs.edit", vec![write("/home/o/out/x")]));
+    assert_eq!(got, "deny: no grant covers write /home/o/out/x for fs.edit");
+    assert_eq!(
+        outcome(&p, "public/trusted", &call("fs.write", vec![write("/home/o/out/x")])),
+        "allow"
+    );
+}
+
+#[test]
+fn named_tool_beats_wildcard_at_the_same_depth() {
+    let p = policy(
+        r#"
+[[grant]]
+tool = "*"
+path = "/srv"
+mode = "read"
+label = "public/trusted"
+when_tainted = "allow"
+[[grant]]
+tool = "fs.read"
+path = "/srv"
+mode = "read"
+label = "public/trusted"
+when_tainted = "deny"
+"#,
+    );
+    assert!(
+        outcome(&p, "secret/trusted", &call("fs.read", vec![read("/srv/x")])).contains("grant[1]")
+    );
+    assert_eq!(outcome(&p, "secret/trusted", &call("fs.list", vec![read("/srv/x")])), "allow");
+}
+
+#[test]
+fn when_tainted_applies_only_when_taint_does_not_flow_to_the_label() {
+    let p = policy(BASE);
+    let c = call("fs.write", vec![write("/home/o/out/report.md")]);
+    assert_eq!(outcome(&p, "public/trusted", &c), "allow");
+    assert_eq!(outcome(&p, "private/trusted", &c), "allow");
+    assert_eq!(outcome(&p, "public/untrusted", &c), "ask");
+    assert_eq!(outcome(&p, "secret/trusted", &c), "ask");
+}
+
+#[test]
+fn hosts_match_by_name_never_by_address() {
+    let p = policy(BASE);
+    assert_eq!(
+        outcome(&p, "public/trusted", &call("http.fetch", vec![fetch("https://example.com/x")])),
+        "allow"
+    );
+    assert_eq!(
+        outcome(&p, "public/trusted", &call("http.fetch", vec![fetch("https://EXAMPLE.com./x")])),
+        "allow"
+    );
+    for url in
+        ["http://93.184.215.14/", "http://127.0.0.1/", "https://example.org/", "ftp://example.com/"]
+    {
+        let got = outcome(&p, "public/trusted", &call("http.fetch", vec![fetch(url)]));
+        assert!(got.starts_with("deny"), "{url}: {got}");
+    }
+    // A private session may not send anything to a public host (exfiltration).
+    let got = outcome(
+        &p,
+        "private/trusted",
+        &call("http.fetch", vec![fetch("https://example.com/?q=secret")]),
+    );
+    assert!(got.contains("denies when tainted"), "{got}");
+}
+
+#[test]
+fn worst_resource_decides_and_grant_reaches_only_what_covered() {
+    let p = policy(BASE);
+    let c = call("fs.write", vec![read("/home/o/notes/a"), write("/home/o/out/b")]);
+    let Decision::Allow(g) = decide(&p, Label::CLEAN, &c) else { panic!("not allowed") };
+    let roots: Vec<String> = g.roots().map(|(p, k)| format!("{} {k:?}", p.display())).collect();
+    assert_eq!(roots, vec!["/home/o ReadOnly", "/home/o/out ReadWrite"]);
+    assert_eq!(g.denied().collect::<Vec<_>>(), vec![Path::new("/home/o/.ssh")]);
+    assert_eq!(g.root_label(Path::new("/home/o")), Some(label("private/trusted")));
+    assert_eq!(g.hosts().count(), 0);
+    let mixed = call("fs.write", vec![read("/home/o/notes/a"), write("/etc/passwd")]);
+    assert!(
+        outcome(&p, "public/trusted", &mixed)
+            .starts_with("deny: no grant covers write /etc/passwd")
+    );
+}
+
+#[test]
+fn bad_paths_and_urls_are_refused() {
+    let p = policy(BASE);
+    for r in
+        [read("/home/o/../etc/passwd"), read("relative"), read("/home/o/\0x"), fetch("not a url")]
+    {
+        assert!(
+            outcome(&p, "public/trusted", &call("fs.read", vec![r.clone()])).starts_with("deny"),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn redecide_against_the_policy_and_taint_of_the_moment() {
+    let p = policy(BASE);
+    let c = call("fs.write", vec![write("/home/o/out/x")]);
+    let Decision::Ask(ask) = decide(&p, label("public/untrusted"), &c) else {
+        panic!("should ask")
+    };
+    assert!(matches!(
+        redecide(&p, label("public/untrusted"), &ask, &Answer::Approve),
+        Decision::Allow(_)
+    ));
+    let refused =
+        redecide(&p, label("public/untrusted"), &ask, &Answer::Refuse("not today".into()));
+    assert_eq!(
+        refused,
+        Decision::Deny(bx_broker::DenyReason { message: "refused by the owner: not today".into() })
+    );
+    assert!(matches!(
+        redecide(&p, label("public/untrusted"), &ask, &Answer::Expired),
+        Decision::Deny(_)
+    ));
+
+    // A deny rule added while the call waited wins over the approval.
+    let stricter = policy(&format!("{BASE}\n[[deny]]\ntool = \"*\"\npath = \"/home/o/out\"\n"));
+    assert!(matches!(
+        redecide(&stricter, label("public/untrusted"), &ask, &Answer::Approve),
+        Decision::Deny(_)
+    ));
+
+    // A resource that now asks too (the taint rose) was not shown to the owner: refused.
+    let p2 = policy(
+        r#"
+[[grant]]
+tool = "*"
+path = "/w"
+mode = "write"
+label = "private/trusted"
+when_tainted = "ask"
+[[grant]]
+tool = "*"
+host = "example.com"
+mode = "fetch"
+label = "public/untrusted"
+when_tainted = "ask"
+"#,
+    );
+    let two = call("t", vec![write("/w/x"), fetch("https://example.com/")]);
+    let Decision::Ask(ask2) = decide(&p2, label("public/untrusted"), &two) else {
+        panic!("should ask")
+    };
+    assert_eq!(ask2.asking, vec![write("/w/x")]);
+    assert!(matches!(
+        redecide(&p2, label("public/untrusted"), &ask2, &Answer::Approve),
+        Decision::Allow(_)
+    ));
+    let later = redecide(&p2, label("private/untrusted"), &ask2, &Answer::Approve);
+    assert!(
+        matches!(&later, Decision::Deny(r) if r.message.contains("now needs approval too")),
+        "{later:?}"
+    );
+}

@@ -1,0 +1,35 @@
+//! Helpers: fixtures and golden files.
+
+mod approval;
+mod decide;
+mod policy;
+mod props;
+
+use std::path::{Path, PathBuf};
+
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures").join(rel)
+}
+
+pub fn read_fixture(rel: &str) -> String {
+    let path = fixture(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Compares `actual` with the golden file `rel`; `BX_BLESS=1` rewrites it instead.
+pub fn golden(rel: &str, actual: &str) {
+    let path = fixture(rel);
+    if std::env::var_os("BX_BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if expected != actual {
+        let first = expected.lines().zip(actual.lines()).position(|(a, b)| a != b);
+        panic!(
+            "{} differs from what the code produces (first differing line: {first:?})\n--- expected\n{expected}\n--- actual\n{actual}\nIf the change is intended: BX_BLESS=1 cargo test -p bx-broker, then review and commit the fixture.",
+            path.display()
+        );
+    }
+}

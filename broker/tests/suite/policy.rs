@@ -1,0 +1,104 @@
+//! The policy language: every rule, every error located and shown with a caret.
+
+use bx_broker::{Label, Mode, OnTainted, Policy, ResourceRule, parse_label};
+
+use super::*;
+
+#[test]
+fn example_policy_parses_and_its_examples_hold() {
+    let policy = Policy::parse("example.toml", &read_fixture("policy/example.toml")).unwrap();
+    assert_eq!(policy.grants().len(), 3);
+    assert_eq!(policy.denies().len(), 1);
+    assert_eq!(policy.examples().len(), 4);
+    let g = &policy.grants()[1];
+    assert_eq!(
+        (g.mode, g.label, g.when_tainted, &g.resource),
+        (
+            Mode::Write,
+            parse_label("private/trusted").unwrap(),
+            OnTainted::Ask,
+            &ResourceRule::Path("/home/owner/notes/inbox".into())
+        )
+    );
+}
+
+#[test]
+fn every_error_is_reported_with_location_rule_and_caret() {
+    let err = Policy::parse("broken.toml", &read_fixture("policy/broken.toml")).unwrap_err();
+    golden("policy/broken.expected", &format!("{err}\n"));
+    let rules: Vec<&str> = err.0.iter().map(|e| e.rule.as_str()).collect();
+    assert_eq!(
+        rules,
+        vec![
+            "grant[0].path",
+            "grant[1].path",
+            "grant[1].mode",
+            "grant[1].label",
+            "grant[2].mode",
+            "grant[2].when_tainted",
+            "deny[0].tool",
+            "deny[0].path"
+        ]
+    );
+}
+
+#[test]
+fn failing_example_is_an_error_at_the_example() {
+    let err =
+        Policy::parse("failing.toml", &read_fixture("policy/failing-example.toml")).unwrap_err();
+    golden("policy/failing-example.expected", &format!("{err}\n"));
+    assert_eq!(err.0.len(), 1);
+    assert_eq!((err.0[0].rule.as_str(), err.0[0].line), ("example[0]", 11));
+}
+
+#[test]
+fn refuses_unknown_keys_duplicates_and_both_path_and_host() {
+    let unknown = "[[grant]]\ntool = \"*\"\npath = \"/a\"\nmode = \"read\"\nlabel = \"public/trusted\"\nwhen = \"ask\"\n";
+    let err = Policy::parse("p.toml", unknown).unwrap_err();
+    assert!(err.to_string().starts_with("p.toml:6:1: toml: unknown field `when`"), "{err}");
+
+    let dup = "[[grant]]\ntool = \"*\"\npath = \"/a\"\nmode = \"read\"\nlabel = \"public/trusted\"\n\
+               [[grant]]\ntool = \"*\"\npath = \"/a/\"\nmode = \"read\"\nlabel = \"secret/trusted\"\n";
+    let err = Policy::parse("p.toml", dup).unwrap_err();
+    assert_eq!(err.0[0].rule, "grant[1]");
+    assert!(err.0[0].message.contains("duplicates grant[0]"), "{err}");
+
+    let both = "[[grant]]\ntool = \"*\"\npath = \"/a\"\nhost = \"x.org\"\nmode = \"read\"\nlabel = \"public/trusted\"\n";
+    let err = Policy::parse("p.toml", both).unwrap_err();
+    assert!(err.0[0].message.contains("either path or host"), "{err}");
+
+    let neither = "[[deny]]\ntool = \"*\"\n";
+    assert!(
+        Policy::parse("p.toml", neither).unwrap_err().0[0]
+            .message
+            .contains("needs a path or a host")
+    );
+}
+
+#[test]
+fn paths_are_normalised_and_when_tainted_defaults_to_ask() {
+    let text = "[[grant]]\ntool = \"*\"\npath = \"/srv//data/./x/\"\nmode = \"read\"\nlabel = \"public/trusted\"\n";
+    let p = Policy::parse("p.toml", text).unwrap();
+    assert_eq!(p.grants()[0].resource, ResourceRule::Path("/srv/data/x".into()));
+    assert_eq!(p.grants()[0].when_tainted, OnTainted::Ask);
+}
+
+#[test]
+fn labels_parse_strictly() {
+    assert_eq!(parse_label("public/trusted"), Ok(Label::CLEAN));
+    assert_eq!(parse_label("secret/untrusted"), Ok(Label::TOP));
+    for bad in ["public", "Public/trusted", "public/trusted/x", "top/secret", ""] {
+        assert!(parse_label(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn empty_policy_refuses_everything() {
+    let p = Policy::parse("p.toml", "").unwrap();
+    let call = bx_broker::CallRequest {
+        tool: "fs.read".into(),
+        digest: String::new(),
+        resources: vec![bx_broker::Resource::PathRead("/x".into())],
+    };
+    assert!(matches!(bx_broker::decide(&p, Label::CLEAN, &call), bx_broker::Decision::Deny(_)));
+}
