@@ -27,3 +27,7 @@ pub use policy::{
     DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError, PolicyErrors,
     ResourceRule, ToolMatch, parse_label,
 };
+
+/// The commented example policy that `bx policy init` writes (also a test fixture, so it
+/// always parses and its examples always hold).
+pub const EXAMPLE_POLICY: &str = include_str!("../../fixtures/policy/example.toml");

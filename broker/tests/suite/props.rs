@@ -153,7 +153,7 @@ proptest! {
     #[test]
     fn deny_wins_at_every_taint(grants in prop::collection::vec(grant_strategy(), 0..6), deny in deny_strategy(), taint in label_strategy(), write in any::<bool>()) {
         let grants = dedup(grants);
-        let policy = Policy::parse("p.toml", &render(&grants, &[deny.clone()])).unwrap();
+        let policy = Policy::parse("p.toml", &render(&grants, std::slice::from_ref(&deny))).unwrap();
         let tool = if TOOLS[deny.tool] == "*" { "t1" } else { TOOLS[deny.tool] };
         let path = format!("{}/inner", PATHS[deny.path]);
         prop_assert_eq!(rank(&decide(&policy, taint, &call(tool, &path, write))), 0);

@@ -27,6 +27,15 @@ enum Command {
     /// Install, list, inspect, remove and run tools.
     #[command(subcommand)]
     Tool(cmd::tool::ToolCommand),
+    /// Write, check and explain the policy.
+    #[command(subcommand)]
+    Policy(cmd::policy::PolicyCommand),
+    /// Verify and read the audit log.
+    #[command(subcommand)]
+    Audit(cmd::audit::AuditCommand),
+    /// Show and rebuild session state.
+    #[command(subcommand)]
+    Session(cmd::session::SessionCommand),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +49,9 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Tool(command) => cmd::tool::run(&state_dir, command),
+        Command::Policy(command) => cmd::policy::run(&state_dir, command),
+        Command::Audit(command) => cmd::audit::run(&state_dir, command),
+        Command::Session(command) => cmd::session::run(&state_dir, command),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -44,6 +44,11 @@ pub enum StoreError {
         /// The digest installed under it now.
         installed: String,
     },
+    /// A session id that cannot name a file.
+    #[error(
+        "bad session id {0:?}: use 1 to 64 of a-z, A-Z, 0-9, '.', '_', '-', not starting with '.'"
+    )]
+    BadSession(String),
     /// No tool by this name.
     #[error("no tool named {0} is installed (see `bx tool list`)")]
     NotInstalled(String),

@@ -9,6 +9,8 @@ mod digest;
 mod error;
 mod fetch;
 mod installed;
+mod policy_file;
+mod sessions;
 mod store;
 
 pub use config::{Config, ToolsConfig};
@@ -16,4 +18,6 @@ pub use digest::Digest;
 pub use error::StoreError;
 pub use fetch::Progress;
 pub use installed::{Installed, InstalledTool};
+pub use policy_file::{PolicyFile, PolicyStatus};
+pub use sessions::{SessionState, Sessions};
 pub use store::{InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, Store};

@@ -1,5 +1,9 @@
 //! One module per subcommand, each with its arguments and `run`.
 
+pub(crate) mod audit;
+pub(crate) mod policy;
+pub(crate) mod run;
+pub(crate) mod session;
 pub(crate) mod tool;
 
 /// Success.
@@ -10,3 +14,5 @@ pub(crate) const EXIT_ERROR: u8 = 1;
 pub(crate) const EXIT_DENIED: u8 = 3;
 /// A runtime limit stopped the tool.
 pub(crate) const EXIT_LIMIT: u8 = 4;
+/// The audit log or the policy is unavailable: every call is refused.
+pub(crate) const EXIT_UNAVAILABLE: u8 = 5;

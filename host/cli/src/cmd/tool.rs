@@ -1,14 +1,13 @@
 //! `bx tool`: install by digest, list, inspect, remove, and run a tool by hand.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{Context as _, bail};
-use bx_broker::{AllowList, CallRequest, Decision, Label, Resource};
-use bx_runtime::{CallError, Limits, Output, ResourceKind, RunError, Runtime};
+use anyhow::bail;
+use bx_runtime::{Limits, ResourceKind, Runtime};
 use bx_store::{Digest, InstallSource, Store};
 use clap::{Args, Subcommand};
 
-use super::{EXIT_DENIED, EXIT_ERROR, EXIT_LIMIT, EXIT_OK};
+use super::EXIT_OK;
 
 /// `bx tool …`
 #[derive(Debug, Subcommand)]
@@ -28,8 +27,9 @@ pub(crate) enum ToolCommand {
         /// The tool's name.
         name: String,
     },
-    /// Run a tool once by hand, under a grant made of the --allow flags.
-    Run(RunArgs),
+    /// Run a tool once by hand: the policy (plus any --allow flags) decides, the call and
+    /// its result go on the audit log, and the session's taint rises.
+    Run(super::run::RunArgs),
 }
 
 /// `bx tool install`
@@ -53,28 +53,6 @@ pub(crate) struct ListArgs {
     json: bool,
 }
 
-/// `bx tool run`
-#[derive(Debug, Args)]
-pub(crate) struct RunArgs {
-    /// The tool's name.
-    name: String,
-    /// The arguments, a JSON object.
-    #[arg(long, value_name = "JSON")]
-    args: String,
-    /// Allow reading under PATH (repeatable).
-    #[arg(long, value_name = "PATH")]
-    allow_read: Vec<PathBuf>,
-    /// Allow reading and writing under PATH (repeatable).
-    #[arg(long, value_name = "PATH")]
-    allow_write: Vec<PathBuf>,
-    /// Allow requests to HOST, HOST:PORT or an address (repeatable).
-    #[arg(long, value_name = "HOST")]
-    allow_host: Vec<String>,
-    /// Never reach PATH or below, whatever else is allowed (repeatable).
-    #[arg(long, value_name = "PATH")]
-    deny: Vec<PathBuf>,
-}
-
 pub(crate) fn run(state_dir: &Path, command: ToolCommand) -> anyhow::Result<u8> {
     let store = Store::open(state_dir)?;
     match command {
@@ -86,7 +64,7 @@ pub(crate) fn run(state_dir: &Path, command: ToolCommand) -> anyhow::Result<u8> 
             println!("removed {name} ({})", removed.digest);
             Ok(EXIT_OK)
         }
-        ToolCommand::Run(args) => run_tool(&store, &args),
+        ToolCommand::Run(args) => super::run::run(state_dir, &store, &args),
     }
 }
 
@@ -188,113 +166,4 @@ fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
         println!("  {e}");
     }
     Ok(EXIT_OK)
-}
-
-fn absolute(path: &Path) -> anyhow::Result<String> {
-    let abs = std::path::absolute(path).with_context(|| format!("path {}", path.display()))?;
-    abs.to_str().map(str::to_owned).with_context(|| format!("path {} is not UTF-8", abs.display()))
-}
-
-/// The resources a call's arguments name, per the tool's own description.
-fn resources(
-    kinds: &[(String, ResourceKind)],
-    args: &serde_json::Value,
-) -> anyhow::Result<Vec<Resource>> {
-    let mut out = Vec::new();
-    for (arg, kind) in kinds {
-        let Some(value) = args.get(arg) else { continue };
-        let Some(text) = value.as_str() else {
-            bail!("argument {arg:?} names a resource and must be a string, not {value}")
-        };
-        out.push(match kind {
-            ResourceKind::PathRead => Resource::PathRead(text.to_owned()),
-            ResourceKind::PathWrite => Resource::PathWrite(text.to_owned()),
-            ResourceKind::UrlFetch => Resource::Url(text.to_owned()),
-        });
-    }
-    Ok(out)
-}
-
-fn run_tool(store: &Store, args: &RunArgs) -> anyhow::Result<u8> {
-    let call_args: serde_json::Value =
-        serde_json::from_str(&args.args).context("--args is not valid JSON")?;
-    if !call_args.is_object() {
-        bail!("--args must be a JSON object");
-    }
-    let mut allow = AllowList::new();
-    for p in &args.allow_read {
-        allow = allow.read(&absolute(p)?).map_err(anyhow::Error::msg)?;
-    }
-    for p in &args.allow_write {
-        allow = allow.write(&absolute(p)?).map_err(anyhow::Error::msg)?;
-    }
-    for p in &args.deny {
-        allow = allow.deny(&absolute(p)?).map_err(anyhow::Error::msg)?;
-    }
-    for h in &args.allow_host {
-        allow = allow.host(h).map_err(anyhow::Error::msg)?;
-    }
-    let runtime = runtime()?;
-    let tool = store.open_tool(&runtime, &args.name)?;
-    let kinds: Vec<(String, ResourceKind)> =
-        tool.description().resources.iter().map(|r| (r.arg.clone(), r.kind)).collect();
-    let call = CallRequest {
-        tool: args.name.clone(),
-        digest: tool.digest().to_owned(),
-        resources: resources(&kinds, &call_args)?,
-    };
-    let grant = match bx_broker::decide(allow.policy(), Label::CLEAN, &call) {
-        Decision::Allow(grant) => grant,
-        Decision::Ask(ask) => {
-            eprintln!("bx: the allow-list asked, which it never does: {:?}", ask.reasons);
-            return Ok(EXIT_DENIED);
-        }
-        Decision::Deny(reason) => {
-            eprintln!("bx: denied: {reason} (see docs/runbook.md#tool-denied)");
-            return Ok(EXIT_DENIED);
-        }
-    };
-    let report = match runtime.call(&tool, grant, &args.args) {
-        Ok(report) => report,
-        Err(e @ RunError::Limit { .. }) => {
-            eprintln!("bx: {e}");
-            return Ok(EXIT_LIMIT);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if !report.stderr.is_empty() {
-        eprintln!("{}", String::from_utf8_lossy(&report.stderr));
-    }
-    match report.result {
-        Ok(Output::Json(text)) => {
-            let pretty = serde_json::from_str::<serde_json::Value>(&text)
-                .and_then(|v| serde_json::to_string_pretty(&v))
-                .unwrap_or(text);
-            println!("{pretty}");
-            Ok(EXIT_OK)
-        }
-        Ok(Output::Text(text)) => {
-            print!("{text}");
-            if !text.ends_with('\n') {
-                println!();
-            }
-            Ok(EXIT_OK)
-        }
-        Err(CallError::Denied(reason)) => {
-            eprintln!("bx: denied by the host: {reason} (see docs/runbook.md#tool-denied)");
-            Ok(EXIT_DENIED)
-        }
-        Err(CallError::InvalidArgs(m)) => {
-            eprintln!("bx: invalid arguments: {m}");
-            Ok(EXIT_ERROR)
-        }
-        Err(CallError::Failed(m)) => {
-            eprintln!("bx: tool failed: {m}");
-            Ok(EXIT_ERROR)
-        }
-        Err(CallError::OutputTooLarge(m)) => {
-            eprintln!("bx: tool output too large: {m}");
-            Ok(EXIT_ERROR)
-        }
-    }
 }

@@ -4,6 +4,7 @@ mod install;
 mod layering;
 mod run;
 mod runbook;
+mod trust;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

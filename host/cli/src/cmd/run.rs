@@ -1,0 +1,417 @@
+//! `bx tool run`: one call by hand, through the whole trust path: the request on the
+//! audit log, the broker's decision against the policy and the session's taint, the
+//! owner's approval at the prompt when the policy asks, the call under its grant, the
+//! result on the log before anyone sees it, and the session's taint raised.
+
+use std::io::{BufRead as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use bx_audit::{AuditLog, Kind};
+use bx_broker::{
+    AllowList, Answer, Answered, ApprovalTable, CallRequest, Decision, Grant, Label, Resource,
+};
+use bx_runtime::{CallError, Limits, Output, ResourceKind, RunError, Runtime, Touched};
+use bx_store::{PolicyFile, PolicyStatus, Sessions, Store};
+use clap::Args;
+use sha2::Digest as _;
+
+use super::{EXIT_DENIED, EXIT_ERROR, EXIT_LIMIT, EXIT_OK, EXIT_UNAVAILABLE};
+
+/// How long an approval waits at the prompt before it counts as a refusal.
+const DEFAULT_APPROVAL_SECS: u64 = 120;
+
+/// `bx tool run`
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The tool's name.
+    name: String,
+    /// The arguments, a JSON object.
+    #[arg(long, value_name = "JSON")]
+    args: String,
+    /// The session whose taint the call sees and raises.
+    #[arg(long, default_value = "cli", value_name = "ID")]
+    session: String,
+    /// Also allow reading under PATH, on top of the policy (repeatable).
+    #[arg(long, value_name = "PATH")]
+    allow_read: Vec<PathBuf>,
+    /// Also allow reading and writing under PATH, on top of the policy (repeatable).
+    #[arg(long, value_name = "PATH")]
+    allow_write: Vec<PathBuf>,
+    /// Also allow requests to HOST, HOST:PORT or an address, on top of the policy.
+    #[arg(long, value_name = "HOST")]
+    allow_host: Vec<String>,
+    /// Never reach PATH or below, whatever else is allowed (repeatable).
+    #[arg(long, value_name = "PATH")]
+    deny: Vec<PathBuf>,
+    /// Seconds an approval waits for an answer before it is refused.
+    #[arg(long, default_value_t = DEFAULT_APPROVAL_SECS, value_name = "SECS")]
+    approval_timeout: u64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn absolute(path: &Path) -> anyhow::Result<String> {
+    let abs = std::path::absolute(path).with_context(|| format!("path {}", path.display()))?;
+    abs.to_str().map(str::to_owned).with_context(|| format!("path {} is not UTF-8", abs.display()))
+}
+
+/// The resources a call's arguments name, per the tool's own description.
+pub(crate) fn resources(
+    kinds: &[(String, ResourceKind)],
+    args: &serde_json::Value,
+) -> anyhow::Result<Vec<Resource>> {
+    let mut out = Vec::new();
+    for (arg, kind) in kinds {
+        let Some(value) = args.get(arg) else { continue };
+        let Some(text) = value.as_str() else {
+            bail!("argument {arg:?} names a resource and must be a string, not {value}")
+        };
+        out.push(match kind {
+            ResourceKind::PathRead => Resource::PathRead(text.to_owned()),
+            ResourceKind::PathWrite => Resource::PathWrite(text.to_owned()),
+            ResourceKind::UrlFetch => Resource::Url(text.to_owned()),
+        });
+    }
+    Ok(out)
+}
+
+type Fields = serde_json::Map<String, serde_json::Value>;
+
+fn fields(pairs: &[(&str, serde_json::Value)]) -> Fields {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
+}
+
+/// The label of a result: the join over every grant the call actually touched. Anything
+/// touched that the grant cannot label counts as the top label (fail closed).
+pub(crate) fn result_label(grant: &Grant, touched: &[Touched]) -> Label {
+    touched.iter().fold(Label::CLEAN, |acc, t| {
+        let l = match t {
+            Touched::Path { root, .. } => grant.root_label(root),
+            Touched::Host(host) => grant.host_label(host),
+        };
+        acc.join(l.unwrap_or(Label::TOP))
+    })
+}
+
+/// Loads the policy in force for a one-shot command: an invalid file refuses (a one-shot
+/// command has no earlier valid policy to fall back on).
+pub(crate) fn policy_in_force(state_dir: &Path) -> anyhow::Result<Arc<bx_broker::Policy>> {
+    let file = PolicyFile::open(&state_dir.join("policy.toml"));
+    match (file.status(), file.in_force()) {
+        (PolicyStatus::Valid | PolicyStatus::Missing, Some(p)) => Ok(p),
+        (PolicyStatus::Invalid(errors), _) => {
+            bail!("{errors}\nthe policy is invalid; every call is refused")
+        }
+        (PolicyStatus::Unreadable(why), _) => {
+            bail!(
+                "policy unreadable: {why}; every call is refused (see docs/runbook.md#policy-invalid)"
+            )
+        }
+        (_, None) => {
+            bail!("no valid policy; every call is refused (see docs/runbook.md#policy-invalid)")
+        }
+    }
+}
+
+/// Asks the owner at the terminal: the whole block, then the id to approve.
+fn ask_owner(block: &str, id: &str, timeout: Duration) -> Answer {
+    eprint!("{block}");
+    eprint!("type {id} to approve, or a reason to refuse: ");
+    let _ = std::io::stderr().flush();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let read = std::io::stdin().lock().read_line(&mut line);
+        let _ = tx.send(read.map(|n| (n, line)));
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok((0, _))) => Answer::Expired, // end of input: nobody is there to answer
+        Ok(Ok((_, line))) => {
+            let answer = line.trim();
+            if answer.eq_ignore_ascii_case(id) {
+                Answer::Approve
+            } else if answer.is_empty()
+                || answer.eq_ignore_ascii_case("y")
+                || answer.eq_ignore_ascii_case("yes")
+            {
+                Answer::Refuse(format!("answered {answer:?}, not the id {id}"))
+            } else {
+                Answer::Refuse(answer.to_owned())
+            }
+        }
+        Ok(Err(_)) | Err(_) => Answer::Expired,
+    }
+}
+
+pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Result<u8> {
+    let call_args: serde_json::Value =
+        serde_json::from_str(&args.args).context("--args is not valid JSON")?;
+    if !call_args.is_object() {
+        bail!("--args must be a JSON object");
+    }
+    // The log first: if it cannot record, nothing runs.
+    let log = match AuditLog::open(&state_dir.join("audit")) {
+        Ok(log) => log,
+        Err(e) => {
+            eprintln!("bx: {e}");
+            return Ok(EXIT_UNAVAILABLE);
+        }
+    };
+    let policy = match policy_in_force(state_dir) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("bx: {e:#}");
+            return Ok(EXIT_UNAVAILABLE);
+        }
+    };
+    let mut allow = AllowList::on_top_of((*policy).clone());
+    for p in &args.allow_read {
+        allow = allow.read(&absolute(p)?).map_err(anyhow::Error::msg)?;
+    }
+    for p in &args.allow_write {
+        allow = allow.write(&absolute(p)?).map_err(anyhow::Error::msg)?;
+    }
+    for p in &args.deny {
+        allow = allow.deny(&absolute(p)?).map_err(anyhow::Error::msg)?;
+    }
+    for h in &args.allow_host {
+        allow = allow.host(h).map_err(anyhow::Error::msg)?;
+    }
+    let sessions = Sessions::open(state_dir)?;
+    let session = args.session.as_str();
+    let (taint, damage) = sessions.taint(session)?;
+    if let Some(why) = &damage {
+        eprintln!("bx: session state damaged: {why} (see docs/runbook.md#session-state-damaged)");
+        log.append(
+            Kind::Session,
+            fields(&[
+                ("session", session.into()),
+                ("event", "state-damaged".into()),
+                ("detail", why.as_str().into()),
+            ]),
+        )?;
+    }
+
+    let runtime = Runtime::new(Limits::default())?;
+    let tool = store.open_tool(&runtime, &args.name)?;
+    let kinds: Vec<(String, ResourceKind)> =
+        tool.description().resources.iter().map(|r| (r.arg.clone(), r.kind)).collect();
+    let call = CallRequest {
+        tool: args.name.clone(),
+        digest: tool.digest().to_owned(),
+        resources: resources(&kinds, &call_args)?,
+    };
+    let call_id = format!("c{:x}{:x}", now_ms(), std::process::id());
+    let base = |more: &[(&str, serde_json::Value)]| {
+        let mut f = fields(&[("session", session.into()), ("call", call_id.as_str().into())]);
+        f.extend(fields(more));
+        f
+    };
+    let resource_list: Vec<String> = call.resources.iter().map(ToString::to_string).collect();
+    let logged = |kind: Kind, f: Fields| -> anyhow::Result<()> {
+        log.append(kind, f).map(drop).map_err(|e| anyhow::anyhow!("{e}"))
+    };
+    if let Err(e) = logged(
+        Kind::Request,
+        base(&[
+            ("tool", call.tool.as_str().into()),
+            ("digest", call.digest.as_str().into()),
+            ("args", args.args.as_str().into()),
+            ("resources", resource_list.into()),
+        ]),
+    ) {
+        eprintln!("bx: {e}");
+        return Ok(EXIT_UNAVAILABLE);
+    }
+
+    let decision = bx_broker::decide(allow.policy(), taint, &call);
+    let decision = match decision {
+        Decision::Ask(ask) => {
+            logged(
+                Kind::Decision,
+                base(&[
+                    ("decision", "ask".into()),
+                    ("taint", taint.to_string().into()),
+                    ("why", ask.reasons.join("; ").into()),
+                ]),
+            )?;
+            let table = ApprovalTable::new();
+            let timeout = Duration::from_secs(args.approval_timeout);
+            let pending =
+                table.insert(ask.clone(), args.args.clone(), now_ms(), timeout.as_millis() as u64);
+            let block = bx_broker::render_block(&pending, tool.digest(), now_ms());
+            // The answer comes from standard input: a terminal, or a pipe the owner set
+            // up; end of input is no answer.
+            let answer = ask_owner(&block, &pending.id, timeout);
+            // Answering takes the entry out of the table, as the daemon will.
+            let answer = match table.take(&pending.id, now_ms()) {
+                Answered::Taken(_) => answer,
+                Answered::Expired(_) | Answered::AlreadyAnswered | Answered::Unknown => {
+                    Answer::Expired
+                }
+            };
+            let final_decision = bx_broker::redecide(allow.policy(), taint, &ask, &answer);
+            let (answer_name, reason) = match &answer {
+                Answer::Approve => ("approve", String::new()),
+                Answer::Refuse(r) => ("refuse", r.clone()),
+                Answer::Expired => ("expired", String::new()),
+            };
+            let outcome =
+                if matches!(final_decision, Decision::Allow(_)) { "allow" } else { "deny" };
+            logged(
+                Kind::Approval,
+                base(&[
+                    ("id", pending.id.as_str().into()),
+                    ("answer", answer_name.into()),
+                    ("reason", reason.into()),
+                    ("decision", outcome.into()),
+                ]),
+            )?;
+            final_decision
+        }
+        other => {
+            let (name, why) = match &other {
+                Decision::Allow(_) => ("allow", String::new()),
+                Decision::Deny(r) => ("deny", r.message.clone()),
+                Decision::Ask(_) => ("ask", String::new()),
+            };
+            logged(
+                Kind::Decision,
+                base(&[
+                    ("decision", name.into()),
+                    ("taint", taint.to_string().into()),
+                    ("why", why.into()),
+                ]),
+            )?;
+            other
+        }
+    };
+    let grant = match decision {
+        Decision::Allow(grant) => grant,
+        Decision::Deny(reason) => {
+            eprintln!("bx: denied: {reason} (see docs/runbook.md#tool-denied)");
+            return Ok(EXIT_DENIED);
+        }
+        Decision::Ask(_) => {
+            eprintln!("bx: the call still asks after the owner's answer; refused");
+            return Ok(EXIT_DENIED);
+        }
+    };
+
+    let labels = grant.clone();
+    let outcome = runtime.call(&tool, grant, &args.args);
+    let (status, text, error, label, touched): (
+        &str,
+        Option<String>,
+        Option<String>,
+        Label,
+        Vec<Touched>,
+    ) = match &outcome {
+        Ok(report) => {
+            let label = result_label(&labels, &report.touched);
+            match &report.result {
+                Ok(Output::Json(t) | Output::Text(t)) => {
+                    ("ok", Some(t.clone()), None, label, report.touched.clone())
+                }
+                Err(e) => ("error", None, Some(format!("{e:?}")), label, report.touched.clone()),
+            }
+        }
+        // A call stopped part-way may have read anything its grant reaches.
+        Err(e) => ("stopped", None, Some(e.to_string()), labels_of_whole_grant(&labels), vec![]),
+    };
+    let touched_list: Vec<String> = touched
+        .iter()
+        .map(|t| match t {
+            Touched::Path { root, access } => format!("{access} {}", root.display()),
+            Touched::Host(h) => format!("fetch {h}"),
+        })
+        .collect();
+    let mut result = base(&[
+        ("status", status.into()),
+        ("label", label.to_string().into()),
+        ("touched", touched_list.into()),
+    ]);
+    if let Some(t) = &text {
+        // The output's hash and size, not the output: the log must not become a copy of
+        // everything the tools read.
+        result
+            .insert("output_sha256".into(), hex::encode(sha2::Sha256::digest(t.as_bytes())).into());
+        result.insert("output_bytes".into(), t.len().into());
+    }
+    if let Some(e) = &error {
+        result.insert("error".into(), e.as_str().into());
+    }
+    if let Err(e) = logged(Kind::Result, result) {
+        // Nobody sees a result that is not on the log.
+        eprintln!("bx: {e}");
+        return Ok(EXIT_UNAVAILABLE);
+    }
+    sessions.observe(session, label)?;
+    log.close()?;
+
+    let report = match outcome {
+        Ok(report) => report,
+        Err(e @ RunError::Limit { .. }) => {
+            eprintln!("bx: {e}");
+            return Ok(EXIT_LIMIT);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !report.stderr.is_empty() {
+        eprintln!("{}", String::from_utf8_lossy(&report.stderr));
+    }
+    match report.result {
+        Ok(Output::Json(text)) => {
+            let pretty = serde_json::from_str::<serde_json::Value>(&text)
+                .and_then(|v| serde_json::to_string_pretty(&v))
+                .unwrap_or(text);
+            println!("{pretty}");
+            Ok(EXIT_OK)
+        }
+        Ok(Output::Text(text)) => {
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+            Ok(EXIT_OK)
+        }
+        Err(CallError::Denied(reason)) => {
+            eprintln!("bx: denied by the host: {reason} (see docs/runbook.md#tool-denied)");
+            Ok(EXIT_DENIED)
+        }
+        Err(CallError::InvalidArgs(m)) => {
+            eprintln!("bx: invalid arguments: {m}");
+            Ok(EXIT_ERROR)
+        }
+        Err(CallError::Failed(m)) => {
+            eprintln!("bx: tool failed: {m}");
+            Ok(EXIT_ERROR)
+        }
+        Err(CallError::OutputTooLarge(m)) => {
+            eprintln!("bx: tool output too large: {m}");
+            Ok(EXIT_ERROR)
+        }
+    }
+}
+
+/// The join over every root and host of a grant: what a call stopped part-way might
+/// have read.
+fn labels_of_whole_grant(grant: &Grant) -> Label {
+    let roots: Vec<Touched> = grant
+        .roots()
+        .map(|(root, _)| Touched::Path {
+            root: root.to_path_buf(),
+            access: bx_broker::FsAccess::Read,
+        })
+        .collect();
+    let mut label = result_label(grant, &roots);
+    for host in grant.hosts() {
+        label = label.join(grant.host_label(&host.to_string()).unwrap_or(Label::TOP));
+    }
+    label
+}

@@ -1,0 +1,120 @@
+//! Session state: each session's taint, in `sessions/<id>.json`, written atomically. It
+//! is a cache of what the audit log says (results carry their labels), so it can be
+//! rebuilt; state that cannot be read counts as `secret/untrusted`.
+
+use std::path::{Path, PathBuf};
+
+use bx_broker::Label;
+
+use crate::error::StoreError;
+use crate::store::write_atomically;
+
+/// What is kept per session.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionState {
+    /// The join of every result label the session has seen. Only rises.
+    pub taint: Label,
+}
+
+/// The `sessions/` directory.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    dir: PathBuf,
+}
+
+/// The longest session id accepted, and its characters: ids become file names.
+const MAX_ID: usize = 64;
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && !id.starts_with('.')
+}
+
+impl Sessions {
+    /// Sessions under `state_dir/sessions`.
+    pub fn open(state_dir: &Path) -> Result<Sessions, StoreError> {
+        let dir = state_dir.join("sessions");
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        Ok(Sessions { dir })
+    }
+
+    fn path(&self, id: &str) -> Result<PathBuf, StoreError> {
+        if !valid_id(id) {
+            return Err(StoreError::BadSession(id.to_owned()));
+        }
+        Ok(self.dir.join(format!("{id}.json")))
+    }
+
+    /// The session's taint. A new session is clean. State that exists but cannot be read
+    /// or parsed counts as `secret/untrusted`, and the second value says why, so the
+    /// caller can record it (see `docs/runbook.md#session-state-damaged`).
+    pub fn taint(&self, id: &str) -> Result<(Label, Option<String>), StoreError> {
+        let path = self.path(id)?;
+        match std::fs::read_to_string(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Label::CLEAN, None)),
+            Err(e) => Ok((
+                Label::TOP,
+                Some(format!("{}: unreadable ({e}); counted as secret/untrusted", path.display())),
+            )),
+            Ok(text) => match serde_json::from_str::<SessionState>(&text) {
+                Ok(state) => Ok((state.taint, None)),
+                Err(e) => Ok((
+                    Label::TOP,
+                    Some(format!("{}: damaged ({e}); counted as secret/untrusted", path.display())),
+                )),
+            },
+        }
+    }
+
+    /// Raises the session's taint to include `label` (never lowers it); returns the new
+    /// taint.
+    pub fn observe(&self, id: &str, label: Label) -> Result<Label, StoreError> {
+        let (current, _) = self.taint(id)?;
+        let taint = current.join(label);
+        if taint != current || !self.path(id)?.exists() {
+            self.write(id, taint)?;
+        }
+        Ok(taint)
+    }
+
+    /// Replaces the session's state with `taint`, as rebuilt from the audit log.
+    pub fn write(&self, id: &str, taint: Label) -> Result<(), StoreError> {
+        let path = self.path(id)?;
+        let text =
+            serde_json::to_string(&SessionState { taint }).map_err(|e| StoreError::io(&path, e))?;
+        write_atomically(&path, format!("{text}\n").as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bx_broker::parse_label;
+
+    #[test]
+    fn taint_only_rises_and_damage_counts_as_top() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sessions::open(dir.path()).unwrap();
+        assert_eq!(s.taint("a").unwrap(), (Label::CLEAN, None));
+        assert_eq!(
+            s.observe("a", parse_label("private/trusted").unwrap()).unwrap(),
+            parse_label("private/trusted").unwrap()
+        );
+        assert_eq!(
+            s.observe("a", parse_label("public/untrusted").unwrap()).unwrap(),
+            parse_label("private/untrusted").unwrap()
+        );
+        assert_eq!(
+            s.observe("a", Label::CLEAN).unwrap(),
+            parse_label("private/untrusted").unwrap()
+        );
+        std::fs::write(dir.path().join("sessions/b.json"), "{\"taint\": ").unwrap();
+        let (t, why) = s.taint("b").unwrap();
+        assert_eq!(t, Label::TOP);
+        assert!(why.unwrap().contains("damaged"));
+        assert!(s.taint("../x").is_err());
+    }
+}
