@@ -4,7 +4,8 @@
 #   make tools   the first-party tool components, checked against tools/digests.lock
 #   make test    tools, then the whole test suite
 #   make lint    rustfmt and clippy on both workspaces, warnings denied
-#   make bench   the runtime benchmark table
+#   make bench   the benchmark tables (runtime, broker, audit)
+#   make stress  the audit crash test with 5,000 SIGKILLs instead of 200
 
 CARGO ?= cargo
 CARGO_HOME ?= $(HOME)/.cargo
@@ -14,7 +15,7 @@ TOOLS_OUT := tools/target/$(WASM_TARGET)/release
 # file paths that end up in panic messages are rewritten to fixed prefixes.
 TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
 
-.PHONY: setup build tools tools-lock test lint bench
+.PHONY: setup build tools tools-lock test lint bench stress
 
 setup:
 	rustup target add $(WASM_TARGET)
@@ -43,3 +44,8 @@ lint:
 
 bench: tools
 	$(CARGO) bench --locked -p bx-runtime --bench runtime
+	$(CARGO) bench --locked -p bx-broker --bench decide
+	$(CARGO) bench --locked -p bx-audit --bench audit
+
+stress:
+	BX_AUDIT_CRASH_ITERATIONS=5000 $(CARGO) test --locked -p bx-audit --test all crash -- --nocapture

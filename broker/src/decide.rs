@@ -5,7 +5,16 @@ use std::path::Path;
 
 use crate::grant::{FsAccess, Grant, RootGrant};
 use crate::label::Label;
-use crate::path::{normalize, strip_root};
+use crate::path::normalize;
+
+/// True when normalised `path` is `prefix` or below it: a byte comparison at a component
+/// boundary, which for normalised absolute paths is the same as comparing components.
+fn under(path: &Path, prefix: &Path) -> bool {
+    let (path, prefix) =
+        (path.as_os_str().as_encoded_bytes(), prefix.as_os_str().as_encoded_bytes());
+    prefix == b"/"
+        || (path.starts_with(prefix) && (path.len() == prefix.len() || path[prefix.len()] == b'/'))
+}
 use crate::policy::{GrantRule, Mode, OnTainted, Policy, ResourceRule};
 
 /// A resource a call declares through its arguments, as the tool's `describe` names them.
@@ -124,7 +133,7 @@ fn denied_by(
     for d in policy.denies.iter().filter(|d| d.tool.matches(tool)) {
         let hit = match (&d.resource, resource) {
             (ResourceRule::Path(p), Resource::PathRead(_) | Resource::PathWrite(_)) => {
-                path.is_some_and(|path| strip_root(path, p).is_some())
+                path.is_some_and(|path| under(path, p))
             }
             (ResourceRule::Host(h), Resource::Url(_)) => url.is_some_and(|u| {
                 u.host()
@@ -157,8 +166,9 @@ fn covering<'p>(
         .filter(|g| g.mode == mode && g.tool.matches(tool))
         .filter_map(|g| {
             let depth = match (&g.resource, path, url) {
+                // Normalised prefixes of one path: the longer string is the deeper path.
                 (ResourceRule::Path(p), Some(path), _) => {
-                    strip_root(path, p).map(|_| p.components().count())
+                    under(path, p).then(|| p.as_os_str().len())
                 }
                 (ResourceRule::Host(h), _, Some(u)) => {
                     let port = u.port_or_known_default().unwrap_or(0);

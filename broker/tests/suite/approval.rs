@@ -44,16 +44,23 @@ fn plain_block() {
 
 #[test]
 fn bidi_override_and_zero_width_characters_are_shown() {
-    // U+202E makes "gpj.exe" display as "exe.jpg"; U+200B and U+2060 hide inside words;
+    // U+202E makes "gpj.exe" display as "exe.jpg"; U+200B, U+200D and U+2060 hide in words;
     // tag characters (U+E0041…) carry invisible text; U+2066/U+2069 isolate.
     let path = "/home/o/out/invoice\u{202e}gpj.exe";
-    let content =
-        "pay\u{200b}ment to acc\u{2060}ount\u{e0041}\u{e0042} \u{2066}rtl\u{2069} \u{7}bell";
+    let content = "pay\u{200b}ment to acc\u{2060}ount\u{e0041}\u{e0042} \u{2066}rtl\u{2069} \u{7}bell a\u{200d}b";
     let args = serde_json::json!({"path": path, "content": content}).to_string();
     let block = render_block(&pending(&args, path), "sha256:5e", 1_000);
     golden("approval/hostile.txt", &block);
-    for hidden in ['\u{202e}', '\u{200b}', '\u{2060}', '\u{e0041}', '\u{2066}', '\u{2069}', '\u{7}']
-    {
+    for hidden in [
+        '\u{202e}',
+        '\u{200b}',
+        '\u{200d}',
+        '\u{2060}',
+        '\u{e0041}',
+        '\u{2066}',
+        '\u{2069}',
+        '\u{7}',
+    ] {
         assert!(!block.contains(hidden), "{:?} reached the owner unescaped", hidden);
     }
 }

@@ -266,3 +266,10 @@ when_tainted = "ask"
         "{later:?}"
     );
 }
+
+#[test]
+fn deny_of_root_refuses_every_path() {
+    let p = policy(&format!("{BASE}\n[[deny]]\ntool = \"*\"\npath = \"/\"\n"));
+    let got = outcome(&p, "public/trusted", &call("fs.read", vec![read("/home/o/notes")]));
+    assert!(got.starts_with("deny: read /home/o/notes is refused by deny[1]"), "{got}");
+}
