@@ -62,7 +62,7 @@ fn main() {
     ));
     let (med, p90) = measure(20_000, || {
         let decision = decide(&policy, std::hint::black_box(taint), &call);
-        std::hint::black_box(decision);
+        let _kept = std::hint::black_box(decision);
     });
     let paths: Vec<String> =
         (0..200).map(|i| format!("/home/o/project{}/dir{i}", i % 50)).collect();
