@@ -1,0 +1,437 @@
+//! The client: connect (learn the slots), chat (gate, send with retry, stream, assemble),
+//! and the self-test.
+
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource as _;
+use futures_util::StreamExt as _;
+use serde_json::Value;
+
+use crate::error::InferError;
+use crate::gate::SlotGate;
+use crate::request::{ChatRequest, Controls, parse_constrained};
+use crate::stream::{Assembler, Completion, FinishReason, StreamEvent};
+
+/// How tool calls are obtained from the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolMode {
+    /// The server's own tool calling (the chat template must support tools).
+    Native,
+    /// A JSON-schema constrained reply, one of the tools or a plain message.
+    Constrained,
+    /// Native when the server's chat template takes tools, else constrained.
+    Auto,
+}
+
+/// Retry for a server that went away before answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Give up once this much time has passed since the first attempt.
+    pub window: Duration,
+    /// Give up after this many attempts.
+    pub attempts: u32,
+    /// First backoff; doubles each attempt, jittered to between half and all of it.
+    pub base: Duration,
+    /// Largest backoff.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            window: Duration::from_secs(60),
+            attempts: 30,
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Client settings. Every bound says what it prevents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InferConfig {
+    /// The server's base URL, such as `http://127.0.0.1:8080`.
+    pub url: String,
+    /// Requests that may wait for a slot, in all (default 16); more get `Busy` rather
+    /// than pile up without bound.
+    pub queue_bound: usize,
+    /// Longest silence on a stream (default 60 s, longer than llama-server's SSE ping
+    /// interval); a hung server then ends the request instead of holding its slot.
+    pub idle_timeout: Duration,
+    /// Largest single SSE event (default 4 MiB); a runaway event cannot fill memory.
+    pub max_event_bytes: usize,
+    /// Retry for a server that is not (yet) there.
+    pub retry: RetryPolicy,
+    /// How tool calls are obtained.
+    pub mode: ToolMode,
+}
+
+impl InferConfig {
+    /// Defaults for a server at `url`.
+    pub fn new(url: &str) -> InferConfig {
+        InferConfig {
+            url: url.trim_end_matches('/').to_owned(),
+            queue_bound: 16,
+            idle_timeout: Duration::from_secs(60),
+            max_event_bytes: 4 << 20,
+            retry: RetryPolicy::default(),
+            mode: ToolMode::Auto,
+        }
+    }
+}
+
+/// What the self-test found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SelfTest {
+    /// `/health` answered ok.
+    pub healthy: bool,
+    /// Slots from `/props`.
+    pub slots: usize,
+    /// Context size per slot, from `/slots`.
+    pub context: Option<u64>,
+    /// Whether the chat template takes tools natively.
+    pub native_tools: bool,
+    /// The tool mode in use.
+    pub tool_mode: String,
+    /// A short completion streamed, with usage and timings.
+    pub completion_ok: bool,
+    /// Its timings' cache count, when reported.
+    pub cache_n: Option<u64>,
+    /// What went wrong, if anything.
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Display for SelfTest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mark = |ok: bool| if ok { "ok  " } else { "FAIL" };
+        writeln!(f, "{} health", mark(self.healthy))?;
+        writeln!(f, "{} slots: {}", mark(self.slots > 0), self.slots)?;
+        writeln!(
+            f,
+            "{} context per slot: {}",
+            mark(self.context.is_some()),
+            self.context.map_or("unknown".into(), |c| c.to_string())
+        )?;
+        writeln!(
+            f,
+            "ok   tools: {} (template takes tools: {})",
+            self.tool_mode, self.native_tools
+        )?;
+        writeln!(f, "{} completion with cache_prompt and timings", mark(self.completion_ok))?;
+        for p in &self.problems {
+            writeln!(f, "     problem: {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A client for one llama-server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    cfg: InferConfig,
+    http: reqwest::Client,
+    gate: SlotGate,
+    constrained: bool,
+    native_tools: bool,
+}
+
+/// Largest number of slots accepted from `/props`: a bogus value cannot make the gate
+/// allocate without bound.
+const MAX_SLOTS: u64 = 256;
+
+#[derive(Debug)]
+enum ByteError {
+    TooLarge,
+    Transport(String),
+}
+
+impl std::fmt::Display for ByteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ByteError::TooLarge => f.write_str("event too large"),
+            ByteError::Transport(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for ByteError {}
+
+/// A small jitter source; not for secrets.
+fn jitter(d: Duration) -> Duration {
+    let nanos = Instant::now().elapsed().as_nanos() as u64
+        ^ u64::from(std::process::id()).rotate_left(17)
+        ^ (std::ptr::addr_of!(d) as u64);
+    let mut x = nanos | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    let frac = 0.5 + (x % 1000) as f64 / 2000.0;
+    d.mul_f64(frac)
+}
+
+impl Client {
+    /// Connects: waits for the server (within the retry policy), reads `/props` and
+    /// validates the slot count, and settles the tool mode.
+    pub async fn connect(cfg: InferConfig) -> Result<Client, InferError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .no_proxy()
+            .build()
+            .map_err(|e| InferError::Props(e.to_string()))?;
+        let started = Instant::now();
+        let mut attempt = 0;
+        let props: Value = loop {
+            attempt += 1;
+            let got = async {
+                let r = http
+                    .get(format!("{}/props", cfg.url))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if r.status() == 503 {
+                    return Err("server loading (503)".to_owned());
+                }
+                if !r.status().is_success() {
+                    return Err(format!("/props answered {}", r.status()));
+                }
+                r.bytes()
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
+            }
+            .await;
+            match got {
+                Ok(v) => break v,
+                Err(last) => {
+                    if attempt >= cfg.retry.attempts || started.elapsed() >= cfg.retry.window {
+                        return Err(InferError::Unreachable {
+                            url: cfg.url.clone(),
+                            attempts: attempt,
+                            last,
+                        });
+                    }
+                    tokio::time::sleep(Self::backoff(&cfg.retry, attempt)).await;
+                }
+            }
+        };
+        let slots = props
+            .get("total_slots")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| InferError::Props("/props has no total_slots".into()))?;
+        if slots == 0 || slots > MAX_SLOTS {
+            return Err(InferError::Props(format!(
+                "total_slots {slots} is not in 1..={MAX_SLOTS}"
+            )));
+        }
+        let caps = props.get("chat_template_caps").unwrap_or(&Value::Null);
+        let native_tools =
+            caps.get("supports_tool_calls").and_then(Value::as_bool).unwrap_or(false)
+                && caps.get("supports_tools").and_then(Value::as_bool).unwrap_or(false);
+        let constrained = match cfg.mode {
+            ToolMode::Native => false,
+            ToolMode::Constrained => true,
+            ToolMode::Auto => !native_tools,
+        };
+        let gate = SlotGate::new(slots as usize, cfg.queue_bound);
+        Ok(Client { cfg, http, gate, constrained, native_tools })
+    }
+
+    fn backoff(p: &RetryPolicy, attempt: u32) -> Duration {
+        let exp = p.base.saturating_mul(1u32 << attempt.min(16).saturating_sub(1));
+        jitter(exp.min(p.max))
+    }
+
+    /// The slot gate (for inspection).
+    pub fn gate(&self) -> &SlotGate {
+        &self.gate
+    }
+
+    /// Whether tool calls go through a constrained reply.
+    pub fn constrained(&self) -> bool {
+        self.constrained
+    }
+
+    /// Sends a request body, retrying only while the server has not answered: refused
+    /// or reset connections and 503 (loading). Between attempts it waits, with jittered
+    /// exponential backoff, for `/health`. Once a response has started, nothing is retried.
+    async fn send(&self, body: Vec<u8>) -> Result<reqwest::Response, InferError> {
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let sent = self
+                .http
+                .post(format!("{}/v1/chat/completions", self.cfg.url))
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await;
+            let last = match sent {
+                Ok(r) if r.status() == 503 => "server loading (503)".to_owned(),
+                Ok(r) if !r.status().is_success() => {
+                    let status = r.status().as_u16();
+                    let text = r.text().await.unwrap_or_default();
+                    let body = text.chars().take(1024).collect();
+                    return Err(InferError::Http { status, body });
+                }
+                Ok(r) => return Ok(r),
+                Err(e) if e.is_connect() || e.is_request() => format!("{e}"),
+                Err(e) => return Err(InferError::Truncated(e.to_string())),
+            };
+            loop {
+                if attempt >= self.cfg.retry.attempts || started.elapsed() >= self.cfg.retry.window
+                {
+                    return Err(InferError::Unreachable {
+                        url: self.cfg.url.clone(),
+                        attempts: attempt,
+                        last,
+                    });
+                }
+                tokio::time::sleep(Self::backoff(&self.cfg.retry, attempt)).await;
+                let healthy = self
+                    .http
+                    .get(format!("{}/health", self.cfg.url))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if healthy {
+                    break;
+                }
+                attempt += 1;
+            }
+        }
+    }
+
+    /// Runs one chat request for `session` on its slot, passing each event to `on_event`
+    /// as it arrives, and returns the assembled reply.
+    pub async fn chat(
+        &self,
+        session: &str,
+        req: &ChatRequest,
+        mut on_event: impl FnMut(&StreamEvent),
+    ) -> Result<Completion, InferError> {
+        let guard = self.gate.acquire(session).await?;
+        let body = req.body(Controls {
+            id_slot: guard.slot(),
+            constrained: self.constrained && !req.tools.is_empty(),
+        });
+        let response = self.send(body).await?;
+        let cap = self.cfg.max_event_bytes;
+        let (mut since, mut prev) = (0usize, 0u8);
+        let bytes = response.bytes_stream().map(move |chunk| {
+            let chunk = chunk.map_err(|e| ByteError::Transport(e.to_string()))?;
+            for &b in chunk.iter() {
+                if b == b'\r' {
+                    continue;
+                }
+                if b == b'\n' && prev == b'\n' {
+                    since = 0;
+                } else {
+                    since += 1;
+                }
+                prev = b;
+                if since > cap {
+                    return Err(ByteError::TooLarge);
+                }
+            }
+            Ok(chunk)
+        });
+        let mut events = bytes.eventsource();
+        let mut asm = Assembler::new();
+        let constrained = self.constrained && !req.tools.is_empty();
+        loop {
+            match tokio::time::timeout(self.cfg.idle_timeout, events.next()).await {
+                Err(_) => return Err(InferError::IdleTimeout(self.cfg.idle_timeout)),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    let msg = e.to_string();
+                    if msg.contains("event too large") {
+                        return Err(InferError::EventTooLarge(cap));
+                    }
+                    return Err(InferError::Truncated(msg));
+                }
+                Ok(Some(Ok(ev))) => {
+                    for e in asm.feed(&ev.event, &ev.data)? {
+                        // In constrained mode the content is JSON for the client, not
+                        // text for the owner; it is reported once parsed, below.
+                        if !(constrained && matches!(e, StreamEvent::Content(_))) {
+                            on_event(&e);
+                        }
+                    }
+                    if asm.is_done() {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(guard);
+        let mut completion = asm.finish()?;
+        if constrained {
+            let (text, calls) = parse_constrained(&completion.content, &req.tools, 0)?;
+            if !text.is_empty() {
+                on_event(&StreamEvent::Content(text.clone()));
+            }
+            if !calls.is_empty() {
+                completion.finish = FinishReason::ToolCalls;
+            }
+            completion.content = text;
+            completion.tool_calls = calls;
+        }
+        Ok(completion)
+    }
+
+    /// Health, properties, slots, context, tool support, and one short completion with
+    /// `cache_prompt` and `timings`: what `bx doctor` shows.
+    pub async fn self_test(&self) -> SelfTest {
+        let mut problems = Vec::new();
+        let healthy = self
+            .http
+            .get(format!("{}/health", self.cfg.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if !healthy {
+            problems.push("/health did not answer ok".into());
+        }
+        let context = match self.http.get(format!("{}/slots", self.cfg.url)).send().await {
+            Ok(r) => r
+                .bytes()
+                .await
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .and_then(|v| v.get(0)?.get("n_ctx")?.as_u64()),
+            Err(e) => {
+                problems.push(format!("/slots: {e}"));
+                None
+            }
+        };
+        let req = ChatRequest {
+            messages: vec![crate::request::Message::User { content: "Say OK.".into() }],
+            max_tokens: Some(4),
+            temperature: Some(0.0),
+            ..ChatRequest::default()
+        };
+        let (completion_ok, cache_n) = match self.chat("bx-self-test", &req, |_| {}).await {
+            Ok(c) => {
+                if c.timings.is_none() {
+                    problems.push("no timings in the reply".into());
+                }
+                (c.timings.is_some() && c.usage.is_some(), c.timings.map(|t| t.cache_n))
+            }
+            Err(e) => {
+                problems.push(format!("completion: {e}"));
+                (false, None)
+            }
+        };
+        SelfTest {
+            healthy,
+            slots: self.gate.slots(),
+            context,
+            native_tools: self.native_tools,
+            tool_mode: if self.constrained { "constrained".into() } else { "native".into() },
+            completion_ok,
+            cache_n,
+            problems,
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! The inference client: talks to llama.cpp's llama-server over its OpenAI-compatible
+//! chat API, keeping the server's contract.
+//!
+//! llama-server queues a request pinned (`id_slot`) to a busy slot silently and then
+//! evicts the other conversation's prompt cache, and wraps an out-of-range `id_slot`
+//! around. So the client learns the slot count from `/props`, keeps each session on its
+//! slot, and never has two requests in flight on one slot ([`SlotGate`]). Replies stream
+//! over SSE; deltas are assembled into one message with tool calls; a server that went
+//! away before answering is retried, never one that already sent a byte.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod client;
+mod error;
+mod gate;
+mod request;
+mod stream;
+
+pub use client::{Client, InferConfig, RetryPolicy, SelfTest, ToolMode};
+pub use error::InferError;
+pub use gate::{SlotGate, SlotGuard};
+pub use request::{
+    ChatRequest, Message, ToolCall, ToolChoice, ToolDef, constrained_schema, parse_constrained,
+};
+pub use stream::{
+    Assembler, Completion, FinishReason, StreamEvent, Timings, Usage, parse_sse_bytes,
+};

@@ -1,0 +1,294 @@
+//! Requests: the transcript, the tools array and the sampling controls, serialised
+//! deterministically (the same transcript always gives the same bytes, so the server's
+//! prompt cache sees the same prefix).
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::error::InferError;
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ToolDef {
+    /// The tool's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub parameters: Value,
+}
+
+/// A call the model made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ToolCall {
+    /// The call's id (from the server, or made up in constrained mode).
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The parsed arguments.
+    pub arguments: Value,
+}
+
+/// One message of the transcript.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    /// Instructions.
+    System {
+        /// Text.
+        content: String,
+    },
+    /// The owner.
+    User {
+        /// Text.
+        content: String,
+    },
+    /// The model.
+    Assistant {
+        /// Text.
+        content: String,
+        /// Tool calls it made.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// A tool's result.
+    Tool {
+        /// The call it answers.
+        tool_call_id: String,
+        /// The result text.
+        content: String,
+    },
+}
+
+/// Whether the model must, may or must not call tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model must call a tool.
+    Required,
+    /// No tools.
+    None,
+}
+
+/// A chat request, before the client adds slot and stream controls.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatRequest {
+    /// The transcript.
+    pub messages: Vec<Message>,
+    /// The tools array (fixed for a tool epoch).
+    pub tools: Vec<ToolDef>,
+    /// Tool choice; `None` leaves it to the server.
+    pub tool_choice: Option<ToolChoice>,
+    /// Most tokens to generate.
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature (0 for tests that want the same answer each time).
+    pub temperature: Option<f32>,
+    /// Fixed seed.
+    pub seed: Option<u64>,
+}
+
+fn wire_message(m: &Message) -> Value {
+    match m {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant { content, tool_calls } if tool_calls.is_empty() => {
+            json!({"role": "assistant", "content": content})
+        }
+        Message::Assistant { content, tool_calls } => json!({
+            "role": "assistant",
+            "content": content,
+            "tool_calls": tool_calls.iter().map(|c| json!({
+                "id": c.id,
+                "type": "function",
+                // OpenAI's wire format carries arguments as a JSON string; serde_json
+                // sorts object keys, so the same value gives the same string.
+                "function": {"name": c.name, "arguments": c.arguments.to_string()},
+            })).collect::<Vec<_>>(),
+        }),
+        Message::Tool { tool_call_id, content } => {
+            json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
+        }
+    }
+}
+
+/// The extra fields the client sets on every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Controls {
+    pub(crate) id_slot: usize,
+    pub(crate) constrained: bool,
+}
+
+impl ChatRequest {
+    /// The request body as bytes. Deterministic: object keys are sorted and nothing
+    /// depends on time or randomness.
+    pub fn to_body(&self, id_slot: usize) -> Vec<u8> {
+        self.body(Controls { id_slot, constrained: false })
+    }
+
+    pub(crate) fn body(&self, c: Controls) -> Vec<u8> {
+        let mut body = json!({
+            "messages": self.messages.iter().map(wire_message).collect::<Vec<_>>(),
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "id_slot": c.id_slot,
+            "cache_prompt": true,
+            "timings_per_token": false,
+        });
+        if let Some(map) = body.as_object_mut() {
+            if let Some(t) = self.max_tokens {
+                map.insert("max_tokens".into(), t.into());
+            }
+            if let Some(t) = self.temperature {
+                map.insert("temperature".into(), json!(t));
+            }
+            if let Some(s) = self.seed {
+                map.insert("seed".into(), s.into());
+            }
+            if c.constrained {
+                let required = self.tool_choice == Some(ToolChoice::Required);
+                let schema = constrained_schema(&self.tools, required);
+                map.insert("response_format".into(), json!({"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}));
+            } else if !self.tools.is_empty() {
+                let tools: Vec<Value> = self
+                    .tools
+                    .iter()
+                    .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                    .collect();
+                map.insert("tools".into(), tools.into());
+                if let Some(choice) = self.tool_choice {
+                    let c = match choice {
+                        ToolChoice::Auto => "auto",
+                        ToolChoice::Required => "required",
+                        ToolChoice::None => "none",
+                    };
+                    map.insert("tool_choice".into(), c.into());
+                }
+            }
+        }
+        // serde_json's map is ordered by key, so this is the same bytes every time.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+}
+
+/// The JSON schema of a constrained reply: one of `{"tool": NAME, "arguments": <that
+/// tool's schema>}` for each tool, plus `{"message": TEXT}` unless a call is required.
+pub fn constrained_schema(tools: &[ToolDef], required: bool) -> Value {
+    let mut options: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            json!({
+                "type": "object",
+                "properties": {"tool": {"const": t.name}, "arguments": t.parameters},
+                "required": ["tool", "arguments"],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    if !required || tools.is_empty() {
+        options.push(json!({
+            "type": "object",
+            "properties": {"message": {"type": "string"}},
+            "required": ["message"],
+            "additionalProperties": false,
+        }));
+    }
+    json!({"oneOf": options})
+}
+
+/// Turns a constrained reply's content into the same values the native path produces:
+/// a message text, or one tool call (whose id is `call_<n>`).
+pub fn parse_constrained(
+    content: &str,
+    tools: &[ToolDef],
+    n: usize,
+) -> Result<(String, Vec<ToolCall>), InferError> {
+    let value: Value = serde_json::from_str(content.trim())
+        .map_err(|e| InferError::Protocol(format!("constrained reply is not JSON: {e}")))?;
+    if let Some(text) = value.get("message").and_then(Value::as_str) {
+        return Ok((text.to_owned(), vec![]));
+    }
+    let name = value.get("tool").and_then(Value::as_str).ok_or_else(|| {
+        InferError::Protocol("constrained reply has neither message nor tool".into())
+    })?;
+    if !tools.iter().any(|t| t.name == name) {
+        return Err(InferError::Protocol(format!("constrained reply names unknown tool {name:?}")));
+    }
+    let arguments = value.get("arguments").cloned().unwrap_or(Value::Null);
+    if !arguments.is_object() {
+        return Err(InferError::Protocol(format!("arguments of {name} are not an object")));
+    }
+    Ok((
+        String::new(),
+        vec![ToolCall { id: format!("call_{n}"), name: name.to_owned(), arguments }],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ChatRequest {
+        ChatRequest {
+            messages: vec![
+                Message::System { content: "be brief".into() },
+                Message::User { content: "read notes".into() },
+                Message::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "fs.read".into(),
+                        arguments: json!({"z": 1, "path": "/n"}),
+                    }],
+                },
+                Message::Tool { tool_call_id: "c1".into(), content: "milk".into() },
+            ],
+            tools: vec![ToolDef {
+                name: "fs.read".into(),
+                description: "read".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            tool_choice: Some(ToolChoice::Auto),
+            max_tokens: Some(16),
+            temperature: Some(0.0),
+            seed: Some(7),
+        }
+    }
+
+    #[test]
+    fn same_transcript_same_bytes() {
+        let a = sample().to_body(1);
+        let b = sample().clone().to_body(1);
+        assert_eq!(a, b);
+        let text = String::from_utf8(a).unwrap();
+        assert!(text.contains(r#""arguments":"{\"path\":\"/n\",\"z\":1}""#), "{text}");
+        assert!(text.contains(r#""id_slot":1"#) && text.contains(r#""cache_prompt":true"#));
+    }
+
+    #[test]
+    fn constrained_reply_becomes_a_tool_call() {
+        let tools = sample().tools;
+        let (text, calls) =
+            parse_constrained(r#"{"tool":"fs.read","arguments":{"path":"notes.txt"}}"#, &tools, 0)
+                .unwrap();
+        assert_eq!(
+            (text.as_str(), calls),
+            (
+                "",
+                vec![ToolCall {
+                    id: "call_0".into(),
+                    name: "fs.read".into(),
+                    arguments: json!({"path": "notes.txt"})
+                }]
+            )
+        );
+        assert_eq!(
+            parse_constrained(r#"{"message":"hi"}"#, &tools, 0).unwrap(),
+            ("hi".into(), vec![])
+        );
+        assert!(parse_constrained(r#"{"tool":"rm","arguments":{}}"#, &tools, 0).is_err());
+        assert!(parse_constrained("not json", &tools, 0).is_err());
+        let schema = constrained_schema(&tools, true);
+        assert_eq!(schema["oneOf"].as_array().unwrap().len(), 1);
+    }
+}
