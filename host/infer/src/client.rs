@@ -317,24 +317,10 @@ impl Client {
         });
         let response = self.send(body).await?;
         let cap = self.cfg.max_event_bytes;
-        let (mut since, mut prev) = (0usize, 0u8);
+        let mut lines = crate::stream::LineSplitter::new(cap);
         let bytes = response.bytes_stream().map(move |chunk| {
             let chunk = chunk.map_err(|e| ByteError::Transport(e.to_string()))?;
-            for &b in chunk.iter() {
-                if b == b'\r' {
-                    continue;
-                }
-                if b == b'\n' && prev == b'\n' {
-                    since = 0;
-                } else {
-                    since += 1;
-                }
-                prev = b;
-                if since > cap {
-                    return Err(ByteError::TooLarge);
-                }
-            }
-            Ok(chunk)
+            lines.push(&chunk).map_err(|_| ByteError::TooLarge)
         });
         let mut events = bytes.eventsource();
         let mut asm = Assembler::new();
@@ -367,6 +353,11 @@ impl Client {
         drop(guard);
         let mut completion = asm.finish()?;
         if constrained {
+            if completion.finish == FinishReason::Length {
+                return Err(InferError::Truncated(
+                    "the constrained reply was cut off by the token limit".into(),
+                ));
+            }
             let (text, calls) = parse_constrained(&completion.content, &req.tools, 0)?;
             if !text.is_empty() {
                 on_event(&StreamEvent::Content(text.clone()));

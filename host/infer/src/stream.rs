@@ -275,7 +275,9 @@ impl Assembler {
 pub fn parse_sse_bytes(bytes: &[u8]) -> Result<Completion, InferError> {
     use eventsource_stream::Eventsource as _;
     use futures_util::StreamExt as _;
-    let chunks = vec![Ok::<_, std::io::Error>(bytes::Bytes::copy_from_slice(bytes))];
+    let mut lines = LineSplitter::new(usize::MAX);
+    let rewritten = lines.push(bytes).map_err(|TooLarge| InferError::EventTooLarge(usize::MAX))?;
+    let chunks = vec![Ok::<_, std::io::Error>(rewritten)];
     let mut events = futures_util::stream::iter(chunks).eventsource();
     let mut asm = Assembler::new();
     // The in-memory stream never waits, so polling it once per item completes.
@@ -293,4 +295,60 @@ pub fn parse_sse_bytes(bytes: &[u8]) -> Result<Completion, InferError> {
         }
     }
     asm.finish()
+}
+
+/// Splits the byte stream into whole lines before the SSE parser sees it, for two
+/// reasons: llama-server reports an error inside a stream as a line `error: {json}`,
+/// which is not an SSE field and a standard parser drops silently, so it is rewritten as
+/// an `error` event; and one event (the lines up to a blank line) may not exceed the cap.
+#[derive(Debug)]
+pub(crate) struct LineSplitter {
+    partial: Vec<u8>,
+    event_bytes: usize,
+    cap: usize,
+}
+
+/// An event exceeded the cap.
+#[derive(Debug)]
+pub(crate) struct TooLarge;
+
+impl LineSplitter {
+    pub(crate) fn new(cap: usize) -> LineSplitter {
+        LineSplitter { partial: Vec::new(), event_bytes: 0, cap }
+    }
+
+    /// Takes a chunk; returns the complete lines it finished, rewritten as needed.
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<bytes::Bytes, TooLarge> {
+        let mut out = Vec::with_capacity(chunk.len() + self.partial.len());
+        let mut rest = chunk;
+        while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
+            let (line, tail) = rest.split_at(nl + 1);
+            rest = tail;
+            self.partial.extend_from_slice(line);
+            let full = std::mem::take(&mut self.partial);
+            let body = full.strip_suffix(b"\n").unwrap_or(&full);
+            let body = body.strip_suffix(b"\r").unwrap_or(body);
+            if body.is_empty() {
+                self.event_bytes = 0;
+            } else {
+                self.event_bytes += body.len();
+                if self.event_bytes > self.cap {
+                    return Err(TooLarge);
+                }
+            }
+            if let Some(json) = body.strip_prefix(b"error:") {
+                out.extend_from_slice(b"event: error\ndata:");
+                out.extend_from_slice(json);
+                out.extend_from_slice(b"\n");
+            } else {
+                out.extend_from_slice(body);
+                out.push(b'\n');
+            }
+        }
+        self.partial.extend_from_slice(rest);
+        if self.event_bytes + self.partial.len() > self.cap {
+            return Err(TooLarge);
+        }
+        Ok(bytes::Bytes::from(out))
+    }
 }

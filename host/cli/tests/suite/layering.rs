@@ -19,6 +19,8 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
         "bx-runtime",
         vec!["bx-audit", "bx-protocol", "bx-store", "bx-infer", "bx-agent", "bx-cli"],
     );
+    // The inference client and the component runtime do not know each other.
+    m.insert("bx-infer", [all_bx.as_slice(), &["bx-broker", "wasmtime", "wasmtime-wasi"]].concat());
     m.insert("bx-store", vec!["bx-audit", "bx-protocol", "bx-infer", "bx-agent", "bx-cli"]);
     m.insert("bx-cli", vec![]);
     m

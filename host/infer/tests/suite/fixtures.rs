@@ -1,0 +1,95 @@
+//! Streams a tiny model cannot produce on demand, through the real parser.
+
+use bx_infer::{Completion, FinishReason, InferError, ToolCall, parse_sse_bytes};
+use serde_json::json;
+
+use super::*;
+
+#[test]
+fn recorded_reply_assembles() {
+    let c = parse_sse_bytes(&fixture("recorded-reply.sse")).unwrap();
+    assert_eq!(c.finish, FinishReason::Length);
+    assert!(!c.content.is_empty());
+    assert!(c.tool_calls.is_empty());
+    assert_eq!(c.usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((34, 24)));
+    assert_eq!(c.timings.map(|t| t.predicted_n), Some(24));
+}
+
+#[test]
+fn parallel_tool_calls_assemble_by_index() {
+    let c = parse_sse_bytes(&fixture("parallel-tool-calls.sse")).unwrap();
+    assert_eq!(
+        c,
+        Completion {
+            content: String::new(),
+            reasoning: String::new(),
+            tool_calls: vec![
+                ToolCall {
+                    id: "call_a".into(),
+                    name: "fs.read".into(),
+                    arguments: json!({"path": "/home/o/a.txt"})
+                },
+                ToolCall {
+                    id: "call_b".into(),
+                    name: "http.fetch".into(),
+                    arguments: json!({"url": "https://docs.rs"})
+                },
+            ],
+            finish: FinishReason::ToolCalls,
+            usage: Some(bx_infer::Usage { prompt_tokens: 120, completion_tokens: 30 }),
+            timings: Some(bx_infer::Timings {
+                cache_n: 100,
+                prompt_n: 20,
+                prompt_ms: 12.5,
+                predicted_n: 30,
+                predicted_ms: 300.0
+            }),
+        }
+    );
+}
+
+#[test]
+fn tool_calls_without_index_key_by_id() {
+    let c = parse_sse_bytes(&fixture("tool-call-by-id.sse")).unwrap();
+    assert_eq!(
+        c.tool_calls,
+        vec![ToolCall {
+            id: "x1".into(),
+            name: "fs.list".into(),
+            arguments: json!({"path": "/srv"})
+        }]
+    );
+}
+
+#[test]
+fn bad_arguments_are_an_error_never_empty() {
+    let e = parse_sse_bytes(&fixture("bad-arguments.sse")).unwrap_err();
+    assert!(matches!(&e, InferError::Protocol(m) if m.contains("not JSON")), "{e}");
+}
+
+#[test]
+fn length_inside_a_tool_call_is_a_truncated_call() {
+    let e = parse_sse_bytes(&fixture("length-in-tool-call.sse")).unwrap_err();
+    assert!(matches!(&e, InferError::Truncated(m) if m.contains("tool call")), "{e}");
+}
+
+#[test]
+fn error_line_ends_with_that_error() {
+    let e = parse_sse_bytes(&fixture("error-event.sse")).unwrap_err();
+    assert!(matches!(&e, InferError::Server(m) if m.contains("context shift is disabled")), "{e}");
+}
+
+#[test]
+fn close_before_finish_is_truncated() {
+    let e = parse_sse_bytes(&fixture("truncated.sse")).unwrap_err();
+    assert_eq!(e, InferError::Truncated("connection closed".into()));
+}
+
+#[test]
+fn reasoning_under_both_names_and_crlf() {
+    let c = parse_sse_bytes(&fixture("reasoning-crlf.sse")).unwrap();
+    assert_eq!(
+        (c.reasoning.as_str(), c.content.as_str(), c.finish),
+        ("Let me think. Two plus two.", "4", FinishReason::Stop)
+    );
+}

@@ -1,0 +1,239 @@
+//! Against a real llama-server: streaming, cache reuse, constrained tool calls, the slot
+//! gate under load, a server killed mid-stream, a server that starts late, and one that
+//! never comes.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bx_infer::{
+    ChatRequest, Client, InferConfig, InferError, Message, RetryPolicy, StreamEvent, ToolChoice,
+    ToolDef, ToolMode,
+};
+use serde_json::json;
+
+use super::*;
+
+fn user(text: &str) -> Message {
+    Message::User { content: text.into() }
+}
+
+fn request(messages: Vec<Message>, max_tokens: u32) -> ChatRequest {
+    ChatRequest {
+        messages,
+        max_tokens: Some(max_tokens),
+        temperature: Some(0.0),
+        seed: Some(1),
+        ..ChatRequest::default()
+    }
+}
+
+async fn client(server: &Server) -> Client {
+    Client::connect(InferConfig::new(&server.url())).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_tokens_as_they_arrive_and_reuses_the_prompt_cache() {
+    let server = Server::start(2);
+    let c = client(&server).await;
+    let first = request(
+        vec![
+            Message::System { content: "You are terse.".into() },
+            user("Count from one to ten in words."),
+        ],
+        24,
+    );
+    let mut arrivals: Vec<(Instant, String)> = Vec::new();
+    let done = c
+        .chat("s1", &first, |e| {
+            if let StreamEvent::Content(t) = e {
+                arrivals.push((Instant::now(), t.clone()));
+            }
+        })
+        .await
+        .unwrap();
+    let returned = Instant::now();
+    assert!(arrivals.len() >= 3, "only {} content events", arrivals.len());
+    assert_eq!(arrivals.iter().map(|(_, t)| t.as_str()).collect::<String>(), done.content);
+    // Tokens reached us while the model was still generating, not all at the end.
+    let spread = arrivals.last().unwrap().0 - arrivals[0].0;
+    assert!(spread > Duration::from_millis(5) && arrivals[0].0 < returned, "spread {spread:?}");
+    let t1 = done.timings.expect("timings");
+
+    // The next turn on the same session reuses the first turn's prompt from the slot.
+    let mut messages = first.messages.clone();
+    messages.push(Message::Assistant { content: done.content.clone(), tool_calls: vec![] });
+    messages.push(user("Now from eleven to fifteen."));
+    let second = c.chat("s1", &request(messages, 8), |_| {}).await.unwrap();
+    let t2 = second.timings.expect("timings");
+    assert!(
+        t2.cache_n >= t1.prompt_n + t1.cache_n,
+        "cache_n {} after a first prompt of {}",
+        t2.cache_n,
+        t1.prompt_n + t1.cache_n
+    );
+}
+
+fn read_tool() -> ToolDef {
+    ToolDef {
+        name: "read_file".into(),
+        description: "Read a file".into(),
+        // A length bound keeps the tiny model's string from running on to the token limit;
+        // the schema then guarantees the shape of the call, not the sense of the path.
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string", "maxLength": 32}}, "required": ["path"], "additionalProperties": false}),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constrained_mode_gets_a_real_tool_call_shaped_like_a_native_one() {
+    let server = Server::start(2);
+    let mut cfg = InferConfig::new(&server.url());
+    cfg.mode = ToolMode::Constrained;
+    let c = Client::connect(cfg).await.unwrap();
+    let req = ChatRequest {
+        tools: vec![read_tool()],
+        tool_choice: Some(ToolChoice::Required),
+        ..request(
+            vec![
+                Message::System { content: "You call tools. Reply with JSON.".into() },
+                user("Read the file notes.txt"),
+            ],
+            128,
+        )
+    };
+    let got = c.chat("t", &req, |_| {}).await.unwrap();
+    assert_eq!(got.tool_calls.len(), 1, "{got:?}");
+    let call = &got.tool_calls[0];
+    assert_eq!(call.name, "read_file");
+    assert!(call.arguments["path"].is_string(), "{call:?}");
+    assert_eq!(got.finish, bx_infer::FinishReason::ToolCalls);
+
+    // The same call arriving natively assembles to the same value.
+    let native = format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        json!({"choices":[{"index":0,"finish_reason":null,"delta":{"tool_calls":[{"index":0,"id":"call_0","function":{"name":"read_file","arguments":call.arguments.to_string()}}]}}]}),
+        json!({"choices":[{"index":0,"finish_reason":"tool_calls","delta":{}}]})
+    );
+    let parsed = bx_infer::parse_sse_bytes(native.as_bytes()).unwrap();
+    assert_eq!(&parsed.tool_calls, &got.tool_calls);
+}
+
+/// Per slot, the tasks the server launched and released, in log order; fails if a slot
+/// ever launched a task while another was still running on it.
+fn check_one_task_per_slot(log: &str) -> usize {
+    let mut running: std::collections::HashMap<String, String> = Default::default();
+    let mut launched = 0;
+    for line in log.lines() {
+        let field = |name: &str| -> Option<String> {
+            let at = line.find(name)? + name.len();
+            Some(line[at..].trim_start().split([' ', '|']).next()?.to_owned())
+        };
+        if line.contains("launch_slot_") {
+            let (slot, task) = (field("id ").unwrap(), field("task ").unwrap());
+            if let Some(other) = running.insert(slot.clone(), task.clone()) {
+                panic!("slot {slot} launched task {task} while task {other} was still running");
+            }
+            launched += 1;
+        } else if line.contains("release:") && line.contains("stop processing") {
+            running.remove(&field("id ").unwrap());
+        }
+    }
+    launched
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_sessions_on_two_slots_never_share_a_slot() {
+    let server = Server::start(2);
+    let c = client(&server).await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let req = request(vec![user(&format!("Say the number {i}."))], 12);
+            c.chat(&format!("session-{i}"), &req, |_| {}).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(c.gate().load(), (0, 0));
+    // Give the server a moment to write its last release line.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let launched = check_one_task_per_slot(&server.log_text());
+    assert!(launched >= 8, "the log shows {launched} launches");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_mid_stream_is_truncated_within_a_second() {
+    let server = Arc::new(Mutex::new(Server::start(1)));
+    let url = server.lock().unwrap().url();
+    let c = Client::connect(InferConfig::new(&url)).await.unwrap();
+    let req = request(vec![user("Write a very long story about a lighthouse keeper.")], 400);
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let (k, s) = (Arc::clone(&killed_at), Arc::clone(&server));
+    let result = c
+        .chat("k", &req, move |e| {
+            if matches!(e, StreamEvent::Content(_)) && k.lock().unwrap().is_none() {
+                s.lock().unwrap().kill();
+                *k.lock().unwrap() = Some(Instant::now());
+            }
+        })
+        .await;
+    let ended = Instant::now();
+    let killed = killed_at.lock().unwrap().expect("no token arrived before the kill");
+    assert!(matches!(result, Err(InferError::Truncated(_))), "{result:?}");
+    assert!(ended - killed < Duration::from_secs(1), "took {:?} to notice", ended - killed);
+    assert_eq!(c.gate().load(), (0, 0), "the slot was not released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_started_late_is_reached_by_the_retry() {
+    let port = free_port();
+    let mut cfg = InferConfig::new(&format!("http://127.0.0.1:{port}"));
+    cfg.retry = RetryPolicy {
+        window: Duration::from_secs(120),
+        attempts: 1000,
+        base: Duration::from_millis(50),
+        max: Duration::from_millis(500),
+    };
+    let connecting = tokio::spawn(Client::connect(cfg));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!connecting.is_finished(), "connect gave up before the server came");
+    let _server = Server::spawn(port, 1);
+    let c = connecting.await.unwrap().unwrap();
+    let got = c.chat("late", &request(vec![user("Hi")], 4), |_| {}).await.unwrap();
+    assert!(got.usage.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_comes_is_a_clear_error_when_the_budget_ends() {
+    let port = free_port();
+    let mut cfg = InferConfig::new(&format!("http://127.0.0.1:{port}"));
+    cfg.retry = RetryPolicy {
+        window: Duration::from_secs(2),
+        attempts: 5,
+        base: Duration::from_millis(50),
+        max: Duration::from_millis(400),
+    };
+    let started = Instant::now();
+    let err = Client::connect(cfg).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    match &err {
+        InferError::Unreachable { attempts, .. } => {
+            assert!(*attempts <= 5 && *attempts >= 2, "{err}")
+        }
+        other => panic!("expected unreachable, got {other:?}"),
+    }
+    assert!(err.to_string().contains("docs/runbook.md#inference-unreachable"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_test_reports_the_server() {
+    let server = Server::start(2);
+    let c = client(&server).await;
+    let report = c.self_test().await;
+    assert!(report.healthy && report.completion_ok, "{report}");
+    assert_eq!(report.slots, 2);
+    assert!(report.context.is_some_and(|n| n >= 512), "{report}");
+    assert_eq!(report.tool_mode, "constrained", "SmolLM2's template takes no tools: {report}");
+    assert!(report.problems.is_empty(), "{report}");
+}
