@@ -54,6 +54,7 @@ bench: tools
 	$(CARGO) bench --locked -p bx-runtime --bench runtime
 	$(CARGO) bench --locked -p bx-broker --bench decide
 	$(CARGO) bench --locked -p bx-audit --bench audit
+	$(CARGO) bench --locked -p bx-infer --bench infer
 
 stress:
 	BX_AUDIT_CRASH_ITERATIONS=5000 $(CARGO) test --locked -p bx-audit --test all crash -- --nocapture

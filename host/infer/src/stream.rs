@@ -277,7 +277,17 @@ pub fn parse_sse_bytes(bytes: &[u8]) -> Result<Completion, InferError> {
     use futures_util::StreamExt as _;
     let mut lines = LineSplitter::new(usize::MAX);
     let rewritten = lines.push(bytes).map_err(|TooLarge| InferError::EventTooLarge(usize::MAX))?;
-    let chunks = vec![Ok::<_, std::io::Error>(rewritten)];
+    // One chunk per event, as the network delivers them: the SSE parser rescans its
+    // buffer per event, so one huge chunk would cost quadratic time.
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    while let Some(end) = rewritten[start..].windows(2).position(|w| w == b"\n\n") {
+        chunks.push(Ok::<_, std::io::Error>(rewritten.slice(start..start + end + 2)));
+        start += end + 2;
+    }
+    if start < rewritten.len() {
+        chunks.push(Ok(rewritten.slice(start..)));
+    }
     let mut events = futures_util::stream::iter(chunks).eventsource();
     let mut asm = Assembler::new();
     // The in-memory stream never waits, so polling it once per item completes.
