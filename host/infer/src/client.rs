@@ -288,12 +288,7 @@ impl Client {
                     });
                 }
                 tokio::time::sleep(Self::backoff(&self.cfg.retry, attempt)).await;
-                let healthy = self
-                    .http
-                    .get(format!("{}/health", self.cfg.url))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
+                let healthy = self.healthy().await;
                 if healthy {
                     break;
                 }
@@ -371,16 +366,17 @@ impl Client {
         Ok(completion)
     }
 
+    /// True when `/health` answers 200.
+    async fn healthy(&self) -> bool {
+        let url = format!("{}/health", self.cfg.url);
+        self.http.get(url).send().await.is_ok_and(|r| r.status().is_success())
+    }
+
     /// Health, properties, slots, context, tool support, and one short completion with
     /// `cache_prompt` and `timings`: what `bx doctor` shows.
     pub async fn self_test(&self) -> SelfTest {
         let mut problems = Vec::new();
-        let healthy = self
-            .http
-            .get(format!("{}/health", self.cfg.url))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
+        let healthy = self.healthy().await;
         if !healthy {
             problems.push("/health did not answer ok".into());
         }

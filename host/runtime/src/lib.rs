@@ -22,6 +22,16 @@ mod tool;
 
 pub use bindings::bx::tool::types::{CallError, Description, Output, ResourceArg, ResourceKind};
 pub use cache::{CacheOutcome, ComponentCache};
+
+/// The name of a resource kind as the owner reads it (`path-read`, `path-write`,
+/// `url-fetch`), the same as in the WIT.
+pub fn resource_kind_name(kind: ResourceKind) -> &'static str {
+    match kind {
+        ResourceKind::PathRead => "path-read",
+        ResourceKind::PathWrite => "path-write",
+        ResourceKind::UrlFetch => "url-fetch",
+    }
+}
 pub use engine::{Runtime, engine_key};
 pub use error::{Limit, RunError};
 pub use limits::Limits;

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bx_runtime::{ComponentCache, LoadedTool, ResourceKind, Runtime};
+use bx_runtime::{ComponentCache, LoadedTool, Runtime};
 
 use crate::config::Config;
 use crate::digest::Digest;
@@ -75,14 +75,6 @@ pub(crate) fn write_atomically(path: &Path, data: &[u8]) -> Result<(), StoreErro
     tmp.as_file().sync_data().map_err(|e| StoreError::io(path, e))?;
     tmp.persist(path).map_err(|e| StoreError::io(path, e.error))?;
     Ok(())
-}
-
-fn kind_name(kind: ResourceKind) -> &'static str {
-    match kind {
-        ResourceKind::PathRead => "path-read",
-        ResourceKind::PathWrite => "path-write",
-        ResourceKind::UrlFetch => "url-fetch",
-    }
 }
 
 /// Holds `tools/.lock` exclusively while alive.
@@ -223,8 +215,12 @@ impl Store {
             write_atomically(&blob, &bytes)?;
         }
         self.cache.compile(runtime, &digest.hex(), &bytes)?;
-        let resources =
-            tool.description().resources.iter().map(|r| kind_name(r.kind).to_owned()).collect();
+        let resources = tool
+            .description()
+            .resources
+            .iter()
+            .map(|r| bx_runtime::resource_kind_name(r.kind).to_owned())
+            .collect();
         installed.tools.insert(
             name.clone(),
             InstalledTool { digest: digest.to_string(), size: bytes.len() as u64, resources },

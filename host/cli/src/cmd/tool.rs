@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::bail;
-use bx_runtime::{Limits, ResourceKind, Runtime};
+use bx_runtime::{Limits, Runtime};
 use bx_store::{Digest, InstallSource, Store};
 use clap::{Args, Subcommand};
 
@@ -135,14 +135,6 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
     Ok(EXIT_OK)
 }
 
-fn kind_name(kind: ResourceKind) -> &'static str {
-    match kind {
-        ResourceKind::PathRead => "path-read",
-        ResourceKind::PathWrite => "path-write",
-        ResourceKind::UrlFetch => "url-fetch",
-    }
-}
-
 fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
     let runtime = runtime()?;
     let tool = store.open_tool(&runtime, name)?;
@@ -152,7 +144,7 @@ fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
     println!("summary:  {}", d.summary);
     println!("resources:");
     for r in &d.resources {
-        println!("  {} ({})", r.arg, kind_name(r.kind));
+        println!("  {} ({})", r.arg, bx_runtime::resource_kind_name(r.kind));
     }
     let schema: serde_json::Value = serde_json::from_str(&d.args_schema)
         .unwrap_or(serde_json::Value::String(d.args_schema.clone()));
