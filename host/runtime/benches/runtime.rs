@@ -161,7 +161,4 @@ fn bench_install(rt: &Runtime) {
             &cached,
         );
     }
-    println!(
-        "\ntargets: fresh instance + trivial call <= 30 µs median; fs.read 1 MiB <= 3× std::fs::read"
-    );
 }
