@@ -15,6 +15,7 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
     let mut m = BTreeMap::new();
     m.insert("bx-broker", [all_bx.as_slice(), &runtimes].concat());
     m.insert("bx-audit", [all_bx.as_slice(), &runtimes, &["bx-broker"]].concat());
+    m.insert("bx-protocol", [all_bx.as_slice(), &runtimes, &["bx-broker"]].concat());
     m.insert(
         "bx-runtime",
         vec!["bx-audit", "bx-protocol", "bx-store", "bx-infer", "bx-agent", "bx-cli"],

@@ -1,0 +1,14 @@
+//! The wire protocol between `bx chat` (and the other clients) and the daemon, over a Unix
+//! socket: frames of a 4-byte big-endian length and one UTF-8 JSON object, each an
+//! [`Envelope`] with a version, an id and a typed body. Every type refuses unknown fields.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod frame;
+mod message;
+
+pub use frame::{FrameError, MAX_FRAME_BYTES, decode, encode, read_frame};
+pub use message::{
+    Answer, ApprovalSummary, Body, Envelope, ErrorCode, SessionSummary, ToolSummary, TurnUsage,
+    VERSION,
+};

@@ -1,0 +1,305 @@
+//! Messages: the envelope and every body type, client to daemon and back.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this bx speaks.
+pub const VERSION: u32 = 1;
+
+/// One message on the socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    /// Protocol version ([`VERSION`]).
+    pub v: u32,
+    /// Chosen by the client for a request; a reply or event carries the id of the
+    /// request it belongs to.
+    pub id: u64,
+    /// What the message says.
+    pub msg: Body,
+}
+
+/// How the owner answers an approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Answer {
+    /// Run the call.
+    Approve {},
+    /// Do not run it; the reason reaches the model.
+    Refuse {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Error codes; each maps to a runbook entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The audit log cannot record.
+    AuditUnavailable,
+    /// The policy is invalid and none was ever valid.
+    PolicyInvalid,
+    /// The inference server cannot be reached.
+    InferenceUnreachable,
+    /// Every slot is busy and the queue is full.
+    InferenceBusy,
+    /// The session already has a turn running.
+    SessionBusy,
+    /// The request was malformed.
+    BadRequest,
+    /// Anything else.
+    Internal,
+}
+
+/// A pending approval, for listings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalSummary {
+    /// The id to answer with.
+    pub approval: String,
+    /// The session it belongs to.
+    pub session: String,
+    /// The tool.
+    pub tool: String,
+    /// Seconds until it expires.
+    pub expires_in_s: u64,
+}
+
+/// A session, for listings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSummary {
+    /// Its id.
+    pub session: String,
+    /// Its taint, as `confidentiality/integrity`.
+    pub taint: String,
+    /// Whether a turn is running.
+    pub busy: bool,
+}
+
+/// An installed tool, for listings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSummary {
+    /// Its name.
+    pub name: String,
+    /// Its digest.
+    pub digest: String,
+}
+
+/// Token counts of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnUsage {
+    /// Prompt tokens.
+    pub prompt: u64,
+    /// Prompt tokens reused from the server's cache.
+    pub cached: u64,
+    /// Generated tokens.
+    pub completion: u64,
+}
+
+/// Every message type. `type` names it on the wire; the other fields sit beside it.
+/// Variants without fields are written `Name {}`: serde refuses unknown fields only for
+/// struct variants of an internally tagged enum, never for unit ones.
+/// (Not flattened into the envelope: serde cannot refuse unknown fields through a
+/// flatten, and refusing them is the point.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Body {
+    // Client to daemon.
+    /// Send the owner's message to a session (starts a turn).
+    Send {
+        /// The session.
+        session: String,
+        /// The text.
+        text: String,
+    },
+    /// Answer an approval by its id.
+    AnswerApproval {
+        /// The approval id.
+        approval: String,
+        /// The answer.
+        answer: Answer,
+    },
+    /// List pending approvals.
+    ListApprovals {},
+    /// List sessions.
+    ListSessions {},
+    /// Report what a session's calls may reach.
+    ReportGrants {
+        /// The session.
+        session: String,
+    },
+    /// List installed tools.
+    ListTools {},
+
+    // Daemon to client: replies.
+    /// The request was done.
+    Ok {},
+    /// The request was refused (an approval already answered, say).
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// The request failed; `runbook` names the entry to read.
+    Error {
+        /// What kind of failure.
+        code: ErrorCode,
+        /// What happened.
+        message: String,
+        /// The runbook entry to read, as a path with an anchor into docs/runbook.md.
+        runbook: String,
+    },
+    /// Pending approvals.
+    Approvals {
+        /// The list.
+        items: Vec<ApprovalSummary>,
+    },
+    /// Sessions.
+    Sessions {
+        /// The list.
+        items: Vec<SessionSummary>,
+    },
+    /// A session's grants, one line each.
+    Grants {
+        /// The session.
+        session: String,
+        /// Grant lines as `bx policy explain` prints them.
+        lines: Vec<String>,
+    },
+    /// Installed tools.
+    Tools {
+        /// The list.
+        items: Vec<ToolSummary>,
+    },
+
+    // Daemon to client: turn events.
+    /// Model text as it streams.
+    ContentDelta {
+        /// The session.
+        session: String,
+        /// The text.
+        text: String,
+    },
+    /// Model thinking as it streams.
+    ReasoningDelta {
+        /// The session.
+        session: String,
+        /// The text.
+        text: String,
+    },
+    /// The model proposed a tool call.
+    ToolCallProposed {
+        /// The session.
+        session: String,
+        /// The call id.
+        call: String,
+        /// The tool.
+        tool: String,
+        /// The arguments, JSON text.
+        args: String,
+    },
+    /// A call waits for the owner; `block` is the whole approval block, escaped.
+    ApprovalNeeded {
+        /// The session.
+        session: String,
+        /// The call id.
+        call: String,
+        /// The id to answer with.
+        approval: String,
+        /// The block to show, never truncated.
+        block: String,
+    },
+    /// A call started running.
+    ToolStarted {
+        /// The session.
+        session: String,
+        /// The call id.
+        call: String,
+    },
+    /// A call finished.
+    ToolResult {
+        /// The session.
+        session: String,
+        /// The call id.
+        call: String,
+        /// `ok`, `error` or `stopped`.
+        status: String,
+        /// The result's label.
+        label: String,
+        /// Bytes of output.
+        bytes: u64,
+    },
+    /// A call was refused; the reason also reaches the model.
+    ToolDenied {
+        /// The session.
+        session: String,
+        /// The call id.
+        call: String,
+        /// Why.
+        reason: String,
+    },
+    /// The turn ended.
+    TurnDone {
+        /// The session.
+        session: String,
+        /// Token counts.
+        usage: TurnUsage,
+    },
+}
+
+impl Body {
+    /// Every type name, in declaration order. The fixture test checks each has a fixture.
+    pub const TYPES: &'static [&'static str] = &[
+        "send",
+        "answer_approval",
+        "list_approvals",
+        "list_sessions",
+        "report_grants",
+        "list_tools",
+        "ok",
+        "refused",
+        "error",
+        "approvals",
+        "sessions",
+        "grants",
+        "tools",
+        "content_delta",
+        "reasoning_delta",
+        "tool_call_proposed",
+        "approval_needed",
+        "tool_started",
+        "tool_result",
+        "tool_denied",
+        "turn_done",
+    ];
+
+    /// The wire name of this body's type. An exhaustive match: a new variant does not
+    /// compile until it is named here (and then the fixture test asks for its fixture).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Body::Send { .. } => "send",
+            Body::AnswerApproval { .. } => "answer_approval",
+            Body::ListApprovals {} => "list_approvals",
+            Body::ListSessions {} => "list_sessions",
+            Body::ReportGrants { .. } => "report_grants",
+            Body::ListTools {} => "list_tools",
+            Body::Ok {} => "ok",
+            Body::Refused { .. } => "refused",
+            Body::Error { .. } => "error",
+            Body::Approvals { .. } => "approvals",
+            Body::Sessions { .. } => "sessions",
+            Body::Grants { .. } => "grants",
+            Body::Tools { .. } => "tools",
+            Body::ContentDelta { .. } => "content_delta",
+            Body::ReasoningDelta { .. } => "reasoning_delta",
+            Body::ToolCallProposed { .. } => "tool_call_proposed",
+            Body::ApprovalNeeded { .. } => "approval_needed",
+            Body::ToolStarted { .. } => "tool_started",
+            Body::ToolResult { .. } => "tool_result",
+            Body::ToolDenied { .. } => "tool_denied",
+            Body::TurnDone { .. } => "turn_done",
+        }
+    }
+}
