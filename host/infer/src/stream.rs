@@ -106,12 +106,81 @@ pub struct Assembler {
     done: bool,
 }
 
-fn u64_of(v: &Value, key: &str) -> u64 {
-    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+// The chunk as the server sends it, read with borrowed strings (no DOM per event).
+// Unknown fields are ignored on purpose: this is a third-party, evolving format, and a
+// new field from the server must not break the stream.
+type Text<'a> = Option<std::borrow::Cow<'a, str>>;
+
+#[derive(serde::Deserialize)]
+struct WireChunk<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<WireChoice<'a>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    timings: Option<WireTimings>,
+    #[serde(borrow, default)]
+    error: Option<&'a serde_json::value::RawValue>,
 }
 
-fn f64_of(v: &Value, key: &str) -> f64 {
-    v.get(key).and_then(Value::as_f64).unwrap_or(0.0)
+#[derive(serde::Deserialize)]
+struct WireChoice<'a> {
+    #[serde(borrow, default)]
+    delta: Option<WireDelta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Text<'a>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct WireDelta<'a> {
+    #[serde(borrow, default)]
+    content: Text<'a>,
+    #[serde(borrow, default)]
+    reasoning_content: Text<'a>,
+    #[serde(borrow, default)]
+    reasoning: Text<'a>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<WireToolCall<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireToolCall<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(borrow, default)]
+    id: Text<'a>,
+    #[serde(borrow, default)]
+    function: Option<WireFunction<'a>>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct WireFunction<'a> {
+    #[serde(borrow, default)]
+    name: Text<'a>,
+    #[serde(borrow, default)]
+    arguments: Text<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct WireTimings {
+    #[serde(default)]
+    cache_n: u64,
+    #[serde(default)]
+    prompt_n: u64,
+    #[serde(default)]
+    prompt_ms: f64,
+    #[serde(default)]
+    predicted_n: u64,
+    #[serde(default)]
+    predicted_ms: f64,
 }
 
 impl Assembler {
@@ -154,9 +223,10 @@ impl Assembler {
             self.done = true;
             return Ok(vec![]);
         }
-        let chunk: Value = serde_json::from_str(data)
-            .map_err(|e| InferError::Protocol(format!("event is not JSON: {e}")))?;
-        if let Some(err) = chunk.get("error") {
+        let chunk: WireChunk<'_> = serde_json::from_str(data)
+            .map_err(|e| InferError::Protocol(format!("event is not a chunk: {e}")))?;
+        if let Some(err) = chunk.error {
+            let err: Value = serde_json::from_str(err.get()).unwrap_or(Value::Null);
             let msg = err
                 .get("message")
                 .and_then(Value::as_str)
@@ -164,44 +234,42 @@ impl Assembler {
             return Err(InferError::Server(msg));
         }
         let mut out = Vec::new();
-        if let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) {
-            let delta = choice.get("delta").unwrap_or(&Value::Null);
+        if let Some(choice) = chunk.choices.into_iter().next() {
+            let delta = choice.delta.unwrap_or_default();
+            if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                self.content.push_str(&text);
+                out.push(StreamEvent::Content(text.into_owned()));
+            }
             if let Some(text) =
-                delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty())
+                delta.reasoning_content.or(delta.reasoning).filter(|t| !t.is_empty())
             {
-                self.content.push_str(text);
-                out.push(StreamEvent::Content(text.to_owned()));
+                self.reasoning.push_str(&text);
+                out.push(StreamEvent::Reasoning(text.into_owned()));
             }
-            let reasoning = delta.get("reasoning_content").or_else(|| delta.get("reasoning"));
-            if let Some(text) = reasoning.and_then(Value::as_str).filter(|t| !t.is_empty()) {
-                self.reasoning.push_str(text);
-                out.push(StreamEvent::Reasoning(text.to_owned()));
-            }
-            for tc in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                let index = tc.get("index").and_then(Value::as_u64);
-                let id = tc.get("id").and_then(Value::as_str).unwrap_or("");
-                let slot = self.call_slot(index, id);
+            for tc in delta.tool_calls.unwrap_or_default() {
+                let id = tc.id.unwrap_or_default();
+                let slot = self.call_slot(tc.index, &id);
                 let call = &mut self.calls[slot];
                 if call.id.is_empty() && !id.is_empty() {
-                    call.id = id.to_owned();
+                    call.id = id.into_owned();
                 }
-                let function = tc.get("function").unwrap_or(&Value::Null);
-                let name = function.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
-                if let Some(n) = name
+                let function = tc.function.unwrap_or_default();
+                let name = function.name.filter(|n| !n.is_empty());
+                if let Some(n) = &name
                     && call.name.is_empty()
                 {
-                    call.name = n.to_owned();
+                    call.name = n.to_string();
                 }
-                let fragment = function.get("arguments").and_then(Value::as_str).unwrap_or("");
-                call.arguments.push_str(fragment);
+                let fragment = function.arguments.unwrap_or_default();
+                call.arguments.push_str(&fragment);
                 out.push(StreamEvent::ToolCallDelta {
                     index: slot,
-                    name: name.map(str::to_owned),
-                    arguments: fragment.to_owned(),
+                    name: name.map(std::borrow::Cow::into_owned),
+                    arguments: fragment.into_owned(),
                 });
             }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                let reason = match reason {
+            if let Some(reason) = choice.finish_reason {
+                let reason = match reason.as_ref() {
                     "stop" => FinishReason::Stop,
                     "length" => FinishReason::Length,
                     "tool_calls" => FinishReason::ToolCalls,
@@ -211,21 +279,19 @@ impl Assembler {
                 out.push(StreamEvent::Finish(reason));
             }
         }
-        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
-            let usage = Usage {
-                prompt_tokens: u64_of(u, "prompt_tokens"),
-                completion_tokens: u64_of(u, "completion_tokens"),
-            };
+        if let Some(u) = chunk.usage {
+            let usage =
+                Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens };
             self.usage = Some(usage);
             out.push(StreamEvent::Usage(usage));
         }
-        if let Some(t) = chunk.get("timings").filter(|t| t.is_object()) {
+        if let Some(t) = chunk.timings {
             let timings = Timings {
-                cache_n: u64_of(t, "cache_n"),
-                prompt_n: u64_of(t, "prompt_n"),
-                prompt_ms: f64_of(t, "prompt_ms"),
-                predicted_n: u64_of(t, "predicted_n"),
-                predicted_ms: f64_of(t, "predicted_ms"),
+                cache_n: t.cache_n,
+                prompt_n: t.prompt_n,
+                prompt_ms: t.prompt_ms,
+                predicted_n: t.predicted_n,
+                predicted_ms: t.predicted_ms,
             };
             self.timings = Some(timings);
             out.push(StreamEvent::Timings(timings));
