@@ -59,12 +59,18 @@ pub struct ApprovalTable {
 }
 
 fn new_id(taken: &BTreeMap<String, Pending>) -> String {
+    let mut attempt = 0u64;
     loop {
+        attempt += 1;
         let mut bytes = [0u8; ID_LEN];
-        // Without the OS's randomness there is no sound id; counters would be guessable
-        // but also harmless, since only the owner's own terminal answers.
+        // Without the OS's randomness, fall back to ids derived from a counter: guessable
+        // but harmless, since only the owner's own terminal answers; the attempt number
+        // makes every try different, so the loop ends.
         if getrandom::fill(&mut bytes).is_err() {
-            bytes = [taken.len() as u8; ID_LEN];
+            let n = (taken.len() as u64).wrapping_mul(1_000_003).wrapping_add(attempt);
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = (n >> (5 * i)) as u8 & 0x1f;
+            }
         }
         let id: String = bytes
             .iter()
