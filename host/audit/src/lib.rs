@@ -17,7 +17,7 @@ mod time;
 mod verify;
 
 pub use error::AuditError;
-pub use log::{AuditLog, CHECKPOINT_EVERY, Clock, Receipt, SystemClock};
+pub use log::{AuditLog, CHECKPOINT_EVERY, Clock, Receipt, SystemClock, day_files};
 pub use record::{GENESIS, Kind, Record, line_hash};
 pub use time::{day_of, format_rfc3339};
 pub use verify::{Break, Problem, Report, accept_break, verify};

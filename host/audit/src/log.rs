@@ -75,8 +75,8 @@ impl std::fmt::Debug for AuditLog {
     }
 }
 
-/// The day files in `dir`, oldest first.
-pub(crate) fn day_files(dir: &Path) -> Result<Vec<PathBuf>, AuditError> {
+/// The day files in `dir` (`YYYY-MM-DD.jsonl`), oldest first; none when `dir` is missing.
+pub fn day_files(dir: &Path) -> Result<Vec<PathBuf>, AuditError> {
     let mut files = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,

@@ -35,18 +35,10 @@ pub(crate) enum AuditCommand {
     },
 }
 
-fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
+/// Every line of every day file, oldest first.
+pub(crate) fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
-    for f in files {
+    for f in bx_audit::day_files(dir)? {
         let text = std::fs::read_to_string(&f)?;
         lines.extend(text.lines().map(str::to_owned));
     }

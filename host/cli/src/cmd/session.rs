@@ -44,30 +44,22 @@ pub(crate) fn run(state_dir: &Path, command: SessionCommand) -> anyhow::Result<u
             }
             let mut taint = Label::CLEAN;
             let mut results = 0;
-            let mut files: Vec<_> = std::fs::read_dir(state_dir.join("audit"))?
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                .collect();
-            files.sort();
-            for f in files {
-                for line in std::fs::read_to_string(&f)?.lines() {
-                    let Ok(r) = Record::parse(line) else { continue };
-                    if r.kind != Kind::Result
-                        || r.fields.get("session").and_then(|s| s.as_str()) != Some(id.as_str())
-                    {
-                        continue;
-                    }
-                    // A result whose label cannot be read counts as the top label.
-                    let label = r
-                        .fields
-                        .get("label")
-                        .and_then(|l| l.as_str())
-                        .and_then(|l| parse_label(l).ok())
-                        .unwrap_or(Label::TOP);
-                    taint = taint.join(label);
-                    results += 1;
+            for line in super::audit::all_records(&state_dir.join("audit"))? {
+                let Ok(r) = Record::parse(&line) else { continue };
+                if r.kind != Kind::Result
+                    || r.fields.get("session").and_then(|s| s.as_str()) != Some(id.as_str())
+                {
+                    continue;
                 }
+                // A result whose label cannot be read counts as the top label.
+                let label = r
+                    .fields
+                    .get("label")
+                    .and_then(|l| l.as_str())
+                    .and_then(|l| parse_label(l).ok())
+                    .unwrap_or(Label::TOP);
+                taint = taint.join(label);
+                results += 1;
             }
             sessions.write(&id, taint)?;
             println!("{id}: {taint} (from {results} results)");
