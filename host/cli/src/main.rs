@@ -1,7 +1,9 @@
 //! `bx`: the owner's command line.
 #![forbid(unsafe_code)]
 
+mod client;
 mod cmd;
+mod daemon;
 mod state_dir;
 
 use std::path::PathBuf;
@@ -36,6 +38,18 @@ enum Command {
     /// Show and rebuild session state.
     #[command(subcommand)]
     Session(cmd::session::SessionCommand),
+    /// Run the daemon (agent loop, broker, audit, runtime) in the foreground.
+    Serve(cmd::serve::ServeArgs),
+    /// Talk to the agent: interactive, or one turn with --say.
+    Chat(cmd::chat::ChatArgs),
+    /// List the approvals waiting for an answer, each with its whole block.
+    Approvals(cmd::approvals::ListArgs),
+    /// Approve a waiting call by its id.
+    Approve(cmd::approvals::ApproveArgs),
+    /// Refuse a waiting call by its id, with a reason the model reads.
+    Refuse(cmd::approvals::RefuseArgs),
+    /// Check the inference server, the policy, the audit log and the installed tools.
+    Doctor(cmd::doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +66,12 @@ fn main() -> ExitCode {
         Command::Policy(command) => cmd::policy::run(&state_dir, command),
         Command::Audit(command) => cmd::audit::run(&state_dir, command),
         Command::Session(command) => cmd::session::run(&state_dir, command),
+        Command::Serve(args) => cmd::serve::run(&state_dir, &args),
+        Command::Chat(args) => cmd::chat::run(&state_dir, &args),
+        Command::Approvals(args) => cmd::approvals::list(&state_dir, &args),
+        Command::Approve(args) => cmd::approvals::approve(&state_dir, &args),
+        Command::Refuse(args) => cmd::approvals::refuse(&state_dir, &args),
+        Command::Doctor(args) => cmd::doctor::run(&state_dir, &args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -89,6 +89,17 @@ impl SlotGate {
         slot
     }
 
+    /// Puts `session` on `slot` (as remembered from before a restart), so its next request
+    /// lands where the server still holds its prompt cache. Ignored when the session is
+    /// already placed or the slot does not exist (the server was restarted with fewer).
+    pub fn pin(&self, session: &str, slot: usize) {
+        let mut s = self.lock();
+        if slot < s.load.len() && !s.session_slot.contains_key(session) {
+            s.load[slot] += 1;
+            s.session_slot.insert(session.to_owned(), slot);
+        }
+    }
+
     /// Waits for the session's slot. Returns `Busy` at once when the queue is full.
     pub async fn acquire(&self, session: &str) -> Result<SlotGuard, InferError> {
         let rx = {
@@ -183,6 +194,17 @@ mod tests {
         assert_eq!(second.await.unwrap().unwrap(), 0);
         assert_eq!(third.await.unwrap().unwrap(), 0);
         assert_eq!(gate.load(), (0, 0));
+    }
+
+    #[test]
+    fn pinned_sessions_keep_their_slot_and_count_as_load() {
+        // A session remembered on slot 1 stays there, and a new session goes to slot 0.
+        let gate = SlotGate::new(2, 4);
+        gate.pin("old", 1);
+        gate.pin("old", 0);
+        gate.pin("nowhere", 7);
+        assert_eq!((gate.slot_of("old"), gate.slot_of("new")), (1, 0));
+        assert_eq!(gate.slot_of("nowhere"), 0, "an impossible pin is ignored");
     }
 
     #[tokio::test]

@@ -31,7 +31,7 @@ pub struct ToolCall {
 
 /// One message of the transcript.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
-#[serde(tag = "role", rename_all = "lowercase")]
+#[serde(tag = "role", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Message {
     /// Instructions.
     System {
@@ -88,8 +88,19 @@ pub struct ChatRequest {
     pub seed: Option<u64>,
 }
 
-fn wire_message(m: &Message) -> Value {
+/// One message as the server reads it. In constrained mode the server's template may not
+/// know tool calls, so a call is written back as the JSON reply the model produced
+/// (`{"tool": …, "arguments": …}`): the model sees its own words, and the bytes are the
+/// same on every request.
+fn wire_message(m: &Message, constrained: bool) -> Value {
     match m {
+        Message::Assistant { tool_calls, .. } if constrained && !tool_calls.is_empty() => {
+            let calls: Vec<String> = tool_calls
+                .iter()
+                .map(|c| json!({"tool": c.name, "arguments": c.arguments}).to_string())
+                .collect();
+            json!({"role": "assistant", "content": calls.join("\n")})
+        }
         Message::System { content } => json!({"role": "system", "content": content}),
         Message::User { content } => json!({"role": "user", "content": content}),
         Message::Assistant { content, tool_calls } if tool_calls.is_empty() => {
@@ -128,7 +139,7 @@ impl ChatRequest {
 
     pub(crate) fn body(&self, c: Controls) -> Vec<u8> {
         let mut body = json!({
-            "messages": self.messages.iter().map(wire_message).collect::<Vec<_>>(),
+            "messages": self.messages.iter().map(|m| wire_message(m, c.constrained)).collect::<Vec<_>>(),
             "stream": true,
             "stream_options": {"include_usage": true},
             "id_slot": c.id_slot,

@@ -45,6 +45,16 @@ pub enum ErrorCode {
     InferenceBusy,
     /// The session already has a turn running.
     SessionBusy,
+    /// The session's transcript cannot be read back.
+    SessionDamaged,
+    /// The owner's `core.md` exists but cannot be read.
+    CoreUnreadable,
+    /// The turn hit a limit (tool calls, tokens or wall time).
+    TurnLimit,
+    /// The turn was cancelled (by the owner, or by the daemon shutting down).
+    Cancelled,
+    /// The inference server answered, but not with a usable reply.
+    InferenceFailed,
     /// The request was malformed.
     BadRequest,
     /// Anything else.
@@ -63,6 +73,8 @@ pub struct ApprovalSummary {
     pub tool: String,
     /// Seconds until it expires.
     pub expires_in_s: u64,
+    /// The whole block, escaped: what the owner approves.
+    pub block: String,
 }
 
 /// A session, for listings.
@@ -114,6 +126,13 @@ pub enum Body {
         session: String,
         /// The text.
         text: String,
+        /// The model's first reply must be a tool call.
+        require_tool: bool,
+    },
+    /// Cancel the session's running turn.
+    Cancel {
+        /// The session.
+        session: String,
     },
     /// Answer an approval by its id.
     AnswerApproval {
@@ -240,6 +259,21 @@ pub enum Body {
         /// Why.
         reason: String,
     },
+    /// One request to the model finished: its token counts and the server's timings.
+    ModelUsage {
+        /// The session.
+        session: String,
+        /// Prompt tokens in all.
+        prompt: u64,
+        /// Of those, reused from the slot's cache (`timings.cache_n`).
+        cached: u64,
+        /// Generated tokens.
+        completion: u64,
+        /// Milliseconds spent on the uncached prompt.
+        prompt_ms: f64,
+        /// Milliseconds spent generating.
+        predicted_ms: f64,
+    },
     /// The turn ended.
     TurnDone {
         /// The session.
@@ -253,6 +287,7 @@ impl Body {
     /// Every type name, in declaration order. The fixture test checks each has a fixture.
     pub const TYPES: &'static [&'static str] = &[
         "send",
+        "cancel",
         "answer_approval",
         "list_approvals",
         "list_sessions",
@@ -272,6 +307,7 @@ impl Body {
         "tool_started",
         "tool_result",
         "tool_denied",
+        "model_usage",
         "turn_done",
     ];
 
@@ -280,6 +316,7 @@ impl Body {
     pub fn type_name(&self) -> &'static str {
         match self {
             Body::Send { .. } => "send",
+            Body::Cancel { .. } => "cancel",
             Body::AnswerApproval { .. } => "answer_approval",
             Body::ListApprovals {} => "list_approvals",
             Body::ListSessions {} => "list_sessions",
@@ -299,6 +336,7 @@ impl Body {
             Body::ToolStarted { .. } => "tool_started",
             Body::ToolResult { .. } => "tool_result",
             Body::ToolDenied { .. } => "tool_denied",
+            Body::ModelUsage { .. } => "model_usage",
             Body::TurnDone { .. } => "turn_done",
         }
     }

@@ -1,17 +1,98 @@
-//! `config.toml` in the state directory: where tools come from. Unknown keys are refused,
-//! and every error names the file, line and column.
+//! `config.toml` in the state directory, four tables: `[inference]` (the model server),
+//! `[loop]` (limits of a turn), `[tools]` (where tools come from) and `[audit]` (where the
+//! log lives). Unknown keys are refused, and every error names the file, line and column.
+//! Every field has a default, so a missing file is a valid configuration.
 
 use std::path::Path;
 
 use crate::error::StoreError;
 
 /// The state directory's configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The `[inference]` table.
+    #[serde(default)]
+    pub inference: InferenceConfig,
+    /// The `[loop]` table.
+    #[serde(default, rename = "loop")]
+    pub turn: LoopConfig,
     /// The `[tools]` table.
     #[serde(default)]
     pub tools: ToolsConfig,
+    /// The `[audit]` table.
+    #[serde(default)]
+    pub audit: AuditConfig,
+}
+
+/// The `[inference]` table: which llama-server to talk to, or how to start one.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InferenceConfig {
+    /// Base URL of a running server. Default `http://127.0.0.1:8080`; ignored when
+    /// `launch` is set.
+    pub url: String,
+    /// A command that starts llama-server, as argv; `{port}` is replaced by a free
+    /// loopback port that bx then connects to. The daemon stops it when it exits.
+    pub launch: Vec<String>,
+    /// `auto` (default), `native` or `constrained`: how tool calls are obtained.
+    pub tool_mode: String,
+    /// Seconds to keep retrying a server that is not there yet (default 60).
+    pub connect_secs: u64,
+    /// Sampling temperature; unset leaves the server's default.
+    pub temperature: Option<f32>,
+    /// Fixed sampling seed; unset leaves the server's default.
+    pub seed: Option<u64>,
+}
+
+impl Default for InferenceConfig {
+    fn default() -> InferenceConfig {
+        InferenceConfig {
+            url: "http://127.0.0.1:8080".into(),
+            launch: Vec::new(),
+            tool_mode: "auto".into(),
+            connect_secs: 60,
+            temperature: None,
+            seed: None,
+        }
+    }
+}
+
+/// The `[loop]` table: limits of one turn. Without them a model that keeps calling tools
+/// (or keeps talking) would run, and hold its slot, for ever.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoopConfig {
+    /// Tool calls per turn (default 8).
+    pub max_tool_calls: u32,
+    /// Tokens the model may generate per turn, over all its requests (default 4096).
+    pub max_tokens: u32,
+    /// Wall-clock seconds per turn, approvals included (default 600).
+    pub max_turn_secs: u64,
+    /// Seconds an approval waits before it counts as a refusal (default 300).
+    pub approval_secs: u64,
+    /// Client connections the daemon serves at once (default 16); more wait.
+    pub max_connections: usize,
+}
+
+impl Default for LoopConfig {
+    fn default() -> LoopConfig {
+        LoopConfig {
+            max_tool_calls: 8,
+            max_tokens: 4096,
+            max_turn_secs: 600,
+            approval_secs: 300,
+            max_connections: 16,
+        }
+    }
+}
+
+/// The `[audit]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Directory of the log, absolute; default `audit/` in the state directory.
+    pub dir: Option<std::path::PathBuf>,
 }
 
 /// The `[tools]` table.
@@ -41,6 +122,44 @@ impl Config {
             let offset = e.span().map_or(0, |s| s.start);
             StoreError::parse_at(path, text, offset, e.message().to_owned())
         })?;
+        let at = |key: &str, message: String| {
+            let offset = text.find(key).unwrap_or(0);
+            StoreError::parse_at(path, text, offset, message)
+        };
+        if !["auto", "native", "constrained"].contains(&config.inference.tool_mode.as_str()) {
+            return Err(at(
+                "tool_mode",
+                format!(
+                    "inference.tool_mode: {:?} is not one of auto, native, constrained",
+                    config.inference.tool_mode
+                ),
+            ));
+        }
+        if !config.inference.launch.is_empty()
+            && !config.inference.launch.iter().any(|a| a.contains("{port}"))
+        {
+            return Err(at(
+                "launch",
+                "inference.launch: no argument contains {port}, so bx cannot know where the \
+                 server listens"
+                    .into(),
+            ));
+        }
+        let zero = [
+            ("max_tool_calls", config.turn.max_tool_calls == 0),
+            ("max_tokens", config.turn.max_tokens == 0),
+            ("max_turn_secs", config.turn.max_turn_secs == 0),
+            ("approval_secs", config.turn.approval_secs == 0),
+            ("max_connections", config.turn.max_connections == 0),
+        ];
+        if let Some((key, _)) = zero.iter().find(|(_, z)| *z) {
+            return Err(at(key, format!("loop.{key}: must be at least 1")));
+        }
+        if let Some(dir) = &config.audit.dir
+            && !dir.is_absolute()
+        {
+            return Err(at("dir", "audit.dir: must be an absolute path".into()));
+        }
         for (i, mirror) in config.tools.mirrors.iter().enumerate() {
             let is_url = mirror.starts_with("https://");
             if !is_url && !Path::new(mirror).is_absolute() {
@@ -75,6 +194,32 @@ mod tests {
             let err = Config::parse(Path::new("c.toml"), &text).unwrap_err().to_string();
             assert!(err.starts_with("c.toml:2:"), "{err}");
         }
+    }
+
+    #[test]
+    fn refuses_bad_values_in_each_table_with_location() {
+        for (text, want) in [
+            ("[inference]\ntool_mode = \"magic\"\n", "c.toml:2:1: inference.tool_mode"),
+            ("[inference]\nlaunch = [\"llama-server\"]\n", "c.toml:2:1: inference.launch"),
+            ("[loop]\nmax_tool_calls = 0\n", "c.toml:2:1: loop.max_tool_calls"),
+            ("[audit]\ndir = \"rel\"\n", "c.toml:2:1: audit.dir"),
+            ("[loop]\nmax_tokens = -1\n", "c.toml:2:14: invalid value"),
+            ("[inferense]\n", "c.toml:1:2: unknown field `inferense`"),
+        ] {
+            let err = Config::parse(Path::new("c.toml"), text).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn parses_all_four_tables() {
+        let text = "[inference]\nlaunch = [\"srv\", \"--port\", \"{port}\"]\ntemperature = 0.0\n\
+                    [loop]\nmax_tool_calls = 2\n[tools]\nmirrors = []\n[audit]\ndir = \"/var/bx\"\n";
+        let c = Config::parse(Path::new("c.toml"), text).unwrap();
+        assert_eq!(c.inference.launch.len(), 3);
+        assert_eq!(c.inference.temperature, Some(0.0));
+        assert_eq!(c.turn, LoopConfig { max_tool_calls: 2, ..LoopConfig::default() });
+        assert_eq!(c.audit.dir.as_deref(), Some(Path::new("/var/bx")));
     }
 
     #[test]

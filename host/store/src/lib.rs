@@ -13,11 +13,11 @@ mod policy_file;
 mod sessions;
 mod store;
 
-pub use config::{Config, ToolsConfig};
+pub use config::{AuditConfig, Config, InferenceConfig, LoopConfig, ToolsConfig};
 pub use digest::Digest;
 pub use error::StoreError;
 pub use fetch::Progress;
 pub use installed::{Installed, InstalledTool};
 pub use policy_file::{PolicyFile, PolicyStatus};
-pub use sessions::{SessionState, Sessions};
+pub use sessions::{SessionState, Sessions, valid_session_id};
 pub use store::{InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, Store};

@@ -132,3 +132,14 @@ fn concurrent_appends_all_land_in_one_unbroken_chain() {
     assert!(report.is_clean(), "{:?}", report.problems);
     assert_eq!(report.records, 400);
 }
+
+#[test]
+fn closing_an_empty_log_leaves_it_verifiable() {
+    // A daemon that stopped before recording anything used to write a checkpoint of
+    // "record 0", which verify then reported as a problem.
+    let dir = tempfile::tempdir().unwrap();
+    AuditLog::open(dir.path()).unwrap().close().unwrap();
+    let report = verify(dir.path()).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!((report.records, report.checkpoint), (0, None));
+}

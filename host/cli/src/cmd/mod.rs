@@ -1,8 +1,12 @@
 //! One module per subcommand, each with its arguments and `run`.
 
+pub(crate) mod approvals;
 pub(crate) mod audit;
+pub(crate) mod chat;
+pub(crate) mod doctor;
 pub(crate) mod policy;
 pub(crate) mod run;
+pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod tool;
 
@@ -16,3 +20,5 @@ pub(crate) const EXIT_DENIED: u8 = 3;
 pub(crate) const EXIT_LIMIT: u8 = 4;
 /// The audit log or the policy is unavailable: every call is refused.
 pub(crate) const EXIT_UNAVAILABLE: u8 = 5;
+/// The turn was cancelled, or hit a turn limit.
+pub(crate) const EXIT_TURN: u8 = 6;

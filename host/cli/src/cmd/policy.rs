@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use bx_broker::{CallRequest, Decision, Policy};
-use bx_runtime::{Limits, ResourceKind, Runtime};
+use bx_runtime::{Limits, Runtime};
 use bx_store::{Sessions, Store};
 use clap::Subcommand;
 
@@ -84,12 +84,10 @@ fn explain(state_dir: &Path, tool_name: &str, args: &str, session: &str) -> anyh
     let store = Store::open(state_dir)?;
     let runtime = Runtime::new(Limits::default())?;
     let tool = store.open_tool(&runtime, tool_name)?;
-    let kinds: Vec<(String, ResourceKind)> =
-        tool.description().resources.iter().map(|r| (r.arg.clone(), r.kind)).collect();
     let call = CallRequest {
         tool: tool_name.to_owned(),
         digest: tool.digest().to_owned(),
-        resources: super::run::resources(&kinds, &call_args)?,
+        resources: bx_agent::call::resources(&tool, &call_args).map_err(anyhow::Error::msg)?,
     };
     let (taint, damage) = Sessions::open(state_dir)?.taint(session)?;
     println!("tool:     {tool_name} {}", tool.digest());

@@ -9,14 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
+use bx_agent::call;
 use bx_audit::{AuditLog, Kind};
-use bx_broker::{
-    AllowList, Answer, Answered, ApprovalTable, CallRequest, Decision, Grant, Label, Resource,
-};
-use bx_runtime::{CallError, Limits, Output, ResourceKind, RunError, Runtime, Touched};
+use bx_broker::{AllowList, Answer, Answered, ApprovalTable, CallRequest, Decision};
+use bx_runtime::{CallError, Limits, Output, RunError, Runtime};
 use bx_store::{PolicyFile, PolicyStatus, Sessions, Store};
 use clap::Args;
-use sha2::Digest as _;
 
 use super::{EXIT_DENIED, EXIT_ERROR, EXIT_LIMIT, EXIT_OK, EXIT_UNAVAILABLE};
 
@@ -60,42 +58,8 @@ fn absolute(path: &Path) -> anyhow::Result<String> {
     abs.to_str().map(str::to_owned).with_context(|| format!("path {} is not UTF-8", abs.display()))
 }
 
-/// The resources a call's arguments name, per the tool's own description.
-pub(crate) fn resources(
-    kinds: &[(String, ResourceKind)],
-    args: &serde_json::Value,
-) -> anyhow::Result<Vec<Resource>> {
-    let mut out = Vec::new();
-    for (arg, kind) in kinds {
-        let Some(value) = args.get(arg) else { continue };
-        let Some(text) = value.as_str() else {
-            bail!("argument {arg:?} names a resource and must be a string, not {value}")
-        };
-        out.push(match kind {
-            ResourceKind::PathRead => Resource::PathRead(text.to_owned()),
-            ResourceKind::PathWrite => Resource::PathWrite(text.to_owned()),
-            ResourceKind::UrlFetch => Resource::Url(text.to_owned()),
-        });
-    }
-    Ok(out)
-}
-
-type Fields = serde_json::Map<String, serde_json::Value>;
-
-fn fields(pairs: &[(&str, serde_json::Value)]) -> Fields {
+fn fields(pairs: &[(&str, serde_json::Value)]) -> call::Fields {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
-}
-
-/// The label of a result: the join over every grant the call actually touched. Anything
-/// touched that the grant cannot label counts as the top label (fail closed).
-pub(crate) fn result_label(grant: &Grant, touched: &[Touched]) -> Label {
-    touched.iter().fold(Label::CLEAN, |acc, t| {
-        let l = match t {
-            Touched::Path { root, .. } => grant.root_label(root),
-            Touched::Host(host) => grant.host_label(host),
-        };
-        acc.join(l.unwrap_or(Label::TOP))
-    })
 }
 
 /// Loads the policy in force for a one-shot command: an invalid file refuses (a one-shot
@@ -199,12 +163,10 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
 
     let runtime = Runtime::new(Limits::default())?;
     let tool = store.open_tool(&runtime, &args.name)?;
-    let kinds: Vec<(String, ResourceKind)> =
-        tool.description().resources.iter().map(|r| (r.arg.clone(), r.kind)).collect();
     let call = CallRequest {
         tool: args.name.clone(),
         digest: tool.digest().to_owned(),
-        resources: resources(&kinds, &call_args)?,
+        resources: call::resources(&tool, &call_args).map_err(anyhow::Error::msg)?,
     };
     let call_id = format!("c{:x}{:x}", now_ms(), std::process::id());
     let base = |more: &[(&str, serde_json::Value)]| {
@@ -212,19 +174,11 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
         f.extend(fields(more));
         f
     };
-    let resource_list: Vec<String> = call.resources.iter().map(ToString::to_string).collect();
-    let logged = |kind: Kind, f: Fields| -> anyhow::Result<()> {
+    let logged = |kind: Kind, f: call::Fields| -> anyhow::Result<()> {
         log.append(kind, f).map(drop).map_err(|e| anyhow::anyhow!("{e}"))
     };
-    if let Err(e) = logged(
-        Kind::Request,
-        base(&[
-            ("tool", call.tool.as_str().into()),
-            ("digest", call.digest.as_str().into()),
-            ("args", args.args.as_str().into()),
-            ("resources", resource_list.into()),
-        ]),
-    ) {
+    let request = call::request_fields(&call.tool, &call.digest, &args.args, &call.resources);
+    if let Err(e) = logged(Kind::Request, base(&request)) {
         eprintln!("bx: {e}");
         return Ok(EXIT_UNAVAILABLE);
     }
@@ -234,11 +188,7 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
         Decision::Ask(ask) => {
             logged(
                 Kind::Decision,
-                base(&[
-                    ("decision", "ask".into()),
-                    ("taint", taint.to_string().into()),
-                    ("why", ask.reasons.join("; ").into()),
-                ]),
+                base(&call::decision_fields(&Decision::Ask(ask.clone()), taint)),
             )?;
             let table = ApprovalTable::new();
             let timeout = Duration::from_secs(args.approval_timeout);
@@ -275,19 +225,7 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
             final_decision
         }
         other => {
-            let (name, why) = match &other {
-                Decision::Allow(_) => ("allow", String::new()),
-                Decision::Deny(r) => ("deny", r.message.clone()),
-                Decision::Ask(_) => ("ask", String::new()),
-            };
-            logged(
-                Kind::Decision,
-                base(&[
-                    ("decision", name.into()),
-                    ("taint", taint.to_string().into()),
-                    ("why", why.into()),
-                ]),
-            )?;
+            logged(Kind::Decision, base(&call::decision_fields(&other, taint)))?;
             other
         }
     };
@@ -303,56 +241,18 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
         }
     };
 
-    let labels = grant.clone();
-    let outcome = runtime.call(&tool, grant, &args.args);
-    let (status, text, error, label, touched): (
-        &str,
-        Option<String>,
-        Option<String>,
-        Label,
-        Vec<Touched>,
-    ) = match &outcome {
-        Ok(report) => {
-            let label = result_label(&labels, &report.touched);
-            match &report.result {
-                Ok(Output::Json(t) | Output::Text(t)) => {
-                    ("ok", Some(t.clone()), None, label, report.touched.clone())
-                }
-                Err(e) => ("error", None, Some(format!("{e:?}")), label, report.touched.clone()),
+    let finished =
+        match call::run_and_record(&log, &runtime, &tool, grant, &args.args, session, &call_id) {
+            Ok(finished) => finished,
+            Err(e) => {
+                // Nobody sees a result that is not on the log.
+                eprintln!("bx: {e}");
+                return Ok(EXIT_UNAVAILABLE);
             }
-        }
-        // A call stopped part-way may have read anything its grant reaches.
-        Err(e) => ("stopped", None, Some(e.to_string()), labels_of_whole_grant(&labels), vec![]),
-    };
-    let touched_list: Vec<String> = touched
-        .iter()
-        .map(|t| match t {
-            Touched::Path { root, access } => format!("{access} {}", root.display()),
-            Touched::Host(h) => format!("fetch {h}"),
-        })
-        .collect();
-    let mut result = base(&[
-        ("status", status.into()),
-        ("label", label.to_string().into()),
-        ("touched", touched_list.into()),
-    ]);
-    if let Some(t) = &text {
-        // The output's hash and size, not the output: the log must not become a copy of
-        // everything the tools read.
-        result
-            .insert("output_sha256".into(), hex::encode(sha2::Sha256::digest(t.as_bytes())).into());
-        result.insert("output_bytes".into(), t.len().into());
-    }
-    if let Some(e) = &error {
-        result.insert("error".into(), e.as_str().into());
-    }
-    if let Err(e) = logged(Kind::Result, result) {
-        // Nobody sees a result that is not on the log.
-        eprintln!("bx: {e}");
-        return Ok(EXIT_UNAVAILABLE);
-    }
-    sessions.observe(session, label)?;
+        };
+    sessions.observe(session, finished.label)?;
     log.close()?;
+    let outcome = finished.outcome;
 
     let report = match outcome {
         Ok(report) => report,
@@ -397,21 +297,4 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
             Ok(EXIT_ERROR)
         }
     }
-}
-
-/// The join over every root and host of a grant: what a call stopped part-way might
-/// have read.
-fn labels_of_whole_grant(grant: &Grant) -> Label {
-    let roots: Vec<Touched> = grant
-        .roots()
-        .map(|(root, _)| Touched::Path {
-            root: root.to_path_buf(),
-            access: bx_broker::FsAccess::Read,
-        })
-        .collect();
-    let mut label = result_label(grant, &roots);
-    for host in grant.hosts() {
-        label = label.join(grant.host_label(&host.to_string()).unwrap_or(Label::TOP));
-    }
-    label
 }

@@ -1,0 +1,129 @@
+//! Pending approvals shared between a waiting turn and whoever answers: the answer can
+//! come from the chat that started the turn or from `bx approve` in another terminal;
+//! the first answer takes the entry, a second gets "already answered".
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bx_broker::{Answer, Answered, ApprovalTable, AskRequest, Pending};
+use tokio::sync::oneshot;
+
+/// The pending approvals of one daemon.
+#[derive(Debug, Default)]
+pub struct Approvals {
+    table: ApprovalTable,
+    waiting: Mutex<HashMap<String, Waiter>>,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    session: String,
+    block: String,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// One pending approval, for listings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// The entry.
+    pub pending: Pending,
+    /// The session whose call waits.
+    pub session: String,
+    /// The whole block the owner sees.
+    pub block: String,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Takes an approval out of the table when its waiting future ends.
+struct Cleanup<'a> {
+    approvals: &'a Approvals,
+    id: String,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let _ = self.approvals.table.take(&self.id, now_ms());
+        self.approvals.waiting().remove(&self.id);
+    }
+}
+
+impl Approvals {
+    /// An empty table.
+    pub fn new() -> Approvals {
+        Approvals::default()
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, HashMap<String, Waiter>> {
+        // Every update is a single insert or remove: a panic elsewhere leaves it whole.
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts `request` in the table and returns the entry and its block, and a future
+    /// that resolves to the owner's answer, or `Expired` after `ttl`.
+    pub(crate) fn open(
+        &self,
+        session: &str,
+        request: AskRequest,
+        args: String,
+        ttl: Duration,
+    ) -> (Pending, String, impl Future<Output = Answer> + use<'_>) {
+        let now = now_ms();
+        let pending = self.table.insert(request, args, now, ttl.as_millis() as u64);
+        let block = bx_broker::render_block(&pending, &pending.request.call.digest, now);
+        let (tx, mut rx) = oneshot::channel();
+        self.waiting().insert(
+            pending.id.clone(),
+            Waiter { session: session.to_owned(), block: block.clone(), answer: tx },
+        );
+        let id = pending.id.clone();
+        let wait = async move {
+            // Whatever happens to this future (answered, expired, or dropped with a
+            // cancelled turn), the entry leaves the table with it.
+            let _cleanup = Cleanup { approvals: self, id: id.clone() };
+            let answer = match tokio::time::timeout(ttl, &mut rx).await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(_)) | Err(_) => match self.table.take(&id, now_ms()) {
+                    // Nobody answered in time: the entry goes, as a refusal.
+                    Answered::Taken(_) | Answered::Expired(_) | Answered::Unknown => {
+                        Answer::Expired
+                    }
+                    // An answer won the race with the timeout: it counts.
+                    Answered::AlreadyAnswered => rx.try_recv().unwrap_or(Answer::Expired),
+                },
+            };
+            answer
+        };
+        (pending, block, wait)
+    }
+
+    /// Answers approval `id`. Only the first answer counts.
+    pub fn answer(&self, id: &str, answer: Answer) -> Answered {
+        let taken = self.table.take(id, now_ms());
+        if let Answered::Taken(p) = &taken
+            && let Some(waiter) = self.waiting().remove(&p.id)
+        {
+            // The turn may have been cancelled meanwhile; then nobody needs the answer.
+            let _ = waiter.answer.send(answer);
+        }
+        taken
+    }
+
+    /// Every approval still waiting, oldest first.
+    pub fn list(&self) -> Vec<Waiting> {
+        let waiting = self.waiting();
+        self.table
+            .list(now_ms())
+            .into_iter()
+            .filter_map(|pending| {
+                let w = waiting.get(&pending.id)?;
+                Some(Waiting { session: w.session.clone(), block: w.block.clone(), pending })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,89 @@
+//! Why a turn did not finish; each kind maps to a wire error code and a runbook entry.
+
+use bx_protocol::ErrorCode;
+
+/// Why a turn stopped before its end.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The session already has a turn running.
+    #[error("session {0} already has a turn running (see docs/runbook.md#session-busy)")]
+    SessionBusy(String),
+    /// The session id cannot name a file.
+    #[error(
+        "session id {0:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '.', '_' or '-', not starting with '.'"
+    )]
+    BadSession(String),
+    /// The transcript cannot be read back as written.
+    #[error("session transcript {path}: {why} (see docs/runbook.md#session-state-damaged)")]
+    SessionDamaged {
+        /// The transcript file.
+        path: String,
+        /// What is wrong, with the line.
+        why: String,
+    },
+    /// `core.md` exists but cannot be read.
+    #[error("cannot read the owner's {path}: {why} (see docs/runbook.md#core-unreadable)")]
+    CoreUnreadable {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        why: String,
+    },
+    /// The audit log cannot record, so nothing runs.
+    #[error("{0}")]
+    Audit(#[from] bx_audit::AuditError),
+    /// A turn limit was reached.
+    #[error("turn limit reached: {0} (see docs/runbook.md#turn-limit)")]
+    Limit(String),
+    /// The owner (or the daemon's shutdown) cancelled the turn.
+    #[error("turn cancelled: {0}")]
+    Cancelled(String),
+    /// The inference request failed.
+    #[error("{0}")]
+    Inference(#[from] bx_infer::InferError),
+    /// State on disk could not be read or written.
+    #[error("{0}")]
+    Store(#[from] bx_store::StoreError),
+    /// Something that should not happen (a worker thread panicked).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AgentError {
+    /// The wire code for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            AgentError::SessionBusy(_) => ErrorCode::SessionBusy,
+            AgentError::BadSession(_) => ErrorCode::BadRequest,
+            AgentError::SessionDamaged { .. } => ErrorCode::SessionDamaged,
+            AgentError::CoreUnreadable { .. } => ErrorCode::CoreUnreadable,
+            AgentError::Audit(_) => ErrorCode::AuditUnavailable,
+            AgentError::Limit(_) => ErrorCode::TurnLimit,
+            AgentError::Cancelled(_) => ErrorCode::Cancelled,
+            AgentError::Inference(bx_infer::InferError::Unreachable { .. }) => {
+                ErrorCode::InferenceUnreachable
+            }
+            AgentError::Inference(bx_infer::InferError::Busy { .. }) => ErrorCode::InferenceBusy,
+            AgentError::Inference(_) => ErrorCode::InferenceFailed,
+            AgentError::Store(_) | AgentError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The runbook entry to read, as `docs/runbook.md#anchor`.
+    pub fn runbook(&self) -> &'static str {
+        match self.code() {
+            ErrorCode::AuditUnavailable => "docs/runbook.md#audit-unavailable",
+            ErrorCode::PolicyInvalid => "docs/runbook.md#policy-invalid",
+            ErrorCode::InferenceUnreachable => "docs/runbook.md#inference-unreachable",
+            ErrorCode::InferenceBusy => "docs/runbook.md#inference-busy",
+            ErrorCode::SessionBusy => "docs/runbook.md#session-busy",
+            ErrorCode::SessionDamaged => "docs/runbook.md#session-state-damaged",
+            ErrorCode::CoreUnreadable => "docs/runbook.md#core-unreadable",
+            ErrorCode::TurnLimit => "docs/runbook.md#turn-limit",
+            ErrorCode::Cancelled => "docs/runbook.md#turn-cancelled",
+            ErrorCode::InferenceFailed => "docs/runbook.md#inference-failed",
+            ErrorCode::BadRequest | ErrorCode::Internal => "docs/runbook.md#internal-error",
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! A session's transcript: one JSON message per line in `sessions/<id>.transcript.jsonl`,
+//! only ever appended to. The request to the model is rebuilt from it byte for byte, so
+//! the server's prompt cache sees the same prefix on every turn and after a restart.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use bx_infer::Message;
+
+use crate::error::AgentError;
+
+/// What a dangling tool call is answered with when a turn ended before its result.
+pub(crate) const NO_RESULT: &str =
+    "no result: the turn ended (cancelled, failed or the daemon stopped) before this call finished";
+
+/// An open transcript.
+#[derive(Debug)]
+pub struct Transcript {
+    path: PathBuf,
+    file: File,
+    messages: Vec<Message>,
+}
+
+impl Transcript {
+    /// The transcript file of `session` under `sessions_dir`.
+    pub fn path_of(sessions_dir: &Path, session: &str) -> PathBuf {
+        sessions_dir.join(format!("{session}.transcript.jsonl"))
+    }
+
+    /// Opens (creating if missing) and reads the whole transcript. Every line must be one
+    /// message in canonical form (what [`Transcript::append`] writes) and end with a
+    /// newline; anything else is damage, reported with its line, and nothing is changed.
+    pub fn open(sessions_dir: &Path, session: &str) -> Result<Transcript, AgentError> {
+        let path = Transcript::path_of(sessions_dir, session);
+        let damaged =
+            |why: String| AgentError::SessionDamaged { path: path.display().to_string(), why };
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&path)
+            .map_err(|e| damaged(format!("cannot open: {e}")))?;
+        let bytes = std::fs::read(&path).map_err(|e| damaged(format!("cannot read: {e}")))?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| damaged(format!("not UTF-8: {e}")))?;
+        if !text.is_empty() && !text.ends_with('\n') {
+            let line = text.lines().count();
+            return Err(damaged(format!("line {line} is cut off (no newline)")));
+        }
+        let mut messages = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let message: Message =
+                serde_json::from_str(line).map_err(|e| damaged(format!("line {}: {e}", i + 1)))?;
+            if serde_json::to_string(&message).ok().as_deref() != Some(line) {
+                return Err(damaged(format!(
+                    "line {}: not in the form bx writes (edited by hand?)",
+                    i + 1
+                )));
+            }
+            messages.push(message);
+        }
+        Ok(Transcript { path, file, messages })
+    }
+
+    /// The messages, oldest first.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `messages` and syncs them to disk. Earlier bytes are never touched (the
+    /// file is opened for appending only).
+    pub fn append(&mut self, messages: &[Message]) -> Result<(), AgentError> {
+        let mut text = String::new();
+        for m in messages {
+            let line = serde_json::to_string(m)
+                .map_err(|e| AgentError::Internal(format!("serialising a message: {e}")))?;
+            text.push_str(&line);
+            text.push('\n');
+        }
+        let io = |e: std::io::Error| AgentError::SessionDamaged {
+            path: self.path.display().to_string(),
+            why: format!("cannot append: {e}"),
+        };
+        self.file.write_all(text.as_bytes()).map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        self.messages.extend_from_slice(messages);
+        Ok(())
+    }
+
+    /// Answers every tool call of the last assistant message that has no result yet (a
+    /// turn that was cancelled or crashed between a call and its result), so the
+    /// transcript is again one the server accepts. Returns how many it answered.
+    pub fn close_dangling_calls(&mut self) -> Result<usize, AgentError> {
+        let Some(last_assistant) =
+            self.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. }))
+        else {
+            return Ok(0);
+        };
+        let Message::Assistant { tool_calls, .. } = &self.messages[last_assistant] else {
+            return Ok(0);
+        };
+        let answered: Vec<&str> = self.messages[last_assistant + 1..]
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let missing: Vec<Message> = tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .map(|c| Message::Tool { tool_call_id: c.id.clone(), content: NO_RESULT.into() })
+            .collect();
+        let n = missing.len();
+        if n > 0 {
+            self.append(&missing)?;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,582 @@
+//! A turn: the owner's message, then model → tool calls → broker → approval when asked →
+//! runtime → labelled result → audit → back to the model, until the model answers
+//! without a call or a limit ends it. One turn per session at a time.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bx_audit::{AuditError, AuditLog, Kind};
+use bx_broker::{Answer, CallRequest, Decision, Label, Policy};
+use bx_infer::{ChatRequest, Client, Message, StreamEvent, ToolCall, ToolChoice};
+use bx_protocol::{Body, TurnUsage};
+use bx_runtime::{RunError, Runtime};
+use bx_store::{LoopConfig, PolicyFile, PolicyStatus, Sessions, Store, valid_session_id};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::approvals::{Approvals, now_ms};
+use crate::baseline::Baseline;
+use crate::call::{self, record};
+use crate::error::AgentError;
+use crate::toolset::Toolset;
+use crate::transcript::Transcript;
+
+/// Where a turn's events go (the connection that sent the message). Sending never
+/// blocks the turn; a client that went away just stops receiving.
+pub type Events = tokio::sync::mpsc::UnboundedSender<Body>;
+
+/// What an [`Agent`] is made of.
+#[derive(Debug)]
+pub struct AgentParts {
+    /// The state directory (policy, sessions, `core.md`).
+    pub state_dir: PathBuf,
+    /// The audit log, shared with whoever else records.
+    pub audit: Arc<AuditLog>,
+    /// The tool store.
+    pub store: Store,
+    /// The component runtime.
+    pub runtime: Runtime,
+    /// The inference client, connected.
+    pub client: Client,
+    /// Limits of a turn.
+    pub limits: LoopConfig,
+    /// Sampling temperature for every request, when set.
+    pub temperature: Option<f32>,
+    /// Sampling seed for every request, when set.
+    pub seed: Option<u64>,
+}
+
+/// The agent: everything a turn needs, shared by all sessions of one daemon.
+#[derive(Debug)]
+pub struct Agent {
+    parts: AgentParts,
+    policy: Mutex<PolicyFile>,
+    sessions: Sessions,
+    approvals: Approvals,
+    toolset: Mutex<Arc<Toolset>>,
+    /// Sessions with a turn running, each with the signal that cancels it.
+    running: Mutex<HashMap<String, Arc<Notify>>>,
+    calls: AtomicU64,
+}
+
+/// Takes a lock whose data stays consistent across a panic (each update is one
+/// statement), so a poisoned lock is taken over rather than refusing every later turn.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Marks a session busy for as long as it lives: dropped on every path out of a turn
+/// (success, error, cancellation, panic).
+struct Busy<'a> {
+    agent: &'a Agent,
+    session: String,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        lock(&self.agent.running).remove(&self.session);
+    }
+}
+
+impl Agent {
+    /// Builds the agent: opens the session state, loads the policy and the tools, and
+    /// puts every known session back on the inference slot it used before.
+    pub fn new(parts: AgentParts) -> Result<Agent, AgentError> {
+        let sessions = Sessions::open(&parts.state_dir)?;
+        for id in sessions.list()? {
+            if let Ok((state, None)) = sessions.state(&id)
+                && let Some(slot) = state.slot
+            {
+                parts.client.gate().pin(&id, slot);
+            }
+        }
+        let policy = PolicyFile::open(&parts.state_dir.join("policy.toml"));
+        let toolset = Toolset::load(&parts.store, &parts.runtime)?;
+        Ok(Agent {
+            policy: Mutex::new(policy),
+            sessions,
+            approvals: Approvals::new(),
+            toolset: Mutex::new(Arc::new(toolset)),
+            running: Mutex::new(HashMap::new()),
+            calls: AtomicU64::new(0),
+            parts,
+        })
+    }
+
+    /// The pending approvals.
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
+    }
+
+    /// The inference client.
+    pub fn client(&self) -> &Client {
+        &self.parts.client
+    }
+
+    /// The session state.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// The audit log.
+    pub fn audit(&self) -> &AuditLog {
+        &self.parts.audit
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.parts.state_dir
+    }
+
+    /// Whether `session` has a turn running.
+    pub fn is_busy(&self, session: &str) -> bool {
+        lock(&self.running).contains_key(session)
+    }
+
+    /// Cancels the running turn of `session`; false when none runs.
+    pub fn cancel(&self, session: &str) -> bool {
+        match lock(&self.running).get(session) {
+            Some(signal) => {
+                signal.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Cancels every running turn (the daemon is shutting down).
+    pub fn cancel_all(&self) {
+        for signal in lock(&self.running).values() {
+            signal.notify_one();
+        }
+    }
+
+    /// The number of running turns.
+    pub fn running(&self) -> usize {
+        lock(&self.running).len()
+    }
+
+    /// The tools of the current epoch: rebuilt only when the installed set changed.
+    pub fn toolset(&self) -> Result<Arc<Toolset>, AgentError> {
+        let epoch = self.parts.store.installed()?.epoch;
+        let mut current = lock(&self.toolset);
+        if current.epoch() != epoch {
+            *current = Arc::new(Toolset::load(&self.parts.store, &self.parts.runtime)?);
+        }
+        Ok(Arc::clone(&current))
+    }
+
+    /// The policy in force (re-read when the file changed; an invalid edit keeps the
+    /// last valid one), or why every call is refused.
+    pub fn policy(&self) -> Result<Arc<Policy>, String> {
+        let mut file = lock(&self.policy);
+        file.refresh();
+        match (file.in_force(), file.status()) {
+            (Some(p), _) => Ok(p),
+            (None, PolicyStatus::Invalid(errors)) => Err(format!(
+                "the policy is invalid and none was ever valid: {errors} (see docs/runbook.md#policy-invalid)"
+            )),
+            (None, status) => Err(format!(
+                "no valid policy ({status:?}); every call is refused (see docs/runbook.md#policy-invalid)"
+            )),
+        }
+    }
+
+    /// Runs one turn of `session` with the owner's `text`, sending events to `events`,
+    /// and returns the turn's token counts. Ends with `TurnDone` on success; on error
+    /// the caller reports the error. `require_tool` makes the model's first reply a call.
+    pub async fn turn(
+        self: &Arc<Self>,
+        session: &str,
+        text: &str,
+        require_tool: bool,
+        events: &Events,
+    ) -> Result<TurnUsage, AgentError> {
+        if !valid_session_id(session) {
+            return Err(AgentError::BadSession(session.to_owned()));
+        }
+        let signal = Arc::new(Notify::new());
+        {
+            let mut running = lock(&self.running);
+            if running.contains_key(session) {
+                return Err(AgentError::SessionBusy(session.to_owned()));
+            }
+            running.insert(session.to_owned(), Arc::clone(&signal));
+        }
+        let _busy = Busy { agent: self, session: session.to_owned() };
+        let limit = Duration::from_secs(self.parts.limits.max_turn_secs);
+        let result = tokio::select! {
+            r = tokio::time::timeout(limit, self.run_turn(session, text, require_tool, events)) => {
+                r.unwrap_or_else(|_| Err(AgentError::Limit(format!(
+                    "the turn ran for its {} s", limit.as_secs()
+                ))))
+            }
+            () = signal.notified() => Err(AgentError::Cancelled("the owner cancelled it".into())),
+        };
+        if let Ok(usage) = &result {
+            let _ = events.send(Body::TurnDone { session: session.to_owned(), usage: *usage });
+        }
+        result
+    }
+
+    fn audit_available(&self) -> Result<(), AgentError> {
+        match self.parts.audit.failure() {
+            Some(why) => Err(AgentError::Audit(AuditError::Unavailable(why))),
+            None => Ok(()),
+        }
+    }
+
+    async fn run_turn(
+        self: &Arc<Self>,
+        session: &str,
+        text: &str,
+        require_tool: bool,
+        events: &Events,
+    ) -> Result<TurnUsage, AgentError> {
+        self.audit_available()?;
+        let baseline = Baseline::load(&self.parts.state_dir)?;
+        let toolset = self.toolset()?;
+        let mut transcript = Transcript::open(self.sessions.dir(), session)?;
+        transcript.close_dangling_calls()?;
+        transcript.append(&[Message::User { content: text.to_owned() }])?;
+        let limits = &self.parts.limits;
+        let mut usage = TurnUsage { prompt: 0, cached: 0, completion: 0 };
+        let mut calls_run = 0;
+        let mut first = true;
+        loop {
+            let budget = u64::from(limits.max_tokens).saturating_sub(usage.completion);
+            if budget == 0 {
+                return Err(AgentError::Limit(format!(
+                    "the model generated its {} tokens for this turn",
+                    limits.max_tokens
+                )));
+            }
+            let mut messages = vec![Message::System { content: baseline.system.clone() }];
+            messages.extend_from_slice(transcript.messages());
+            let required = first && require_tool && !toolset.defs().is_empty();
+            let req = ChatRequest {
+                messages,
+                tools: toolset.defs().to_vec(),
+                tool_choice: required.then_some(ToolChoice::Required),
+                max_tokens: Some(u32::try_from(budget).unwrap_or(u32::MAX)),
+                temperature: self.parts.temperature,
+                seed: self.parts.seed,
+            };
+            let (s, ev) = (session.to_owned(), events.clone());
+            let completion = self
+                .parts
+                .client
+                .chat(session, &req, move |e| {
+                    let body = match e {
+                        StreamEvent::Content(t) => {
+                            Body::ContentDelta { session: s.clone(), text: t.clone() }
+                        }
+                        StreamEvent::Reasoning(t) => {
+                            Body::ReasoningDelta { session: s.clone(), text: t.clone() }
+                        }
+                        _ => return,
+                    };
+                    let _ = ev.send(body);
+                })
+                .await?;
+            self.remember_slot(session);
+            let this = self.model_usage(session, &completion);
+            usage.prompt += this.0;
+            usage.cached += this.1;
+            usage.completion += this.2;
+            let _ = events.send(Body::ModelUsage {
+                session: session.to_owned(),
+                prompt: this.0,
+                cached: this.1,
+                completion: this.2,
+                prompt_ms: completion.timings.map_or(0.0, |t| t.prompt_ms),
+                predicted_ms: completion.timings.map_or(0.0, |t| t.predicted_ms),
+            });
+            transcript.append(&[Message::Assistant {
+                content: completion.content.clone(),
+                tool_calls: completion.tool_calls.clone(),
+            }])?;
+            if completion.tool_calls.is_empty() {
+                return Ok(usage);
+            }
+            first = false;
+            let mut over = false;
+            for call in &completion.tool_calls {
+                let over_limit = calls_run >= limits.max_tool_calls;
+                over |= over_limit;
+                if !over_limit {
+                    calls_run += 1;
+                }
+                let content = self.call_tool(session, &toolset, call, over_limit, events).await?;
+                transcript.append(&[Message::Tool { tool_call_id: call.id.clone(), content }])?;
+            }
+            if over {
+                return Err(AgentError::Limit(format!(
+                    "the model asked for more than {} tool calls in one turn",
+                    limits.max_tool_calls
+                )));
+            }
+        }
+    }
+
+    /// Keeps the session's slot on disk, so a restarted daemon sends it back there.
+    fn remember_slot(&self, session: &str) {
+        let slot = self.parts.client.gate().slot_of(session);
+        // Losing this only costs a cold cache after a restart; the turn goes on.
+        let _ = self.sessions.set_slot(session, slot);
+    }
+
+    /// Prompt, cached and generated tokens of one request, appended to `usage.jsonl`
+    /// in the state directory (a record for the owner's accounting, not for the audit).
+    fn model_usage(&self, session: &str, c: &bx_infer::Completion) -> (u64, u64, u64) {
+        let cached = c.timings.map_or(0, |t| t.cache_n);
+        let prompt = c
+            .timings
+            .map(|t| t.cache_n + t.prompt_n)
+            .or(c.usage.map(|u| u.prompt_tokens))
+            .unwrap_or(0);
+        let completion = c.usage.map(|u| u.completion_tokens).unwrap_or(0);
+        let line = serde_json::json!({
+            "time_ms": now_ms(),
+            "session": session,
+            "prompt": prompt,
+            "cached": cached,
+            "completion": completion,
+            "timings": c.timings,
+        });
+        let path = self.parts.state_dir.join("usage.jsonl");
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+        (prompt, cached, completion)
+    }
+
+    /// One proposed call through the whole trust path; returns what the model is told.
+    /// Only a log that cannot record ends the turn (nothing may run unrecorded).
+    async fn call_tool(
+        self: &Arc<Self>,
+        session: &str,
+        toolset: &Arc<Toolset>,
+        call: &ToolCall,
+        over_limit: bool,
+        events: &Events,
+    ) -> Result<String, AgentError> {
+        let id = format!("t{:x}-{}", now_ms(), self.calls.fetch_add(1, Ordering::Relaxed));
+        let args = call.arguments.to_string();
+        let _ = events.send(Body::ToolCallProposed {
+            session: session.to_owned(),
+            call: id.clone(),
+            tool: call.name.clone(),
+            args: args.clone(),
+        });
+        let denied = |reason: String| {
+            let _ = events.send(Body::ToolDenied {
+                session: session.to_owned(),
+                call: id.clone(),
+                reason: reason.clone(),
+            });
+            format!("refused: {reason}. The call did not run; do not repeat it unchanged.")
+        };
+
+        // Request and decision, on disk before the decision takes effect.
+        let (agent, session_s, id_s, toolset_s, call_s) =
+            (Arc::clone(self), session.to_owned(), id.clone(), Arc::clone(toolset), call.clone());
+        let decided = blocking(move || {
+            agent.request_and_decide(&session_s, &id_s, &toolset_s, &call_s, over_limit)
+        })
+        .await??;
+        let (decision, taint) = match decided {
+            Decided::Refused(reason) => return Ok(denied(reason)),
+            Decided::Broker(decision, taint) => (decision, taint),
+        };
+        let decision = match decision {
+            Decision::Ask(ask) => {
+                let ttl = Duration::from_secs(self.parts.limits.approval_secs);
+                let (pending, block, wait) =
+                    self.approvals.open(session, ask.clone(), args.clone(), ttl);
+                let _ = events.send(Body::ApprovalNeeded {
+                    session: session.to_owned(),
+                    call: id.clone(),
+                    approval: pending.id.clone(),
+                    block,
+                });
+                let answer = wait.await;
+                let (agent, session_s, id_s) = (Arc::clone(self), session.to_owned(), id.clone());
+                blocking(move || {
+                    agent.record_answer(&session_s, &id_s, &pending.id, &ask, taint, &answer)
+                })
+                .await??
+            }
+            other => other,
+        };
+        let grant = match decision {
+            Decision::Allow(grant) => grant,
+            Decision::Deny(reason) => return Ok(denied(reason.message)),
+            Decision::Ask(_) => {
+                return Ok(denied("the call still asks after the owner's answer".into()));
+            }
+        };
+        if toolset.get(&call.name).is_none() {
+            return Ok(denied(format!("no tool named {:?} is installed", call.name)));
+        }
+        let _ = events.send(Body::ToolStarted { session: session.to_owned(), call: id.clone() });
+        let (agent, session_s, id_s) = (Arc::clone(self), session.to_owned(), id.clone());
+        let (toolset_s, name) = (Arc::clone(toolset), call.name.clone());
+        let finished = blocking(move || -> Result<call::Finished, AgentError> {
+            let tool = toolset_s
+                .get(&name)
+                .ok_or_else(|| AgentError::Internal(format!("tool {name} vanished")))?;
+            let finished = call::run_and_record(
+                &agent.parts.audit,
+                &agent.parts.runtime,
+                tool,
+                grant,
+                &args,
+                &session_s,
+                &id_s,
+            )?;
+            agent.sessions.observe(&session_s, finished.label)?;
+            Ok(finished)
+        })
+        .await??;
+        let _ = events.send(Body::ToolResult {
+            session: session.to_owned(),
+            call: id,
+            status: finished.status.into(),
+            label: finished.label.to_string(),
+            bytes: finished.bytes,
+        });
+        if let Err(RunError::Limit { .. }) = &finished.outcome {
+            // A limit hit is the owner's business too: the runbook says what to change.
+            return Ok(format!("{} (see docs/runbook.md#tool-limit)", finished.for_model));
+        }
+        Ok(finished.for_model)
+    }
+
+    /// Records the request, decides, and records the decision.
+    fn request_and_decide(
+        &self,
+        session: &str,
+        id: &str,
+        toolset: &Toolset,
+        call: &ToolCall,
+        over_limit: bool,
+    ) -> Result<Decided, AgentError> {
+        let log = &self.parts.audit;
+        let args = call.arguments.to_string();
+        let tool = toolset.get(&call.name);
+        let resources = tool.map(|t| call::resources(t, &call.arguments)).transpose();
+        let digest = tool.map_or("", |t| t.digest());
+        let listed = resources.clone().ok().flatten().unwrap_or_default();
+        record(
+            log,
+            Kind::Request,
+            session,
+            id,
+            call::request_fields(&call.name, digest, &args, &listed),
+        )?;
+        let (taint, damage) = self.sessions.taint(session)?;
+        if let Some(why) = damage {
+            record(
+                log,
+                Kind::Session,
+                session,
+                id,
+                vec![("event", "state-damaged".into()), ("detail", why.into())],
+            )?;
+        }
+        let refuse = |reason: String| -> Result<Decided, AgentError> {
+            let fields = vec![
+                ("decision", Value::from("deny")),
+                ("taint", taint.to_string().into()),
+                ("why", reason.as_str().into()),
+            ];
+            record(log, Kind::Decision, session, id, fields)?;
+            Ok(Decided::Refused(reason))
+        };
+        if over_limit {
+            return refuse(format!(
+                "the limit of {} tool calls per turn is reached (see docs/runbook.md#turn-limit)",
+                self.parts.limits.max_tool_calls
+            ));
+        }
+        let Some(tool) = tool else {
+            return refuse(format!("no tool named {:?} is installed", call.name));
+        };
+        let resources = match resources {
+            Ok(r) => r.unwrap_or_default(),
+            Err(why) => return refuse(why),
+        };
+        let policy = match self.policy() {
+            Ok(p) => p,
+            Err(why) => return refuse(why),
+        };
+        let request =
+            CallRequest { tool: call.name.clone(), digest: tool.digest().to_owned(), resources };
+        let decision = bx_broker::decide(&policy, taint, &request);
+        record(log, Kind::Decision, session, id, call::decision_fields(&decision, taint))?;
+        Ok(Decided::Broker(decision, taint))
+    }
+
+    /// Decides again after the owner's answer, against the policy of this moment, and
+    /// records the answer and the outcome.
+    fn record_answer(
+        &self,
+        session: &str,
+        id: &str,
+        approval: &str,
+        ask: &bx_broker::AskRequest,
+        taint: Label,
+        answer: &Answer,
+    ) -> Result<Decision, AgentError> {
+        // The taint may have risen while the owner read the block: decide against now.
+        let (now_taint, _) = self.sessions.taint(session)?;
+        let taint = taint.join(now_taint);
+        let decision = match self.policy() {
+            Ok(policy) => bx_broker::redecide(&policy, taint, ask, answer),
+            Err(why) => Decision::Deny(bx_broker::DenyReason { message: why }),
+        };
+        let (name, reason) = match answer {
+            Answer::Approve => ("approve", String::new()),
+            Answer::Refuse(r) => ("refuse", r.clone()),
+            Answer::Expired => ("expired", String::new()),
+        };
+        let outcome = match &decision {
+            Decision::Allow(_) => "allow",
+            Decision::Ask(_) | Decision::Deny(_) => "deny",
+        };
+        record(
+            &self.parts.audit,
+            Kind::Approval,
+            session,
+            id,
+            vec![
+                ("id", approval.into()),
+                ("answer", name.into()),
+                ("reason", reason.into()),
+                ("decision", outcome.into()),
+            ],
+        )?;
+        Ok(decision)
+    }
+}
+
+/// A decision, or a refusal before the broker was asked (unknown tool, bad arguments, no
+/// policy, over the limit).
+enum Decided {
+    Refused(String),
+    Broker(Decision, Label),
+}
+
+/// Runs blocking work (fsync, the component call) off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, AgentError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| AgentError::Internal(format!("a worker thread failed: {e}")))
+}

@@ -1,0 +1,113 @@
+//! The client side of the socket: connect to the daemon of a state directory (starting
+//! one in the background when none answers), send requests, read replies and events.
+
+use std::io::Write as _;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use bx_protocol::{Body, Envelope, VERSION};
+
+/// How long `bx chat` waits for a daemon it started to answer: it may launch llama-server
+/// and load a model first.
+const START_WAIT: Duration = Duration::from_secs(300);
+
+/// A connection to the daemon.
+pub(crate) struct Conn {
+    stream: UnixStream,
+    next_id: u64,
+}
+
+impl Conn {
+    /// Connects to a running daemon.
+    pub(crate) fn connect(state_dir: &Path) -> std::io::Result<Conn> {
+        let stream = UnixStream::connect(state_dir.join(crate::daemon::SOCKET))?;
+        Ok(Conn { stream, next_id: 1 })
+    }
+
+    /// Connects, or starts `bx serve` in the background (its output in `serve.log`) and
+    /// waits until it answers or exits.
+    pub(crate) fn connect_or_start(state_dir: &Path) -> anyhow::Result<Conn> {
+        if let Ok(conn) = Conn::connect(state_dir) {
+            return Ok(conn);
+        }
+        let log_path = state_dir.join("serve.log");
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
+        eprintln!("bx: starting the daemon (log: {})", log_path.display());
+        let mut child = {
+            use std::os::unix::process::CommandExt as _;
+            Command::new(std::env::current_exe()?)
+                .arg("--state-dir")
+                .arg(state_dir)
+                .arg("serve")
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log.try_clone()?))
+                .stderr(Stdio::from(log))
+                // Its own process group: Ctrl-C at the chat must not reach the daemon.
+                .process_group(0)
+                .spawn()
+                .context("starting bx serve")?
+        };
+        let started = Instant::now();
+        loop {
+            if let Ok(conn) = Conn::connect(state_dir) {
+                return Ok(conn);
+            }
+            if let Some(status) = child.try_wait()? {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                // Another daemon may have won the race to start; then it answers soon.
+                if !log.contains("daemon-running") {
+                    bail!("bx serve exited ({status}) before answering:\n{log}");
+                }
+            }
+            if started.elapsed() > START_WAIT {
+                bail!("bx serve did not answer within {START_WAIT:?}; see {}", log_path.display());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A second handle on the same connection (one thread reads, another writes).
+    pub(crate) fn try_clone(&self) -> anyhow::Result<Conn> {
+        Ok(Conn { stream: self.stream.try_clone()?, next_id: self.next_id + 1_000_000 })
+    }
+
+    /// Sends a request; returns its id.
+    pub(crate) fn send(&mut self, msg: Body) -> anyhow::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let frame = bx_protocol::encode(&Envelope { v: VERSION, id, msg })?;
+        self.stream.write_all(&frame).context("writing to the daemon")?;
+        Ok(id)
+    }
+
+    /// Reads the next message; `None` when the daemon closed the connection.
+    pub(crate) fn recv(&mut self) -> anyhow::Result<Option<Envelope>> {
+        Ok(bx_protocol::read_frame(&mut self.stream)?)
+    }
+
+    /// Sends a request and waits for its reply.
+    pub(crate) fn request(&mut self, msg: Body) -> anyhow::Result<Body> {
+        let id = self.send(msg)?;
+        loop {
+            match self.recv()? {
+                Some(envelope) if envelope.id == id => return Ok(envelope.msg),
+                Some(_) => {}
+                None => bail!("the daemon closed the connection"),
+            }
+        }
+    }
+}
+
+/// Connects to the daemon for a one-off request, with a clear error when none runs.
+pub(crate) fn connect_running(state_dir: &Path) -> anyhow::Result<Conn> {
+    Conn::connect(state_dir).with_context(|| {
+        format!(
+            "no bx daemon answers at {} (start one with `bx serve` or `bx chat`)",
+            state_dir.join(crate::daemon::SOCKET).display()
+        )
+    })
+}
