@@ -4,7 +4,7 @@
 #   make tools   the first-party tool components, checked against tools/digests.lock
 #   make test    tools, then the whole test suite
 #   make lint    rustfmt and clippy on both workspaces, warnings denied
-#   make bench   the benchmark tables (runtime, broker, audit)
+#   make bench   the benchmark tables (runtime, broker, audit, inference, the loop)
 #   make stress  the audit crash test with 5,000 SIGKILLs instead of 200
 
 CARGO ?= cargo
@@ -15,7 +15,7 @@ TOOLS_OUT := tools/target/$(WASM_TARGET)/release
 # file paths that end up in panic messages are rewritten to fixed prefixes.
 TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
 
-.PHONY: setup build tools tools-lock test lint bench stress
+.PHONY: setup build tools tools-lock test lint bench stress chat
 
 VENV := .venv
 
@@ -55,6 +55,23 @@ bench: tools
 	$(CARGO) bench --locked -p bx-broker --bench decide
 	$(CARGO) bench --locked -p bx-audit --bench audit
 	$(CARGO) bench --locked -p bx-infer --bench infer
+	$(CARGO) bench --locked -p bx-agent --bench loop
+
+# A chat with the model from `make setup`, in a demo state directory (.bx-demo/): bx
+# launches llama-server itself, with fs.read and fs.list installed by digest and a policy
+# that lets them read this checkout.
+DEMO := $(CURDIR)/.bx-demo
+chat: tools
+	$(CARGO) build --locked -p bx-cli
+	mkdir -p $(DEMO)
+	test -f $(DEMO)/config.toml || printf '%s\n' '[inference]' \
+	  'launch = ["$(CURDIR)/$(VENV)/bin/python", "$(CURDIR)/host/infer/llama_server.py", "{port}", "--parallel", "2"]' \
+	  '[loop]' 'max_tokens = 512' > $(DEMO)/config.toml
+	test -f $(DEMO)/policy.toml || printf '%s\n' '[[grant]]' 'tool = "*"' 'path = "$(CURDIR)"' \
+	  'mode = "read"' 'label = "private/trusted"' 'when_tainted = "allow"' > $(DEMO)/policy.toml
+	for t in fs_read fs_list; do w=$(TOOLS_OUT)/bx_tool_$$t.wasm; \
+	  target/debug/bx --state-dir $(DEMO) tool install $$w --digest sha256:$$(sha256sum $$w | cut -d' ' -f1) >/dev/null; done
+	target/debug/bx --state-dir $(DEMO) chat
 
 stress:
 	BX_AUDIT_CRASH_ITERATIONS=5000 $(CARGO) test --locked -p bx-audit --test all crash -- --nocapture

@@ -86,7 +86,7 @@ impl Approvals {
             // Whatever happens to this future (answered, expired, or dropped with a
             // cancelled turn), the entry leaves the table with it.
             let _cleanup = Cleanup { approvals: self, id: id.clone() };
-            let answer = match tokio::time::timeout(ttl, &mut rx).await {
+            match tokio::time::timeout(ttl, &mut rx).await {
                 Ok(Ok(answer)) => answer,
                 Ok(Err(_)) | Err(_) => match self.table.take(&id, now_ms()) {
                     // Nobody answered in time: the entry goes, as a refusal.
@@ -96,8 +96,7 @@ impl Approvals {
                     // An answer won the race with the timeout: it counts.
                     Answered::AlreadyAnswered => rx.try_recv().unwrap_or(Answer::Expired),
                 },
-            };
-            answer
+            }
         };
         (pending, block, wait)
     }

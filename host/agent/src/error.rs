@@ -70,7 +70,7 @@ impl AgentError {
         }
     }
 
-    /// The runbook entry to read, as `docs/runbook.md#anchor`.
+    /// The runbook entry to read: a path into docs/runbook.md with the entry as its anchor.
     pub fn runbook(&self) -> &'static str {
         match self.code() {
             ErrorCode::AuditUnavailable => "docs/runbook.md#audit-unavailable",

@@ -60,8 +60,11 @@ pub struct InferConfig {
     pub idle_timeout: Duration,
     /// Largest single SSE event (default 4 MiB); a runaway event cannot fill memory.
     pub max_event_bytes: usize,
-    /// Retry for a server that is not (yet) there.
+    /// Retry for a request whose server is not there (gone, restarting).
     pub retry: RetryPolicy,
+    /// How long [`Client::connect`] waits for a server that is still starting (default
+    /// 60 s; a model may take a while to load).
+    pub connect_window: Duration,
     /// How tool calls are obtained.
     pub mode: ToolMode,
 }
@@ -75,6 +78,7 @@ impl InferConfig {
             idle_timeout: Duration::from_secs(60),
             max_event_bytes: 4 << 20,
             retry: RetryPolicy::default(),
+            connect_window: Duration::from_secs(60),
             mode: ToolMode::Auto,
         }
     }
@@ -207,7 +211,7 @@ impl Client {
             match got {
                 Ok(v) => break v,
                 Err(last) => {
-                    if attempt >= cfg.retry.attempts || started.elapsed() >= cfg.retry.window {
+                    if attempt >= cfg.retry.attempts || started.elapsed() >= cfg.connect_window {
                         return Err(InferError::Unreachable {
                             url: cfg.url.clone(),
                             attempts: attempt,

@@ -37,8 +37,11 @@ pub struct InferenceConfig {
     pub launch: Vec<String>,
     /// `auto` (default), `native` or `constrained`: how tool calls are obtained.
     pub tool_mode: String,
-    /// Seconds to keep retrying a server that is not there yet (default 60).
+    /// Seconds to wait at start for a server that is not there yet (default 60).
     pub connect_secs: u64,
+    /// Seconds a request keeps retrying a server that went away (default 30); then the
+    /// turn fails with `inference-unreachable`.
+    pub retry_secs: u64,
     /// Sampling temperature; unset leaves the server's default.
     pub temperature: Option<f32>,
     /// Fixed sampling seed; unset leaves the server's default.
@@ -52,6 +55,7 @@ impl Default for InferenceConfig {
             launch: Vec::new(),
             tool_mode: "auto".into(),
             connect_secs: 60,
+            retry_secs: 30,
             temperature: None,
             seed: None,
         }

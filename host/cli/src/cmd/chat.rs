@@ -76,6 +76,10 @@ pub(crate) fn run(state_dir: &Path, args: &ChatArgs) -> anyhow::Result<u8> {
     }
     eprintln!("bx chat: session {} (Ctrl-C cancels a turn, Ctrl-D quits)", args.session);
     loop {
+        if !chat.stdin_open {
+            // Input ended during the last turn.
+            return Ok(EXIT_OK);
+        }
         eprint!("you> ");
         let _ = std::io::stderr().flush();
         match chat.rx.recv() {

@@ -95,9 +95,12 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
     let mut infer = InferConfig::new(&url);
     infer.mode = tool_mode(&config.inference.tool_mode);
     infer.retry = RetryPolicy {
-        window: Duration::from_secs(config.inference.connect_secs),
+        window: Duration::from_secs(config.inference.retry_secs),
+        // The windows bound the waiting; attempts are not the limit here.
+        attempts: u32::MAX,
         ..RetryPolicy::default()
     };
+    infer.connect_window = Duration::from_secs(config.inference.connect_secs);
     eprintln!("bx serve: connecting to {url}");
     let client = Client::connect(infer).await.map_err(|e| anyhow::anyhow!("{e}"))?;
 

