@@ -23,6 +23,8 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
     // The inference client and the component runtime do not know each other.
     m.insert("bx-infer", [all_bx.as_slice(), &["bx-broker", "wasmtime", "wasmtime-wasi"]].concat());
     m.insert("bx-store", vec!["bx-audit", "bx-protocol", "bx-infer", "bx-agent", "bx-cli"]);
+    // The loop sees everything below it; only the CLI sits above it.
+    m.insert("bx-agent", vec!["bx-cli"]);
     m.insert("bx-cli", vec![]);
     m
 }
