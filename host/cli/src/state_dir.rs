@@ -1,6 +1,6 @@
 //! Where bx keeps its state: `--state-dir`, `BX_HOME`, or the XDG state directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
@@ -25,4 +25,10 @@ pub(crate) fn resolve(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
             .with_context(|| format!("creating state directory {}", dir.display()))?;
     }
     Ok(dir)
+}
+
+/// The audit log's directory as `config.toml` says (`[audit] dir`, default `audit/`): every
+/// command that reads or writes the log goes through here, so they all see the same one.
+pub(crate) fn audit_dir(state_dir: &Path) -> anyhow::Result<PathBuf> {
+    Ok(crate::daemon::load_config(state_dir)?.audit_dir(state_dir))
 }

@@ -110,6 +110,11 @@ pub struct ToolsConfig {
 }
 
 impl Config {
+    /// The audit log's directory: `[audit] dir`, or `audit/` in `state_dir`.
+    pub fn audit_dir(&self, state_dir: &Path) -> std::path::PathBuf {
+        self.audit.dir.clone().unwrap_or_else(|| state_dir.join("audit"))
+    }
+
     /// Reads `path`; a missing file is the default configuration.
     pub fn load(path: &Path) -> Result<Config, StoreError> {
         let text = match std::fs::read_to_string(path) {

@@ -46,7 +46,7 @@ pub(crate) fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
 }
 
 pub(crate) fn run(state_dir: &Path, command: AuditCommand) -> anyhow::Result<u8> {
-    let dir = state_dir.join("audit");
+    let dir = crate::state_dir::audit_dir(state_dir)?;
     match command {
         AuditCommand::Verify { json, accept_break: reason } => {
             let report = match &reason {

@@ -21,7 +21,8 @@ pub(crate) fn run(state_dir: &Path, _args: &DoctorArgs) -> anyhow::Result<u8> {
         println!("{} {line}", if ok { "ok  " } else { "FAIL" });
     };
 
-    match crate::daemon::load_config(state_dir) {
+    let config = crate::daemon::load_config(state_dir);
+    match &config {
         Ok(_) => check(true, "config.toml".into()),
         Err(e) => check(false, format!("config.toml: {e:#}")),
     }
@@ -57,10 +58,8 @@ pub(crate) fn run(state_dir: &Path, _args: &DoctorArgs) -> anyhow::Result<u8> {
         other => check(false, format!("policy: {other:?} (see docs/runbook.md#policy-invalid)")),
     }
 
-    let audit_dir = crate::daemon::load_config(state_dir)
-        .ok()
-        .and_then(|c| c.audit.dir)
-        .unwrap_or_else(|| state_dir.join("audit"));
+    // With an invalid config, the default place is still worth checking.
+    let audit_dir = config.unwrap_or_default().audit_dir(state_dir);
     match bx_audit::verify(&audit_dir) {
         Ok(r) if r.is_clean() => check(
             true,

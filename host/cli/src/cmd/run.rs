@@ -119,7 +119,7 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
         bail!("--args must be a JSON object");
     }
     // The log first: if it cannot record, nothing runs.
-    let log = match AuditLog::open(&state_dir.join("audit")) {
+    let log = match AuditLog::open(&crate::state_dir::audit_dir(state_dir)?) {
         Ok(log) => log,
         Err(e) => {
             eprintln!("bx: {e}");

@@ -36,7 +36,8 @@ pub(crate) fn run(state_dir: &Path, command: SessionCommand) -> anyhow::Result<u
             }
         }
         SessionCommand::Rebuild { id } => {
-            let report = bx_audit::verify(&state_dir.join("audit"))?;
+            let audit_dir = crate::state_dir::audit_dir(state_dir)?;
+            let report = bx_audit::verify(&audit_dir)?;
             if !report.is_clean() {
                 anyhow::bail!(
                     "the audit log does not verify; rebuild refused (run `bx audit verify`, see docs/runbook.md#audit-broken)"
@@ -44,7 +45,7 @@ pub(crate) fn run(state_dir: &Path, command: SessionCommand) -> anyhow::Result<u
             }
             let mut taint = Label::CLEAN;
             let mut results = 0;
-            for line in super::audit::all_records(&state_dir.join("audit"))? {
+            for line in super::audit::all_records(&audit_dir)? {
                 let Ok(r) = Record::parse(&line) else { continue };
                 if r.kind != Kind::Result
                     || r.fields.get("session").and_then(|s| s.as_str()) != Some(id.as_str())

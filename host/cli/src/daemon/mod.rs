@@ -79,7 +79,7 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
         .with_context(|| format!("making {} private", state_dir.display()))?;
     let _lock = DaemonLock::take(&state_dir)?;
     let config = load_config(&state_dir)?;
-    let audit_dir = config.audit.dir.clone().unwrap_or_else(|| state_dir.join("audit"));
+    let audit_dir = config.audit_dir(&state_dir);
     let audit = Arc::new(AuditLog::open(&audit_dir).map_err(|e| anyhow::anyhow!("{e}"))?);
 
     // The model server: launched from the configuration, or reached at its URL.

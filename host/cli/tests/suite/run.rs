@@ -61,3 +61,32 @@ fn limit_hit_exits_with_its_own_status() {
     assert!(r.stderr.contains("host-call cap exceeded"), "{}", r.stderr);
     assert!(r.stderr.contains("docs/runbook.md#tool-limit"), "{}", r.stderr);
 }
+
+#[test]
+fn every_command_uses_the_audit_dir_of_the_config() {
+    // `[audit] dir` used to be honoured by the daemon only: `bx tool run` wrote to
+    // `audit/` in the state directory and `bx audit verify` checked there.
+    let state = tempfile::tempdir().unwrap();
+    let st = state.path();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let audit = elsewhere.path().join("log");
+    std::fs::write(st.join("config.toml"), format!("[audit]\ndir = \"{}\"\n", audit.display()))
+        .unwrap();
+    install(st, "fs_read");
+    let data = tempfile::tempdir().unwrap();
+    let file = data.path().join("n.txt");
+    std::fs::write(&file, "x\n").unwrap();
+    let args = serde_json::json!({"path": file}).to_string();
+    let r = bx(
+        st,
+        &["tool", "run", "fs.read", "--args", &args, "--allow-read", data.path().to_str().unwrap()],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!st.join("audit").exists(), "wrote to the default audit dir");
+    let r = bx(st, &["audit", "verify", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(report["records"], 3, "{report}");
+    let r = bx(st, &["session", "rebuild", "cli"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}
