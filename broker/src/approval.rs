@@ -174,6 +174,21 @@ fn is_hidden(c: char) -> bool {
         | 0x1d173..=0x1d17a | 0xe0000..=0xe007f | 0xe0100..=0xe01ef)
 }
 
+/// What the owner typed at an approval prompt, as an answer. Only the id approves
+/// (case and surrounding spaces aside): a reflexive `y`, `yes` or an empty line refuses,
+/// saying so; anything else refuses with the text as the reason the model reads.
+pub fn typed_answer(id: &str, line: &str) -> crate::Answer {
+    let line = line.trim();
+    if line.eq_ignore_ascii_case(id.trim()) {
+        crate::Answer::Approve
+    } else if line.is_empty() || line.eq_ignore_ascii_case("y") || line.eq_ignore_ascii_case("yes")
+    {
+        crate::Answer::Refuse(format!("answered {line:?}, not the id {id}"))
+    } else {
+        crate::Answer::Refuse(line.to_owned())
+    }
+}
+
 /// Makes untrusted text safe to show: hidden characters (see above) and tabs become
 /// `\u{…}` escapes; newlines stay only when `keep_newlines`. Never shortens the text.
 pub fn escape_untrusted(text: &str, keep_newlines: bool) -> String {

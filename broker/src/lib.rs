@@ -15,7 +15,9 @@ mod path;
 mod policy;
 
 pub use allow::AllowList;
-pub use approval::{Answered, ApprovalTable, Pending, escape_untrusted, render_block};
+pub use approval::{
+    Answered, ApprovalTable, Pending, escape_untrusted, render_block, typed_answer,
+};
 pub use decide::{
     Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, decide, redecide,
 };

@@ -81,3 +81,15 @@ fn label_display_matches_policy_syntax() {
     assert_eq!(Label::TOP.to_string(), "secret/untrusted");
     assert_eq!(parse_label(&Label::CLEAN.to_string()), Ok(Label::CLEAN));
 }
+
+#[test]
+fn only_the_id_approves_what_the_owner_types() {
+    // A reflexive "y" must not approve; the id does, whatever its case.
+    use bx_broker::{Answer, typed_answer};
+    assert_eq!(typed_answer("k7qm3x", " K7QM3X\n"), Answer::Approve);
+    for reflex in ["y", "YES", "", "  "] {
+        let Answer::Refuse(why) = typed_answer("k7qm3x", reflex) else { panic!("{reflex:?}") };
+        assert!(why.contains("not the id k7qm3x"), "{why}");
+    }
+    assert_eq!(typed_answer("k7qm3x", "not that file"), Answer::Refuse("not that file".into()));
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bx_agent::call;
-use bx_audit::{AuditLog, Kind};
+use bx_audit::AuditLog;
 use bx_broker::{AllowList, CallRequest, Decision, Label};
 use bx_runtime::{Limits, LoadedTool, Runtime};
 use bx_store::Sessions;
@@ -67,17 +67,17 @@ fn one_call(
             s.args.clone(),
             Arc::clone(sessions),
         );
+        // The same stages, in the same order, as the agent's request_and_decide.
         let decision = tokio::task::spawn_blocking(move || {
-            let text = args1.to_string();
             let resources = call::resources(&tool1, &args1).unwrap();
-            let fields = call::request_fields("fs.read", tool1.digest(), &text, &resources);
-            call::record(&log1, Kind::Request, "bench", "c", fields).unwrap();
-            let (taint, _) = sessions1.taint("bench").unwrap();
+            let text = args1.to_string();
+            call::record_request(&log1, "bench", "c", "fs.read", tool1.digest(), &text, &resources)
+                .unwrap();
+            let (taint, _) = call::session_taint(&log1, &sessions1, "bench", "c").unwrap();
             let req =
                 CallRequest { tool: "fs.read".into(), digest: tool1.digest().into(), resources };
             let d = bx_broker::decide(&policy, taint, &req);
-            call::record(&log1, Kind::Decision, "bench", "c", call::decision_fields(&d, taint))
-                .unwrap();
+            call::record_decision(&log1, "bench", "c", &d, taint).unwrap();
             d
         })
         .await

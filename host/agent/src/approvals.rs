@@ -34,7 +34,8 @@ pub struct Waiting {
     pub block: String,
 }
 
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch: the clock approvals expire by.
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

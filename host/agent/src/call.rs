@@ -3,15 +3,18 @@
 //! of what it returned.
 
 use bx_audit::{AuditError, AuditLog, Kind};
-use bx_broker::{Decision, Grant, Label, Resource};
+use bx_broker::{Answer, Decision, Grant, Label, Resource};
 use bx_runtime::{
     CallError, CallReport, LoadedTool, Output, ResourceKind, RunError, Runtime, Touched,
 };
+use bx_store::Sessions;
 use serde_json::Value;
 use sha2::Digest as _;
 
+use crate::error::AgentError;
+
 /// Fields of an audit record.
-pub type Fields = serde_json::Map<String, Value>;
+type Fields = serde_json::Map<String, Value>;
 
 /// The resources a call's arguments name, per the tool's own description. An argument
 /// that names a resource must be a string.
@@ -64,7 +67,7 @@ pub fn whole_grant_label(grant: &Grant) -> Label {
 }
 
 /// Appends one record about call `call` of `session`, with `more` fields.
-pub fn record(
+fn record(
     log: &AuditLog,
     kind: Kind,
     session: &str,
@@ -80,30 +83,100 @@ pub fn record(
     log.append(kind, fields).map(drop)
 }
 
-/// The `request` record's fields.
-pub fn request_fields(
+/// Puts the `request` record of call `call` on the log: on disk before anything is
+/// decided.
+pub fn record_request(
+    log: &AuditLog,
+    session: &str,
+    call: &str,
     tool: &str,
     digest: &str,
     args: &str,
     resources: &[Resource],
-) -> Vec<(&'static str, Value)> {
+) -> Result<(), AuditError> {
     let list: Vec<String> = resources.iter().map(ToString::to_string).collect();
-    vec![
+    let fields = vec![
         ("tool", tool.into()),
         ("digest", digest.into()),
         ("args", args.into()),
         ("resources", list.into()),
-    ]
+    ];
+    record(log, Kind::Request, session, call, fields)
 }
 
-/// The `decision` record's fields.
-pub fn decision_fields(decision: &Decision, taint: Label) -> Vec<(&'static str, Value)> {
+/// The session's taint as a call sees it. State that cannot be read counts as the top
+/// label, and that is recorded (the second value says why, for the caller to show).
+pub fn session_taint(
+    log: &AuditLog,
+    sessions: &Sessions,
+    session: &str,
+    call: &str,
+) -> Result<(Label, Option<String>), AgentError> {
+    let (taint, damage) = sessions.taint(session)?;
+    if let Some(why) = &damage {
+        let fields = vec![("event", "state-damaged".into()), ("detail", why.as_str().into())];
+        record(log, Kind::Session, session, call, fields)?;
+    }
+    Ok((taint, damage))
+}
+
+/// Puts the broker's `decision` on the log.
+pub fn record_decision(
+    log: &AuditLog,
+    session: &str,
+    call: &str,
+    decision: &Decision,
+    taint: Label,
+) -> Result<(), AuditError> {
     let (name, why) = match decision {
         Decision::Allow(_) => ("allow", String::new()),
         Decision::Ask(ask) => ("ask", ask.reasons.join("; ")),
         Decision::Deny(reason) => ("deny", reason.message.clone()),
     };
-    vec![("decision", name.into()), ("taint", taint.to_string().into()), ("why", why.into())]
+    let fields =
+        vec![("decision", name.into()), ("taint", taint.to_string().into()), ("why", why.into())];
+    record(log, Kind::Decision, session, call, fields)
+}
+
+/// Puts a refusal made before the broker was asked (unknown tool, bad arguments, no
+/// policy, a turn limit) on the log, as a `deny` decision.
+pub fn record_refusal(
+    log: &AuditLog,
+    session: &str,
+    call: &str,
+    taint: Label,
+    reason: &str,
+) -> Result<(), AuditError> {
+    let denied = Decision::Deny(bx_broker::DenyReason { message: reason.to_owned() });
+    record_decision(log, session, call, &denied, taint)
+}
+
+/// Puts the owner's `answer` to approval `approval`, and the decision it led to, on the
+/// log.
+pub fn record_answer(
+    log: &AuditLog,
+    session: &str,
+    call: &str,
+    approval: &str,
+    answer: &Answer,
+    decision: &Decision,
+) -> Result<(), AuditError> {
+    let (name, reason) = match answer {
+        Answer::Approve => ("approve", String::new()),
+        Answer::Refuse(r) => ("refuse", r.clone()),
+        Answer::Expired => ("expired", String::new()),
+    };
+    let outcome = match decision {
+        Decision::Allow(_) => "allow",
+        Decision::Ask(_) | Decision::Deny(_) => "deny",
+    };
+    let fields = vec![
+        ("id", approval.into()),
+        ("answer", name.into()),
+        ("reason", reason.into()),
+        ("decision", outcome.into()),
+    ];
+    record(log, Kind::Approval, session, call, fields)
 }
 
 /// How a call that ran ended, as recorded and reported.

@@ -12,7 +12,7 @@ mod toolset;
 mod transcript;
 mod turn;
 
-pub use approvals::{Approvals, Waiting};
+pub use approvals::{Approvals, Waiting, now_ms};
 pub use baseline::{Baseline, SYSTEM_PROMPT};
 pub use error::AgentError;
 pub use toolset::Toolset;

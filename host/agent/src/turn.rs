@@ -9,18 +9,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bx_audit::{AuditError, AuditLog, Kind};
+use bx_audit::{AuditError, AuditLog};
 use bx_broker::{Answer, CallRequest, Decision, Label, Policy};
 use bx_infer::{ChatRequest, Client, Message, StreamEvent, ToolCall, ToolChoice};
 use bx_protocol::{Body, TurnUsage};
 use bx_runtime::{RunError, Runtime};
 use bx_store::{LoopConfig, PolicyFile, PolicyStatus, Sessions, Store, valid_session_id};
-use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::approvals::{Approvals, now_ms};
 use crate::baseline::Baseline;
-use crate::call::{self, record};
+use crate::call;
 use crate::error::AgentError;
 use crate::toolset::Toolset;
 use crate::transcript::Transcript;
@@ -467,59 +466,41 @@ impl Agent {
         over_limit: bool,
     ) -> Result<Decided, AgentError> {
         let log = &self.parts.audit;
-        let args = call.arguments.to_string();
         let tool = toolset.get(&call.name);
-        let resources = tool.map(|t| call::resources(t, &call.arguments)).transpose();
-        let digest = tool.map_or("", |t| t.digest());
-        let listed = resources.clone().ok().flatten().unwrap_or_default();
-        record(
+        let resources = tool.map_or(Ok(Vec::new()), |t| call::resources(t, &call.arguments));
+        call::record_request(
             log,
-            Kind::Request,
             session,
             id,
-            call::request_fields(&call.name, digest, &args, &listed),
+            &call.name,
+            tool.map_or("", |t| t.digest()),
+            &call.arguments.to_string(),
+            resources.as_deref().unwrap_or_default(),
         )?;
-        let (taint, damage) = self.sessions.taint(session)?;
-        if let Some(why) = damage {
-            record(
-                log,
-                Kind::Session,
-                session,
-                id,
-                vec![("event", "state-damaged".into()), ("detail", why.into())],
-            )?;
-        }
-        let refuse = |reason: String| -> Result<Decided, AgentError> {
-            let fields = vec![
-                ("decision", Value::from("deny")),
-                ("taint", taint.to_string().into()),
-                ("why", reason.as_str().into()),
-            ];
-            record(log, Kind::Decision, session, id, fields)?;
-            Ok(Decided::Refused(reason))
-        };
-        if over_limit {
-            return refuse(format!(
+        let (taint, _) = call::session_taint(log, &self.sessions, session, id)?;
+        let reason = match (tool, resources) {
+            _ if over_limit => format!(
                 "the limit of {} tool calls per turn is reached (see docs/runbook.md#turn-limit)",
                 self.parts.limits.max_tool_calls
-            ));
-        }
-        let Some(tool) = tool else {
-            return refuse(format!("no tool named {:?} is installed", call.name));
+            ),
+            (None, _) => format!("no tool named {:?} is installed", call.name),
+            (Some(_), Err(why)) => why,
+            (Some(tool), Ok(resources)) => match self.policy() {
+                Err(why) => why,
+                Ok(policy) => {
+                    let request = CallRequest {
+                        tool: call.name.clone(),
+                        digest: tool.digest().to_owned(),
+                        resources,
+                    };
+                    let decision = bx_broker::decide(&policy, taint, &request);
+                    call::record_decision(log, session, id, &decision, taint)?;
+                    return Ok(Decided::Broker(decision, taint));
+                }
+            },
         };
-        let resources = match resources {
-            Ok(r) => r.unwrap_or_default(),
-            Err(why) => return refuse(why),
-        };
-        let policy = match self.policy() {
-            Ok(p) => p,
-            Err(why) => return refuse(why),
-        };
-        let request =
-            CallRequest { tool: call.name.clone(), digest: tool.digest().to_owned(), resources };
-        let decision = bx_broker::decide(&policy, taint, &request);
-        record(log, Kind::Decision, session, id, call::decision_fields(&decision, taint))?;
-        Ok(Decided::Broker(decision, taint))
+        call::record_refusal(log, session, id, taint, &reason)?;
+        Ok(Decided::Refused(reason))
     }
 
     /// Decides again after the owner's answer, against the policy of this moment, and
@@ -540,27 +521,7 @@ impl Agent {
             Ok(policy) => bx_broker::redecide(&policy, taint, ask, answer),
             Err(why) => Decision::Deny(bx_broker::DenyReason { message: why }),
         };
-        let (name, reason) = match answer {
-            Answer::Approve => ("approve", String::new()),
-            Answer::Refuse(r) => ("refuse", r.clone()),
-            Answer::Expired => ("expired", String::new()),
-        };
-        let outcome = match &decision {
-            Decision::Allow(_) => "allow",
-            Decision::Ask(_) | Decision::Deny(_) => "deny",
-        };
-        record(
-            &self.parts.audit,
-            Kind::Approval,
-            session,
-            id,
-            vec![
-                ("id", approval.into()),
-                ("answer", name.into()),
-                ("reason", reason.into()),
-                ("decision", outcome.into()),
-            ],
-        )?;
+        call::record_answer(&self.parts.audit, session, id, approval, answer, &decision)?;
         Ok(decision)
     }
 }

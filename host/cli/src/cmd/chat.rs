@@ -216,16 +216,11 @@ impl Chat<'_> {
     }
 
     fn answer(&mut self, approval: &str, line: &str) -> anyhow::Result<()> {
-        // Approving takes the id itself: a reflexive `y` must not approve anything.
-        let answer = if line.eq_ignore_ascii_case(approval) {
-            Answer::Approve {}
-        } else if line.is_empty()
-            || line.eq_ignore_ascii_case("y")
-            || line.eq_ignore_ascii_case("yes")
-        {
-            Answer::Refuse { reason: format!("answered {line:?}, not the id {approval}") }
-        } else {
-            Answer::Refuse { reason: line.to_owned() }
+        let answer = match bx_broker::typed_answer(approval, line) {
+            bx_broker::Answer::Approve => Answer::Approve {},
+            bx_broker::Answer::Refuse(reason) => Answer::Refuse { reason },
+            // typed_answer never times out; an expiry is the daemon's to decide.
+            bx_broker::Answer::Expired => return Ok(()),
         };
         self.conn.send(Body::AnswerApproval { approval: approval.to_owned(), answer })?;
         Ok(())

@@ -6,11 +6,11 @@
 use std::io::{BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use bx_agent::call;
-use bx_audit::{AuditLog, Kind};
+use bx_agent::{call, now_ms};
+use bx_audit::AuditLog;
 use bx_broker::{AllowList, Answer, Answered, ApprovalTable, CallRequest, Decision};
 use bx_runtime::{CallError, Limits, Output, RunError, Runtime};
 use bx_store::{PolicyFile, PolicyStatus, Sessions, Store};
@@ -49,17 +49,9 @@ pub(crate) struct RunArgs {
     approval_timeout: u64,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
 fn absolute(path: &Path) -> anyhow::Result<String> {
     let abs = std::path::absolute(path).with_context(|| format!("path {}", path.display()))?;
     abs.to_str().map(str::to_owned).with_context(|| format!("path {} is not UTF-8", abs.display()))
-}
-
-fn fields(pairs: &[(&str, serde_json::Value)]) -> call::Fields {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
 }
 
 /// Loads the policy in force for a one-shot command: an invalid file refuses (a one-shot
@@ -95,19 +87,7 @@ fn ask_owner(block: &str, id: &str, timeout: Duration) -> Answer {
     });
     match rx.recv_timeout(timeout) {
         Ok(Ok((0, _))) => Answer::Expired, // end of input: nobody is there to answer
-        Ok(Ok((_, line))) => {
-            let answer = line.trim();
-            if answer.eq_ignore_ascii_case(id) {
-                Answer::Approve
-            } else if answer.is_empty()
-                || answer.eq_ignore_ascii_case("y")
-                || answer.eq_ignore_ascii_case("yes")
-            {
-                Answer::Refuse(format!("answered {answer:?}, not the id {id}"))
-            } else {
-                Answer::Refuse(answer.to_owned())
-            }
-        }
+        Ok(Ok((_, line))) => bx_broker::typed_answer(id, &line),
         Ok(Err(_)) | Err(_) => Answer::Expired,
     }
 }
@@ -148,19 +128,6 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
     }
     let sessions = Sessions::open(state_dir)?;
     let session = args.session.as_str();
-    let (taint, damage) = sessions.taint(session)?;
-    if let Some(why) = &damage {
-        eprintln!("bx: session state damaged: {why} (see docs/runbook.md#session-state-damaged)");
-        log.append(
-            Kind::Session,
-            fields(&[
-                ("session", session.into()),
-                ("event", "state-damaged".into()),
-                ("detail", why.as_str().into()),
-            ]),
-        )?;
-    }
-
     let runtime = Runtime::new(Limits::default())?;
     let tool = store.open_tool(&runtime, &args.name)?;
     let call = CallRequest {
@@ -169,27 +136,28 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
         resources: call::resources(&tool, &call_args).map_err(anyhow::Error::msg)?,
     };
     let call_id = format!("c{:x}{:x}", now_ms(), std::process::id());
-    let base = |more: &[(&str, serde_json::Value)]| {
-        let mut f = fields(&[("session", session.into()), ("call", call_id.as_str().into())]);
-        f.extend(fields(more));
-        f
-    };
-    let logged = |kind: Kind, f: call::Fields| -> anyhow::Result<()> {
-        log.append(kind, f).map(drop).map_err(|e| anyhow::anyhow!("{e}"))
-    };
-    let request = call::request_fields(&call.tool, &call.digest, &args.args, &call.resources);
-    if let Err(e) = logged(Kind::Request, base(&request)) {
+    let recorded = call::record_request(
+        &log,
+        session,
+        &call_id,
+        &call.tool,
+        &call.digest,
+        &args.args,
+        &call.resources,
+    );
+    if let Err(e) = recorded {
         eprintln!("bx: {e}");
         return Ok(EXIT_UNAVAILABLE);
     }
+    let (taint, damage) = call::session_taint(&log, &sessions, session, &call_id)?;
+    if let Some(why) = &damage {
+        eprintln!("bx: session state damaged: {why} (see docs/runbook.md#session-state-damaged)");
+    }
 
     let decision = bx_broker::decide(allow.policy(), taint, &call);
+    call::record_decision(&log, session, &call_id, &decision, taint)?;
     let decision = match decision {
         Decision::Ask(ask) => {
-            logged(
-                Kind::Decision,
-                base(&call::decision_fields(&Decision::Ask(ask.clone()), taint)),
-            )?;
             let table = ApprovalTable::new();
             let timeout = Duration::from_secs(args.approval_timeout);
             let pending =
@@ -198,36 +166,18 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
             // The answer comes from standard input: a terminal, or a pipe the owner set
             // up; end of input is no answer.
             let answer = ask_owner(&block, &pending.id, timeout);
-            // Answering takes the entry out of the table, as the daemon will.
+            // Answering takes the entry out of the table, as the daemon does.
             let answer = match table.take(&pending.id, now_ms()) {
                 Answered::Taken(_) => answer,
                 Answered::Expired(_) | Answered::AlreadyAnswered | Answered::Unknown => {
                     Answer::Expired
                 }
             };
-            let final_decision = bx_broker::redecide(allow.policy(), taint, &ask, &answer);
-            let (answer_name, reason) = match &answer {
-                Answer::Approve => ("approve", String::new()),
-                Answer::Refuse(r) => ("refuse", r.clone()),
-                Answer::Expired => ("expired", String::new()),
-            };
-            let outcome =
-                if matches!(final_decision, Decision::Allow(_)) { "allow" } else { "deny" };
-            logged(
-                Kind::Approval,
-                base(&[
-                    ("id", pending.id.as_str().into()),
-                    ("answer", answer_name.into()),
-                    ("reason", reason.into()),
-                    ("decision", outcome.into()),
-                ]),
-            )?;
-            final_decision
+            let decided = bx_broker::redecide(allow.policy(), taint, &ask, &answer);
+            call::record_answer(&log, session, &call_id, &pending.id, &answer, &decided)?;
+            decided
         }
-        other => {
-            logged(Kind::Decision, base(&call::decision_fields(&other, taint)))?;
-            other
-        }
+        other => other,
     };
     let grant = match decision {
         Decision::Allow(grant) => grant,

@@ -109,7 +109,7 @@ pub(super) async fn handle(
                 reply(&out, id, msg);
             }
             Body::ListApprovals {} => {
-                let now = bx_agent_now_ms();
+                let now = bx_agent::now_ms();
                 let items = agent
                     .approvals()
                     .list()
@@ -159,12 +159,6 @@ pub(super) async fn handle(
     while turns.join_next().await.is_some() {}
     drop(out);
     let _ = writer.await;
-}
-
-fn bx_agent_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 async fn turn(

@@ -255,7 +255,8 @@ fn damaged_session_state_counts_as_secret_untrusted_until_rebuilt() {
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(r.stderr.contains("docs/runbook.md#session-state-damaged"), "{}", r.stderr);
     assert!(r.stderr.contains("session taint secret/untrusted"), "{}", r.stderr);
-    assert_eq!(kinds(st, "d")[0], "session");
+    // The damage is recorded with the call it affected, between its request and decision.
+    assert_eq!(kinds(st, "d")[..3], ["request", "session", "decision"]);
 
     let r = bx(st, &["session", "rebuild", "d"]);
     assert_eq!(r.stdout, "d: public/trusted (from 0 results)\n", "{}", r.stderr);
