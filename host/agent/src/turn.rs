@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -121,16 +121,6 @@ impl Agent {
         &self.sessions
     }
 
-    /// The audit log.
-    pub fn audit(&self) -> &AuditLog {
-        &self.parts.audit
-    }
-
-    /// The state directory.
-    pub fn state_dir(&self) -> &Path {
-        &self.parts.state_dir
-    }
-
     /// Whether `session` has a turn running.
     pub fn is_busy(&self, session: &str) -> bool {
         lock(&self.running).contains_key(session)
@@ -152,11 +142,6 @@ impl Agent {
         for signal in lock(&self.running).values() {
             signal.notify_one();
         }
-    }
-
-    /// The number of running turns.
-    pub fn running(&self) -> usize {
-        lock(&self.running).len()
     }
 
     /// The tools of the current epoch: rebuilt only when the installed set changed.
@@ -207,7 +192,7 @@ impl Agent {
             running.insert(session.to_owned(), Arc::clone(&signal));
         }
         let _busy = Busy { agent: self, session: session.to_owned() };
-        let limit = Duration::from_secs(self.parts.limits.max_turn_secs);
+        let limit = Duration::from_secs(self.parts.limits.max_turn_secs.get());
         let result = tokio::select! {
             r = tokio::time::timeout(limit, self.run_turn(session, text, require_tool, events)) => {
                 r.unwrap_or_else(|_| Err(AgentError::Limit(format!(
@@ -247,7 +232,7 @@ impl Agent {
         let mut calls_run = 0;
         let mut first = true;
         loop {
-            let budget = u64::from(limits.max_tokens).saturating_sub(usage.completion);
+            let budget = u64::from(limits.max_tokens.get()).saturating_sub(usage.completion);
             if budget == 0 {
                 return Err(AgentError::Limit(format!(
                     "the model generated its {} tokens for this turn",
@@ -305,7 +290,7 @@ impl Agent {
             first = false;
             let mut over = false;
             for call in &completion.tool_calls {
-                let over_limit = calls_run >= limits.max_tool_calls;
+                let over_limit = calls_run >= limits.max_tool_calls.get();
                 over |= over_limit;
                 if !over_limit {
                     calls_run += 1;
@@ -394,7 +379,7 @@ impl Agent {
         };
         let decision = match decision {
             Decision::Ask(ask) => {
-                let ttl = Duration::from_secs(self.parts.limits.approval_secs);
+                let ttl = Duration::from_secs(self.parts.limits.approval_secs.get());
                 let (pending, block, wait) =
                     self.approvals.open(session, ask.clone(), args.clone(), ttl);
                 let _ = events.send(Body::ApprovalNeeded {

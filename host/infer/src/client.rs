@@ -85,7 +85,8 @@ impl InferConfig {
 }
 
 /// What the self-test found.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SelfTest {
     /// `/health` answered ok.
     pub healthy: bool,

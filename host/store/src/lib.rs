@@ -13,7 +13,7 @@ mod policy_file;
 mod sessions;
 mod store;
 
-pub use config::{AuditConfig, Config, InferenceConfig, LoopConfig, ToolsConfig};
+pub use config::{AuditConfig, Config, InferenceConfig, LoopConfig, ToolModeName, ToolsConfig};
 pub use digest::Digest;
 pub use error::StoreError;
 pub use fetch::Progress;

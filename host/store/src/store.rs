@@ -77,15 +77,6 @@ pub(crate) fn write_atomically(path: &Path, data: &[u8]) -> Result<(), StoreErro
     Ok(())
 }
 
-/// Holds `tools/.lock` exclusively while alive.
-struct Lock(std::fs::File);
-
-impl Drop for Lock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
-}
-
 impl Store {
     /// Opens (creating if needed) the store under `state_dir`, reading its `config.toml`.
     pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
@@ -106,7 +97,8 @@ impl Store {
         self.root.join("blobs").join(format!("{}.wasm", digest.hex()))
     }
 
-    fn lock(&self) -> Result<Lock, StoreError> {
+    /// Takes `tools/.lock` exclusively; held until the returned file is closed.
+    fn lock(&self) -> Result<std::fs::File, StoreError> {
         let path = self.root.join(".lock");
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -115,7 +107,7 @@ impl Store {
             .open(&path)
             .map_err(|e| StoreError::io(&path, e))?;
         file.lock().map_err(|e| StoreError::io(&path, e))?;
-        Ok(Lock(file))
+        Ok(file)
     }
 
     /// The installed set as it is on disk now.

@@ -37,11 +37,17 @@ pub(crate) fn run(state_dir: &Path, _args: &DoctorArgs) -> anyhow::Result<u8> {
     match (answering, status) {
         (true, Some(s)) => {
             check(true, format!("daemon: pid {} serving {}", s["pid"], s["url"]));
-            let ok = s["self_test"]["problems"].as_array().is_some_and(Vec::is_empty)
-                && s["self_test"]["completion_ok"].as_bool() == Some(true);
-            check(ok, "inference self-test (at daemon start):".into());
-            for line in s["self_test_text"].as_str().unwrap_or("").lines() {
-                println!("       {line}");
+            match serde_json::from_value::<bx_infer::SelfTest>(s["self_test"].clone()) {
+                Ok(report) => {
+                    let ok = report.completion_ok && report.problems.is_empty();
+                    check(ok, "inference self-test (at daemon start):".into());
+                    for line in report.to_string().lines() {
+                        println!("       {line}");
+                    }
+                }
+                Err(e) => {
+                    check(false, format!("inference self-test: unreadable in daemon.json: {e}"))
+                }
             }
         }
         (true, None) => check(true, "daemon: answering (no status file)".into()),

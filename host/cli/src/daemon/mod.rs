@@ -15,7 +15,7 @@ use bx_agent::{Agent, AgentParts};
 use bx_audit::AuditLog;
 use bx_infer::{Client, InferConfig, RetryPolicy, ToolMode};
 use bx_runtime::{Limits, Runtime};
-use bx_store::{Config, Store};
+use bx_store::{Config, Store, ToolModeName};
 use tokio::net::UnixListener;
 use tokio::sync::{Semaphore, watch};
 
@@ -26,43 +26,34 @@ pub(crate) const STATUS: &str = "daemon.json";
 /// How long shutdown waits for cancelled turns to record their ends.
 const DRAIN: Duration = Duration::from_secs(10);
 
-/// Holds `serve.lock` for the daemon's life: a second daemon on the same state
-/// directory would interleave two writers on one audit chain.
-pub(crate) struct DaemonLock(std::fs::File);
-
-impl DaemonLock {
-    pub(crate) fn take(state_dir: &Path) -> anyhow::Result<DaemonLock> {
-        let path = state_dir.join("serve.lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        match file.try_lock() {
-            Ok(()) => Ok(DaemonLock(file)),
-            Err(std::fs::TryLockError::WouldBlock) => bail!(
-                "another bx serve is running for {} (see docs/runbook.md#daemon-running)",
-                state_dir.display()
-            ),
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(e).with_context(|| format!("locking {}", path.display()))
-            }
+/// Takes `serve.lock`, held for as long as the returned file is open (the kernel drops
+/// the lock when the file closes, however the process ends): a second daemon on the same
+/// state directory would interleave two writers on one audit chain.
+fn take_lock(state_dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = state_dir.join("serve.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "another bx serve is running for {} (see docs/runbook.md#daemon-running)",
+            state_dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", path.display()))
         }
     }
 }
 
-impl Drop for DaemonLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
-}
-
-fn tool_mode(name: &str) -> ToolMode {
+fn tool_mode(name: ToolModeName) -> ToolMode {
     match name {
-        "native" => ToolMode::Native,
-        "constrained" => ToolMode::Constrained,
-        _ => ToolMode::Auto,
+        ToolModeName::Auto => ToolMode::Auto,
+        ToolModeName::Native => ToolMode::Native,
+        ToolModeName::Constrained => ToolMode::Constrained,
     }
 }
 
@@ -77,7 +68,7 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("making {} private", state_dir.display()))?;
-    let _lock = DaemonLock::take(&state_dir)?;
+    let _lock = take_lock(&state_dir)?;
     let config = load_config(&state_dir)?;
     let audit_dir = config.audit_dir(&state_dir);
     let audit = Arc::new(AuditLog::open(&audit_dir).map_err(|e| anyhow::anyhow!("{e}"))?);
@@ -93,7 +84,7 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
         url
     };
     let mut infer = InferConfig::new(&url);
-    infer.mode = tool_mode(&config.inference.tool_mode);
+    infer.mode = tool_mode(config.inference.tool_mode);
     infer.retry = RetryPolicy {
         window: Duration::from_secs(config.inference.retry_secs),
         // The windows bound the waiting; attempts are not the limit here.
@@ -117,6 +108,10 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
         seed: config.inference.seed,
     })?);
 
+    for problem in agent.toolset()?.problems() {
+        eprintln!("bx serve: tool left out of the model's tools: {problem}");
+    }
+
     // The self-test runs after the agent put known sessions back on their slots, so
     // its short completion lands on the least-loaded slot, not on a warm session's.
     let report = agent.client().self_test().await;
@@ -125,7 +120,6 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
         "pid": std::process::id(),
         "url": url,
         "self_test": report,
-        "self_test_text": report.to_string(),
     });
     std::fs::write(state_dir.join(STATUS), format!("{status:#}\n"))
         .with_context(|| format!("writing {STATUS}"))?;
@@ -140,7 +134,7 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
     eprintln!("bx serve: listening on {}", socket.display());
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let limit = Arc::new(Semaphore::new(config.turn.max_connections));
+    let limit = Arc::new(Semaphore::new(config.turn.max_connections.get()));
     let mut tasks = tokio::task::JoinSet::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

@@ -164,6 +164,19 @@ fn four_turns_keep_the_prompt_cache_across_a_daemon_restart() {
         let second = bx(s, &["serve"]);
         assert_ne!(second.code, 0);
         assert!(second.stderr.contains("docs/runbook.md#daemon-running"), "{}", second.stderr);
+        // `bx doctor` reads the daemon's self-test back and checks the rest.
+        let doctor = bx(s, &["doctor"]);
+        assert_eq!(doctor.code, 0, "{}{}", doctor.stdout, doctor.stderr);
+        for line in [
+            "ok   config.toml",
+            "ok   inference self-test",
+            "ok   completion with cache_prompt and timings",
+            "ok   policy: none yet",
+            "ok   audit: 0 records",
+            "ok   tools: 0 installed",
+        ] {
+            assert!(doctor.stdout.contains(line), "{line:?} missing from:\n{}", doctor.stdout);
+        }
     }
     let mut prompts = Vec::new();
     for (i, text) in
