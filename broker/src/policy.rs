@@ -92,6 +92,53 @@ pub struct DenyRule {
     pub resource: ResourceRule,
 }
 
+impl std::fmt::Display for ToolMatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolMatch::Any => f.write_str("*"),
+            ToolMatch::Named(name) => f.write_str(name),
+        }
+    }
+}
+
+impl std::fmt::Display for ResourceRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResourceRule::Path(path) => write!(f, "{}", path.display()),
+            ResourceRule::Host(host) => write!(f, "{host}"),
+        }
+    }
+}
+
+/// One line per grant, in the policy file's words: `grant[0] (line 3): tool * read
+/// /home/o/notes, label private/trusted, when tainted allow`.
+impl std::fmt::Display for GrantRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = match self.mode {
+            Mode::Read => "read",
+            Mode::Write => "write",
+            Mode::Fetch => "fetch",
+        };
+        let tainted = match self.when_tainted {
+            OnTainted::Allow => "allow",
+            OnTainted::Ask => "ask",
+            OnTainted::Deny => "deny",
+        };
+        write!(
+            f,
+            "grant[{}] (line {}): tool {} {mode} {}, label {}, when tainted {tainted}",
+            self.index, self.line, self.tool, self.resource, self.label
+        )
+    }
+}
+
+/// `deny[0] (line 9): tool * /home/o/notes/keys`.
+impl std::fmt::Display for DenyRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "deny[{}] (line {}): tool {} {}", self.index, self.line, self.tool, self.resource)
+    }
+}
+
 /// What an `[[example]]` expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {

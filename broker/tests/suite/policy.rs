@@ -102,3 +102,24 @@ fn empty_policy_refuses_everything() {
     };
     assert!(matches!(bx_broker::decide(&p, Label::CLEAN, &call), bx_broker::Decision::Deny(_)));
 }
+
+#[test]
+fn grant_and_deny_lines_read_like_the_file() {
+    // `bx` shows a session's grants one per line; each says what the file says.
+    let policy = bx_broker::Policy::parse("p.toml", bx_broker::EXAMPLE_POLICY).unwrap();
+    let lines: Vec<String> = policy
+        .grants()
+        .iter()
+        .map(ToString::to_string)
+        .chain(policy.denies().iter().map(ToString::to_string))
+        .collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "grant[0] (line 17): tool * read /home/owner/notes, label private/trusted, when tainted allow",
+            "grant[1] (line 24): tool fs.write write /home/owner/notes/inbox, label private/trusted, when tainted ask",
+            "grant[2] (line 31): tool http.fetch fetch docs.rs, label public/untrusted, when tainted deny",
+            "deny[0] (line 38): tool * /home/owner/notes/keys",
+        ]
+    );
+}

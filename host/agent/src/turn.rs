@@ -231,6 +231,8 @@ impl Agent {
         let mut usage = TurnUsage { prompt: 0, cached: 0, completion: 0 };
         let mut calls_run = 0;
         let mut first = true;
+        // Once per turn, not per request: the slot does not change within a daemon's life.
+        self.remember_slot(session);
         loop {
             let budget = u64::from(limits.max_tokens.get()).saturating_sub(usage.completion);
             if budget == 0 {
@@ -267,7 +269,6 @@ impl Agent {
                     let _ = ev.send(body);
                 })
                 .await?;
-            self.remember_slot(session);
             let this = self.model_usage(session, &completion);
             usage.prompt += this.0;
             usage.cached += this.1;
@@ -307,7 +308,8 @@ impl Agent {
         }
     }
 
-    /// Keeps the session's slot on disk, so a restarted daemon sends it back there.
+    /// Keeps the session's slot on disk, so a restarted daemon sends it back there. Asking
+    /// the gate places a new session, as its first request would.
     fn remember_slot(&self, session: &str) {
         let slot = self.parts.client.gate().slot_of(session);
         // Losing this only costs a cold cache after a restart; the turn goes on.

@@ -50,7 +50,18 @@ pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, FrameError> {
     Ok(out)
 }
 
-fn parse_body(body: &[u8]) -> Result<Envelope, FrameError> {
+/// The body length a frame's 4-byte head announces, refused when over
+/// [`MAX_FRAME_BYTES`] (before anything is allocated or read).
+pub fn body_len(head: [u8; 4]) -> Result<usize, FrameError> {
+    let len = u32::from_be_bytes(head) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(len));
+    }
+    Ok(len)
+}
+
+/// Parses a frame's body (what follows the head) as one envelope of our version.
+pub fn parse_body(body: &[u8]) -> Result<Envelope, FrameError> {
     let envelope: Envelope =
         serde_json::from_slice(body).map_err(|e| FrameError::Bad(e.to_string()))?;
     if envelope.v != crate::VERSION {
@@ -61,13 +72,10 @@ fn parse_body(body: &[u8]) -> Result<Envelope, FrameError> {
 
 /// Decodes a buffer holding exactly one frame.
 pub fn decode(buf: &[u8]) -> Result<Envelope, FrameError> {
-    let Some(head) = buf.get(..4) else {
+    let Some(&[a, b, c, d]) = buf.get(..4) else {
         return Err(FrameError::Truncated { expected: 4, got: buf.len() });
     };
-    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
-    if len > MAX_FRAME_BYTES {
-        return Err(FrameError::TooLarge(len));
-    }
+    let len = body_len([a, b, c, d])?;
     let rest = &buf[4..];
     if rest.len() < len {
         return Err(FrameError::Truncated { expected: len, got: rest.len() });
@@ -91,10 +99,7 @@ pub fn read_frame(r: &mut impl Read) -> Result<Option<Envelope>, FrameError> {
             Err(e) => return Err(FrameError::Io(e.to_string())),
         }
     }
-    let len = u32::from_be_bytes(head) as usize;
-    if len > MAX_FRAME_BYTES {
-        return Err(FrameError::TooLarge(len));
-    }
+    let len = body_len(head)?;
     let mut body = Vec::with_capacity(len);
     r.take(len as u64).read_to_end(&mut body).map_err(|e| FrameError::Io(e.to_string()))?;
     if body.len() < len {

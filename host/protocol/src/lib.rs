@@ -7,7 +7,7 @@
 mod frame;
 mod message;
 
-pub use frame::{FrameError, MAX_FRAME_BYTES, decode, encode, read_frame};
+pub use frame::{FrameError, MAX_FRAME_BYTES, body_len, decode, encode, parse_body, read_frame};
 pub use message::{
     Answer, ApprovalSummary, Body, Envelope, ErrorCode, SessionSummary, ToolSummary, TurnUsage,
     VERSION,

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use bx_agent::Agent;
 use bx_broker::Answered;
 use bx_protocol::{
-    Answer, ApprovalSummary, Body, Envelope, ErrorCode, MAX_FRAME_BYTES, SessionSummary,
-    ToolSummary, VERSION,
+    Answer, ApprovalSummary, Body, Envelope, ErrorCode, SessionSummary, ToolSummary, VERSION,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::UnixStream;
@@ -33,15 +32,10 @@ async fn read(rd: &mut OwnedReadHalf) -> Result<Option<Envelope>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e.to_string()),
     }
-    let len = u32::from_be_bytes(head) as usize;
-    if len > MAX_FRAME_BYTES {
-        return Err(format!("frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte limit"));
-    }
-    let mut frame = Vec::with_capacity(4 + len);
-    frame.extend_from_slice(&head);
-    frame.resize(4 + len, 0);
-    rd.read_exact(&mut frame[4..]).await.map_err(|e| format!("truncated frame: {e}"))?;
-    bx_protocol::decode(&frame).map(Some).map_err(|e| e.to_string())
+    let len = bx_protocol::body_len(head).map_err(|e| e.to_string())?;
+    let mut body = vec![0; len];
+    rd.read_exact(&mut body).await.map_err(|e| format!("truncated frame: {e}"))?;
+    bx_protocol::parse_body(&body).map(Some).map_err(|e| e.to_string())
 }
 
 pub(super) async fn handle(
@@ -215,14 +209,7 @@ fn grants(agent: &Agent, session: String) -> Body {
     };
     let taint = agent.sessions().taint(&session).map_or(bx_broker::Label::TOP, |(t, _)| t);
     let mut lines = vec![format!("session {session}: taint {taint}")];
-    for g in policy.grants() {
-        lines.push(format!(
-            "grant[{}] (line {}): {:?} {:?} {:?}, label {}, when tainted {:?}",
-            g.index, g.line, g.tool, g.mode, g.resource, g.label, g.when_tainted
-        ));
-    }
-    for d in policy.denies() {
-        lines.push(format!("deny[{}] (line {}): {:?} {:?}", d.index, d.line, d.tool, d.resource));
-    }
+    lines.extend(policy.grants().iter().map(ToString::to_string));
+    lines.extend(policy.denies().iter().map(ToString::to_string));
     Body::Grants { session, lines }
 }

@@ -4,7 +4,7 @@
 //! `--require-tool` makes the reply a call; everything after that is the real path.
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
@@ -126,14 +126,8 @@ fn transcript(state: &Path, session: &str) -> Vec<Value> {
 /// Every audit record, across day files.
 fn audit_records(state: &Path) -> Vec<Value> {
     let mut out = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(state.join("audit"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    files.sort();
-    for f in files {
-        for line in std::fs::read_to_string(f).unwrap().lines() {
+    for file in bx_audit::day_files(&state.join("audit")).unwrap() {
+        for line in std::fs::read_to_string(file).unwrap().lines() {
             out.push(serde_json::from_str(line).unwrap());
         }
     }
@@ -345,6 +339,20 @@ fn after_an_untrusted_read_a_write_asks_and_a_second_client_answers_it() {
     assert_eq!(result[0]["label"], "public/untrusted", "{events:?}");
     let r = bx(s, &["session", "show", "web"]);
     assert!(r.stdout.contains("public/untrusted"), "{}", r.stdout);
+    // A client asking the daemon what the session's calls may reach sees the taint and
+    // every rule.
+    let mut socket = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+    let ask = bx_protocol::Envelope {
+        v: bx_protocol::VERSION,
+        id: 9,
+        msg: bx_protocol::Body::ReportGrants { session: "web".into() },
+    };
+    socket.write_all(&bx_protocol::encode(&ask).unwrap()).unwrap();
+    let reply = bx_protocol::read_frame(&mut socket).unwrap().unwrap();
+    let bx_protocol::Body::Grants { lines, .. } = reply.msg else { panic!("{reply:?}") };
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0], "session web: taint public/untrusted");
+    assert!(lines[2].starts_with("grant[1] (line 8): tool fs.write write "), "{lines:?}");
     // The tiny model copies its last call; with fetch gone (a new tool epoch, which the
     // daemon picks up at the next turn) its only choice is the write. The taint stays.
     let r = bx(s, &["tool", "remove", "http.fetch"]);
