@@ -70,9 +70,10 @@ impl Conn {
         }
     }
 
-    /// A second handle on the same connection (one thread reads, another writes).
-    pub(crate) fn try_clone(&self) -> anyhow::Result<Conn> {
-        Ok(Conn { stream: self.stream.try_clone()?, next_id: self.next_id + 1_000_000 })
+    /// A read-only handle on the same connection, for a thread that reads while this one
+    /// writes (request ids stay this handle's alone).
+    pub(crate) fn reader(&self) -> anyhow::Result<Reader> {
+        Ok(Reader(self.stream.try_clone()?))
     }
 
     /// Sends a request; returns its id.
@@ -99,6 +100,16 @@ impl Conn {
                 None => bail!("the daemon closed the connection"),
             }
         }
+    }
+}
+
+/// The reading half of a [`Conn`].
+pub(crate) struct Reader(UnixStream);
+
+impl Reader {
+    /// Reads the next message; `None` when the daemon closed the connection.
+    pub(crate) fn recv(&mut self) -> anyhow::Result<Option<Envelope>> {
+        Ok(bx_protocol::read_frame(&mut self.0)?)
     }
 }
 

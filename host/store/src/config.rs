@@ -145,9 +145,18 @@ impl Config {
             let offset = e.span().map_or(0, |s| s.start);
             StoreError::parse_at(path, text, offset, e.message().to_owned())
         })?;
+        // Points at the line that sets `key` (not a comment or value that mentions it).
         let at = |key: &str, message: String| {
-            let offset = text.find(key).unwrap_or(0);
-            StoreError::parse_at(path, text, offset, message)
+            let mut offset = 0;
+            for line in text.split_inclusive('\n') {
+                let rest = line.trim_start();
+                if rest.strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('=')) {
+                    offset += line.len() - rest.len();
+                    return StoreError::parse_at(path, text, offset, message);
+                }
+                offset += line.len();
+            }
+            StoreError::parse_at(path, text, 0, message)
         };
         if !config.inference.launch.is_empty()
             && !config.inference.launch.iter().any(|a| a.contains("{port}"))
@@ -207,6 +216,11 @@ mod tests {
             ("[inference]\nlaunch = [\"llama-server\"]\n", "c.toml:2:1: inference.launch"),
             ("[loop]\nmax_tool_calls = 0\n", "c.toml:2:18: invalid value: integer `0`"),
             ("[audit]\ndir = \"rel\"\n", "c.toml:2:1: audit.dir"),
+            // A comment that mentions the key does not take the location.
+            (
+                "# launch it yourself\n[inference]\n  launch = [\"x\"]\n",
+                "c.toml:3:3: inference.launch",
+            ),
             ("[loop]\nmax_tokens = -1\n", "c.toml:2:14: invalid value"),
             ("[inferense]\n", "c.toml:1:2: unknown field `inferense`"),
         ] {

@@ -30,7 +30,8 @@ pub struct Sessions {
 /// The longest session id accepted, and its characters: ids become file names.
 const MAX_ID: usize = 64;
 
-fn valid_id(id: &str) -> bool {
+/// Whether `id` can name a session (it becomes a file name).
+pub fn valid_session_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_ID
         && id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
@@ -46,7 +47,7 @@ impl Sessions {
     }
 
     fn path(&self, id: &str) -> Result<PathBuf, StoreError> {
-        if !valid_id(id) {
+        if !valid_session_id(id) {
             return Err(StoreError::BadSession(id.to_owned()));
         }
         Ok(self.dir.join(format!("{id}.json")))
@@ -120,7 +121,7 @@ impl Sessions {
             let entry = entry.map_err(|e| StoreError::io(&self.dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Some(id) = name.strip_suffix(".json")
-                && valid_id(id)
+                && valid_session_id(id)
             {
                 ids.push(id.to_owned());
             }
@@ -139,11 +140,6 @@ impl Sessions {
         let text = serde_json::to_string(state).map_err(|e| StoreError::io(&path, e))?;
         write_atomically(&path, format!("{text}\n").as_bytes())
     }
-}
-
-/// Whether `id` can name a session (it becomes a file name).
-pub fn valid_session_id(id: &str) -> bool {
-    valid_id(id)
 }
 
 #[cfg(test)]

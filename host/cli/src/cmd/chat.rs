@@ -40,7 +40,7 @@ pub(crate) fn run(state_dir: &Path, args: &ChatArgs) -> anyhow::Result<u8> {
     let conn = Conn::connect_or_start(state_dir)?;
     let (tx, rx) = mpsc::channel::<Input>();
     {
-        let mut reader = conn.try_clone()?;
+        let mut reader = conn.reader()?;
         let tx = tx.clone();
         std::thread::spawn(move || {
             loop {
