@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -251,6 +252,7 @@ impl Agent {
                 max_tokens: Some(u32::try_from(budget).unwrap_or(u32::MAX)),
                 temperature: self.parts.temperature,
                 seed: self.parts.seed,
+                max_thinking_tokens: limits.max_thinking_tokens.map(NonZeroU32::get),
             };
             let (s, ev) = (session.to_owned(), events.clone());
             let completion = self
@@ -280,6 +282,7 @@ impl Agent {
                 completion: this.2,
                 prompt_ms: completion.timings.map_or(0.0, |t| t.prompt_ms),
                 predicted_ms: completion.timings.map_or(0.0, |t| t.predicted_ms),
+                thinking_capped: completion.thinking_capped,
             });
             transcript.append(&[Message::Assistant {
                 content: completion.content.clone(),
@@ -333,6 +336,7 @@ impl Agent {
             "cached": cached,
             "completion": completion,
             "timings": c.timings,
+            "thinking_capped": c.thinking_capped,
         });
         let path = self.parts.state_dir.join("usage.jsonl");
         if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {

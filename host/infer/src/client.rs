@@ -10,7 +10,15 @@ use serde_json::Value;
 use crate::error::InferError;
 use crate::gate::SlotGate;
 use crate::request::{ChatRequest, Controls, parse_constrained};
-use crate::stream::{Assembler, Completion, FinishReason, StreamEvent};
+use crate::stream::{Assembler, Completion, FinishReason, StreamEvent, ThinkingCap};
+
+/// How one streamed request ended.
+enum Streamed {
+    /// The server finished it.
+    Done(Completion),
+    /// The client stopped it at the thinking cap; the thinking so far.
+    StoppedAtCap(String),
+}
 
 /// How tool calls are obtained from the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +29,20 @@ pub enum ToolMode {
     Constrained,
     /// Native when the server's chat template takes tools, else constrained.
     Auto,
+}
+
+/// How a thinking block that reached its cap is ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndThinking {
+    /// Live, through llama-server's `/v1/chat/completions/control` (`reasoning_end`):
+    /// the server closes the block in the same generation, so the thinking so far stays
+    /// in the model's context and nothing is re-read. Where the server refuses (an older
+    /// build, a proxy that does not pass the endpoint), falls back to `Reissue`.
+    Control,
+    /// Stop the request and send it again with the thinking closed by the template's own
+    /// switch (`chat_template_kwargs.enable_thinking: false`). The thinking so far is
+    /// kept in the completion but not shown to the model again.
+    Reissue,
 }
 
 /// Retry for a server that went away before answering.
@@ -67,6 +89,8 @@ pub struct InferConfig {
     pub connect_window: Duration,
     /// How tool calls are obtained.
     pub mode: ToolMode,
+    /// How a capped thinking block is ended (see [`ChatRequest::max_thinking_tokens`]).
+    pub end_thinking: EndThinking,
 }
 
 impl InferConfig {
@@ -80,6 +104,7 @@ impl InferConfig {
             retry: RetryPolicy::default(),
             connect_window: Duration::from_secs(60),
             mode: ToolMode::Auto,
+            end_thinking: EndThinking::Control,
         }
     }
 }
@@ -308,6 +333,10 @@ impl Client {
 
     /// Runs one chat request for `session` on its slot, passing each event to `on_event`
     /// as it arrives, and returns the assembled reply.
+    ///
+    /// With [`ChatRequest::max_thinking_tokens`] set, the reasoning is counted as it
+    /// streams; at the cap the thinking block is ended (see [`EndThinking`]) and the
+    /// completion is marked `thinking_capped`.
     pub async fn chat(
         &self,
         session: &str,
@@ -315,47 +344,32 @@ impl Client {
         mut on_event: impl FnMut(&StreamEvent),
     ) -> Result<Completion, InferError> {
         let guard = self.gate.acquire(session).await?;
-        let body = req.body(Controls {
-            id_slot: guard.slot(),
-            constrained: self.constrained && !req.tools.is_empty(),
-        });
-        let response = self.send(body).await?;
-        let cap = self.cfg.max_event_bytes;
-        let mut lines = crate::stream::LineSplitter::new(cap);
-        let bytes = response.bytes_stream().map(move |chunk| {
-            let chunk = chunk.map_err(|e| ByteError::Transport(e.to_string()))?;
-            lines.push(&chunk).map_err(|_| ByteError::TooLarge)
-        });
-        let mut events = bytes.eventsource();
-        let mut asm = Assembler::new();
         let constrained = self.constrained && !req.tools.is_empty();
-        loop {
-            match tokio::time::timeout(self.cfg.idle_timeout, events.next()).await {
-                Err(_) => return Err(InferError::IdleTimeout(self.cfg.idle_timeout)),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    let msg = e.to_string();
-                    if msg.contains("event too large") {
-                        return Err(InferError::EventTooLarge(cap));
-                    }
-                    return Err(InferError::Truncated(msg));
-                }
-                Ok(Some(Ok(ev))) => {
-                    for e in asm.feed(&ev.event, &ev.data)? {
-                        // In constrained mode the content is JSON for the client, not
-                        // text for the owner; it is reported once parsed, below.
-                        if !(constrained && matches!(e, StreamEvent::Content(_))) {
-                            on_event(&e);
-                        }
-                    }
-                    if asm.is_done() {
-                        break;
-                    }
-                }
+        let controls = Controls {
+            id_slot: guard.slot(),
+            constrained,
+            reasoning_control: req.max_thinking_tokens.is_some()
+                && self.cfg.end_thinking == EndThinking::Control,
+            thinking_closed: false,
+        };
+        let cap = req.max_thinking_tokens.map(ThinkingCap::new);
+        let mut completion = match self.stream(req, controls, cap, &mut on_event).await? {
+            Streamed::Done(c) => c,
+            Streamed::StoppedAtCap(thought) => {
+                // The stopped request's connection is closed, so the server has stopped
+                // generating for it; the slot is still ours.
+                let closed =
+                    Controls { reasoning_control: false, thinking_closed: true, ..controls };
+                let Streamed::Done(mut c) = self.stream(req, closed, None, &mut on_event).await?
+                else {
+                    return Err(InferError::Protocol("re-issue stopped without a cap".into()));
+                };
+                c.reasoning.insert_str(0, &thought);
+                c.thinking_capped = true;
+                c
             }
-        }
+        };
         drop(guard);
-        let mut completion = asm.finish()?;
         if constrained {
             if completion.finish == FinishReason::Length {
                 return Err(InferError::Truncated(
@@ -373,6 +387,93 @@ impl Client {
             completion.tool_calls = calls;
         }
         Ok(completion)
+    }
+
+    /// Sends one request and reads its stream to the end, or until the thinking cap when
+    /// the server cannot end the thinking live.
+    async fn stream(
+        &self,
+        req: &ChatRequest,
+        controls: Controls,
+        mut cap: Option<ThinkingCap>,
+        on_event: &mut impl FnMut(&StreamEvent),
+    ) -> Result<Streamed, InferError> {
+        let response = self.send(req.body(controls)).await?;
+        let limit = self.cfg.max_event_bytes;
+        let mut lines = crate::stream::LineSplitter::new(limit);
+        let bytes = response.bytes_stream().map(move |chunk| {
+            let chunk = chunk.map_err(|e| ByteError::Transport(e.to_string()))?;
+            lines.push(&chunk).map_err(|_| ByteError::TooLarge)
+        });
+        let mut events = bytes.eventsource();
+        let mut asm = Assembler::new();
+        let mut capped = false;
+        loop {
+            match tokio::time::timeout(self.cfg.idle_timeout, events.next()).await {
+                Err(_) => return Err(InferError::IdleTimeout(self.cfg.idle_timeout)),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    let msg = e.to_string();
+                    if msg.contains("event too large") {
+                        return Err(InferError::EventTooLarge(limit));
+                    }
+                    return Err(InferError::Truncated(msg));
+                }
+                Ok(Some(Ok(ev))) => {
+                    for e in asm.feed(&ev.event, &ev.data)? {
+                        // In constrained mode the content is JSON for the client, not
+                        // text for the owner; it is reported once parsed, by `chat`.
+                        if !(controls.constrained && matches!(e, StreamEvent::Content(_))) {
+                            on_event(&e);
+                        }
+                        if cap.as_mut().is_some_and(|c| c.observe(&e)) {
+                            capped = true;
+                            let live = controls.reasoning_control
+                                && self.end_reasoning(asm.completion_id()).await;
+                            if !live {
+                                // Dropping the stream closes the connection, and the
+                                // server stops this generation.
+                                return Ok(Streamed::StoppedAtCap(asm.reasoning().to_owned()));
+                            }
+                        }
+                    }
+                    if asm.is_done() {
+                        break;
+                    }
+                }
+            }
+        }
+        let mut completion = asm.finish()?;
+        completion.thinking_capped = capped;
+        Ok(Streamed::Done(completion))
+    }
+
+    /// Asks llama-server to end the thinking of the completion `id` now
+    /// (`/v1/chat/completions/control`, action `reasoning_end`). False when the server
+    /// has no such endpoint or refuses.
+    async fn end_reasoning(&self, id: &str) -> bool {
+        if id.is_empty() {
+            return false;
+        }
+        let sent = self
+            .http
+            .post(format!("{}/v1/chat/completions/control", self.cfg.url))
+            .timeout(Duration::from_secs(5))
+            .header("content-type", "application/json")
+            .body(serde_json::json!({"id": id, "action": "reasoning_end"}).to_string())
+            .send()
+            .await;
+        let Ok(r) = sent else { return false };
+        if !r.status().is_success() {
+            return false;
+        }
+        let answer: Value = r
+            .bytes()
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
+        answer.get("success").and_then(Value::as_bool).unwrap_or(false)
     }
 
     /// True when `/health` answers 200.

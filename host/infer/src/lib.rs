@@ -16,12 +16,13 @@ mod gate;
 mod request;
 mod stream;
 
-pub use client::{Client, InferConfig, RetryPolicy, SelfTest, ToolMode};
+pub use client::{Client, EndThinking, InferConfig, RetryPolicy, SelfTest, ToolMode};
 pub use error::InferError;
 pub use gate::{SlotGate, SlotGuard};
 pub use request::{
     ChatRequest, Message, ToolCall, ToolChoice, ToolDef, constrained_schema, parse_constrained,
 };
 pub use stream::{
-    Assembler, Completion, FinishReason, StreamEvent, Timings, Usage, parse_sse_bytes,
+    Assembler, Completion, FinishReason, StreamEvent, ThinkingCap, Timings, Usage, parse_sse_bytes,
+    replay_sse,
 };

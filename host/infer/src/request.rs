@@ -86,6 +86,9 @@ pub struct ChatRequest {
     pub temperature: Option<f32>,
     /// Fixed seed.
     pub seed: Option<u64>,
+    /// Most thinking (reasoning) tokens before the client ends the thinking block; `None`
+    /// lets the model think until its token limit.
+    pub max_thinking_tokens: Option<u32>,
 }
 
 /// One message as the server reads it. In constrained mode the server's template may not
@@ -128,13 +131,24 @@ fn wire_message(m: &Message, constrained: bool) -> Value {
 pub(crate) struct Controls {
     pub(crate) id_slot: usize,
     pub(crate) constrained: bool,
+    /// Arms llama-server's `reasoning_control`, so `/v1/chat/completions/control` can end
+    /// this completion's thinking while it streams.
+    pub(crate) reasoning_control: bool,
+    /// Asks the template for a closed thinking block (`chat_template_kwargs.
+    /// enable_thinking: false`): the re-issue after a cap the server could not end live.
+    pub(crate) thinking_closed: bool,
 }
 
 impl ChatRequest {
     /// The request body as bytes. Deterministic: object keys are sorted and nothing
     /// depends on time or randomness.
     pub fn to_body(&self, id_slot: usize) -> Vec<u8> {
-        self.body(Controls { id_slot, constrained: false })
+        self.body(Controls {
+            id_slot,
+            constrained: false,
+            reasoning_control: false,
+            thinking_closed: false,
+        })
     }
 
     pub(crate) fn body(&self, c: Controls) -> Vec<u8> {
@@ -155,6 +169,12 @@ impl ChatRequest {
             }
             if let Some(s) = self.seed {
                 map.insert("seed".into(), s.into());
+            }
+            if c.reasoning_control {
+                map.insert("reasoning_control".into(), true.into());
+            }
+            if c.thinking_closed {
+                map.insert("chat_template_kwargs".into(), json!({"enable_thinking": false}));
             }
             if c.constrained {
                 let required = self.tool_choice == Some(ToolChoice::Required);
@@ -263,6 +283,7 @@ mod tests {
             max_tokens: Some(16),
             temperature: Some(0.0),
             seed: Some(7),
+            max_thinking_tokens: None,
         }
     }
 
@@ -274,6 +295,24 @@ mod tests {
         let text = String::from_utf8(a).unwrap();
         assert!(text.contains(r#""arguments":"{\"path\":\"/n\",\"z\":1}""#), "{text}");
         assert!(text.contains(r#""id_slot":1"#) && text.contains(r#""cache_prompt":true"#));
+    }
+
+    #[test]
+    fn thinking_controls_appear_only_when_asked_for() {
+        let plain = String::from_utf8(sample().to_body(0)).unwrap();
+        assert!(!plain.contains("reasoning_control") && !plain.contains("enable_thinking"));
+        let c = Controls {
+            id_slot: 0,
+            constrained: false,
+            reasoning_control: true,
+            thinking_closed: false,
+        };
+        let armed = String::from_utf8(sample().body(c)).unwrap();
+        assert!(armed.contains(r#""reasoning_control":true"#), "{armed}");
+        let closed = Controls { reasoning_control: false, thinking_closed: true, ..c };
+        let closed = String::from_utf8(sample().body(closed)).unwrap();
+        assert!(closed.contains(r#""chat_template_kwargs":{"enable_thinking":false}"#), "{closed}");
+        assert!(!closed.contains("reasoning_control"));
     }
 
     #[test]

@@ -82,6 +82,39 @@ pub struct Completion {
     pub usage: Option<Usage>,
     /// Timings, when the server sent them.
     pub timings: Option<Timings>,
+    /// The thinking reached the request's cap and was ended early (see
+    /// [`ThinkingCap`]).
+    pub thinking_capped: bool,
+}
+
+/// Counts thinking as it streams and says, once, when a cap is reached. llama-server
+/// sends each sampled token in its own chunk, so a reasoning delta is one token (a token
+/// that only completes a marker sends nothing, so the count never runs ahead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThinkingCap {
+    limit: u32,
+    seen: u32,
+}
+
+impl ThinkingCap {
+    /// A cap of `limit` reasoning tokens.
+    pub fn new(limit: u32) -> ThinkingCap {
+        ThinkingCap { limit, seen: 0 }
+    }
+
+    /// Counts `event`; true exactly once, on the reasoning delta that reaches the cap.
+    pub fn observe(&mut self, event: &StreamEvent) -> bool {
+        if !matches!(event, StreamEvent::Reasoning(_)) {
+            return false;
+        }
+        self.seen = self.seen.saturating_add(1);
+        self.seen == self.limit
+    }
+
+    /// Reasoning tokens counted so far.
+    pub fn seen(&self) -> u32 {
+        self.seen
+    }
 }
 
 #[derive(Debug, Default)]
@@ -97,6 +130,7 @@ struct PartialCall {
 /// exactly and parsed only at the end.
 #[derive(Debug, Default)]
 pub struct Assembler {
+    id: String,
     content: String,
     reasoning: String,
     calls: Vec<PartialCall>,
@@ -113,6 +147,8 @@ type Text<'a> = Option<std::borrow::Cow<'a, str>>;
 
 #[derive(serde::Deserialize)]
 struct WireChunk<'a> {
+    #[serde(borrow, default)]
+    id: Text<'a>,
     #[serde(borrow, default)]
     choices: Vec<WireChoice<'a>>,
     #[serde(default)]
@@ -199,6 +235,17 @@ impl Assembler {
         self.finish.is_some()
     }
 
+    /// The completion's id as the server streamed it (empty until a chunk carried one):
+    /// what `/v1/chat/completions/control` acts on.
+    pub fn completion_id(&self) -> &str {
+        &self.id
+    }
+
+    /// The thinking text so far.
+    pub fn reasoning(&self) -> &str {
+        &self.reasoning
+    }
+
     fn call_slot(&mut self, index: Option<u64>, id: &str) -> usize {
         let found = match index {
             Some(i) => self.calls.iter().position(|c| c.index == Some(i)),
@@ -232,6 +279,11 @@ impl Assembler {
                 .and_then(Value::as_str)
                 .map_or_else(|| err.to_string(), str::to_owned);
             return Err(InferError::Server(msg));
+        }
+        if self.id.is_empty()
+            && let Some(id) = chunk.id
+        {
+            self.id = id.into_owned();
         }
         let mut out = Vec::new();
         if let Some(choice) = chunk.choices.into_iter().next() {
@@ -332,6 +384,7 @@ impl Assembler {
             finish,
             usage: self.usage,
             timings: self.timings,
+            thinking_capped: false,
         })
     }
 }
@@ -339,6 +392,15 @@ impl Assembler {
 /// Parses a whole recorded SSE stream (bytes as the server sent them) into a
 /// completion; for fixtures and benchmarks. Uses the same parser as the live path.
 pub fn parse_sse_bytes(bytes: &[u8]) -> Result<Completion, InferError> {
+    replay_sse(bytes, |_| {})
+}
+
+/// [`parse_sse_bytes`], passing each event to `on_event` in order, as the live client
+/// does.
+pub fn replay_sse(
+    bytes: &[u8],
+    mut on_event: impl FnMut(&StreamEvent),
+) -> Result<Completion, InferError> {
     use eventsource_stream::Eventsource as _;
     use futures_util::StreamExt as _;
     let mut lines = LineSplitter::new(usize::MAX);
@@ -362,7 +424,9 @@ pub fn parse_sse_bytes(bytes: &[u8]) -> Result<Completion, InferError> {
     loop {
         match events.poll_next_unpin(&mut cx) {
             std::task::Poll::Ready(Some(Ok(ev))) => {
-                asm.feed(&ev.event, &ev.data)?;
+                for e in asm.feed(&ev.event, &ev.data)? {
+                    on_event(&e);
+                }
             }
             std::task::Poll::Ready(Some(Err(e))) => {
                 return Err(InferError::Protocol(e.to_string()));

@@ -273,6 +273,8 @@ pub enum Body {
         prompt_ms: f64,
         /// Milliseconds spent generating.
         predicted_ms: f64,
+        /// The thinking reached `[loop] max_thinking_tokens` and was ended early.
+        thinking_capped: bool,
     },
     /// The turn ended.
     TurnDone {

@@ -47,6 +47,8 @@ pub struct InferenceConfig {
     pub temperature: Option<f32>,
     /// Fixed sampling seed; unset leaves the server's default.
     pub seed: Option<u64>,
+    /// How a thinking block that reached `[loop] max_thinking_tokens` is ended.
+    pub end_thinking: EndThinkingName,
 }
 
 impl Default for InferenceConfig {
@@ -59,6 +61,7 @@ impl Default for InferenceConfig {
             retry_secs: 30,
             temperature: None,
             seed: None,
+            end_thinking: EndThinkingName::Control,
         }
     }
 }
@@ -76,6 +79,18 @@ pub enum ToolModeName {
     Constrained,
 }
 
+/// `[inference] end_thinking`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndThinkingName {
+    /// Live, through llama-server's control endpoint; a re-issue where it is refused
+    /// (default).
+    #[default]
+    Control,
+    /// Stop the request and send it again with the thinking switched off.
+    Reissue,
+}
+
 /// The `[loop]` table: limits of one turn. Without them a model that keeps calling tools
 /// (or keeps talking) would run, and hold its slot, for ever.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -91,6 +106,9 @@ pub struct LoopConfig {
     pub approval_secs: NonZeroU64,
     /// Client connections the daemon serves at once (default 16); more wait.
     pub max_connections: NonZeroUsize,
+    /// Thinking tokens per model request before the thinking block is ended and the
+    /// model made to answer (default: no cap; the request's token limit still holds).
+    pub max_thinking_tokens: Option<NonZeroU32>,
 }
 
 impl Default for LoopConfig {
@@ -101,6 +119,7 @@ impl Default for LoopConfig {
             max_turn_secs: NonZeroU64::new(600).unwrap_or(NonZeroU64::MIN),
             approval_secs: NonZeroU64::new(300).unwrap_or(NonZeroU64::MIN),
             max_connections: NonZeroUsize::new(16).unwrap_or(NonZeroUsize::MIN),
+            max_thinking_tokens: None,
         }
     }
 }
@@ -222,6 +241,8 @@ mod tests {
                 "c.toml:3:3: inference.launch",
             ),
             ("[loop]\nmax_tokens = -1\n", "c.toml:2:14: invalid value"),
+            ("[loop]\nmax_thinking_tokens = 0\n", "c.toml:2:23: invalid value: integer `0`"),
+            ("[inference]\nend_thinking = \"never\"\n", "c.toml:2:16: unknown variant `never`"),
             ("[inferense]\n", "c.toml:1:2: unknown field `inferense`"),
         ] {
             let err = Config::parse(Path::new("c.toml"), text).unwrap_err().to_string();
@@ -232,12 +253,21 @@ mod tests {
     #[test]
     fn parses_all_four_tables() {
         let text = "[inference]\nlaunch = [\"srv\", \"--port\", \"{port}\"]\ntemperature = 0.0\n\
-                    [loop]\nmax_tool_calls = 2\n[tools]\nmirrors = []\n[audit]\ndir = \"/var/bx\"\n";
+                    end_thinking = \"reissue\"\n\
+                    [loop]\nmax_tool_calls = 2\nmax_thinking_tokens = 512\n[tools]\nmirrors = []\n[audit]\ndir = \"/var/bx\"\n";
         let c = Config::parse(Path::new("c.toml"), text).unwrap();
         assert_eq!(c.inference.launch.len(), 3);
         assert_eq!(c.inference.temperature, Some(0.0));
         let two = NonZeroU32::new(2).unwrap();
-        assert_eq!(c.turn, LoopConfig { max_tool_calls: two, ..LoopConfig::default() });
+        assert_eq!(c.inference.end_thinking, EndThinkingName::Reissue);
+        assert_eq!(
+            c.turn,
+            LoopConfig {
+                max_tool_calls: two,
+                max_thinking_tokens: NonZeroU32::new(512),
+                ..LoopConfig::default()
+            }
+        );
         assert_eq!(c.audit.dir.as_deref(), Some(Path::new("/var/bx")));
     }
 

@@ -13,7 +13,9 @@ mod policy_file;
 mod sessions;
 mod store;
 
-pub use config::{AuditConfig, Config, InferenceConfig, LoopConfig, ToolModeName, ToolsConfig};
+pub use config::{
+    AuditConfig, Config, EndThinkingName, InferenceConfig, LoopConfig, ToolModeName, ToolsConfig,
+};
 pub use digest::Digest;
 pub use error::StoreError;
 pub use fetch::Progress;

@@ -210,6 +210,9 @@ impl Chat<'_> {
                 Body::ToolDenied { reason, .. } => {
                     eprintln!("[tool] refused: {}", untrusted(&reason));
                 }
+                Body::ModelUsage { thinking_capped: true, .. } => {
+                    eprintln!("\n[thinking capped: the model was made to answer]");
+                }
                 _ => {}
             }
         }

@@ -13,9 +13,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use bx_agent::{Agent, AgentParts};
 use bx_audit::AuditLog;
-use bx_infer::{Client, InferConfig, RetryPolicy, ToolMode};
+use bx_infer::{Client, EndThinking, InferConfig, RetryPolicy, ToolMode};
 use bx_runtime::{Limits, Runtime};
-use bx_store::{Config, Store, ToolModeName};
+use bx_store::{Config, EndThinkingName, Store, ToolModeName};
 use tokio::net::UnixListener;
 use tokio::sync::{Semaphore, watch};
 
@@ -85,6 +85,10 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
     };
     let mut infer = InferConfig::new(&url);
     infer.mode = tool_mode(config.inference.tool_mode);
+    infer.end_thinking = match config.inference.end_thinking {
+        EndThinkingName::Control => EndThinking::Control,
+        EndThinkingName::Reissue => EndThinking::Reissue,
+    };
     infer.retry = RetryPolicy {
         window: Duration::from_secs(config.inference.retry_secs),
         // The windows bound the waiting; attempts are not the limit here.

@@ -425,3 +425,40 @@ fn a_turn_that_fails_with_the_server_down_leaves_the_chat_usable() {
     assert_eq!(code, 0, "{events:?}");
     assert_eq!(of_type(&events, "turn_done").len(), 1);
 }
+
+#[test]
+fn a_thinking_model_is_capped_and_made_to_answer() {
+    // The template opens a thinking block, so everything SmolLM2 says is thinking until
+    // the daemon's cap (`[loop] max_thinking_tokens`) ends it through the server.
+    let _one = serial();
+    let template = repo().join("fixtures/templates/think.jinja");
+    let server = Server::start_with(1, &["--template", template.to_str().unwrap()]);
+    let state = state(&server.url(), "max_tokens = 48\nmax_thinking_tokens = 8");
+    let s = state.path();
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "thinker", "Explain in detail why the sky is blue.", &[]);
+    assert_eq!(code, 0, "{events:?}");
+    let thought: String = of_type(&events, "reasoning_delta")
+        .iter()
+        .map(|e| e["text"].as_str().unwrap().to_owned())
+        .collect();
+    let deltas = of_type(&events, "reasoning_delta").len();
+    assert!((8..=12).contains(&deltas), "{deltas} reasoning deltas: {events:?}");
+    let answer: String = of_type(&events, "content_delta")
+        .iter()
+        .map(|e| e["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!answer.trim().is_empty(), "no answer after the cap: {events:?}");
+    let usage = of_type(&events, "model_usage");
+    assert_eq!(usage.len(), 1);
+    assert_eq!(usage[0]["thinking_capped"], true, "{events:?}");
+    // The transcript keeps the answer, not the thinking.
+    assert!(!thought.trim().is_empty());
+    let t = transcript(s, "thinker");
+    let keys: Vec<&String> = t[1].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["content", "role"], "{t:?}");
+    assert_eq!(t[1]["content"].as_str().unwrap(), answer);
+    let usage_log = std::fs::read_to_string(s.join("usage.jsonl")).unwrap();
+    let record: Value = serde_json::from_str(usage_log.lines().last().unwrap()).unwrap();
+    assert_eq!(record["thinking_capped"], true, "{usage_log}");
+}

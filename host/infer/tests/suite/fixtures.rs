@@ -1,6 +1,9 @@
 //! Streams a tiny model cannot produce on demand, through the real parser.
 
-use bx_infer::{Completion, FinishReason, InferError, ToolCall, parse_sse_bytes};
+use bx_infer::{
+    Completion, FinishReason, InferError, StreamEvent, ThinkingCap, ToolCall, parse_sse_bytes,
+    replay_sse,
+};
 use serde_json::json;
 
 use super::*;
@@ -44,6 +47,7 @@ fn parallel_tool_calls_assemble_by_index() {
                 predicted_n: 30,
                 predicted_ms: 300.0
             }),
+            thinking_capped: false,
         }
     );
 }
@@ -92,4 +96,58 @@ fn reasoning_under_both_names_and_crlf() {
         (c.reasoning.as_str(), c.content.as_str(), c.finish),
         ("Let me think. Two plus two.", "4", FinishReason::Stop)
     );
+}
+
+/// Where a cap of `limit` fires in a stream: the index of each event it fired on, and
+/// the events as they came.
+fn cap_fires(name: &str, limit: u32) -> (Vec<usize>, Vec<StreamEvent>) {
+    let mut cap = ThinkingCap::new(limit);
+    let mut seen = Vec::new();
+    let mut fired = Vec::new();
+    replay_sse(&fixture(name), |e| {
+        if cap.observe(e) {
+            fired.push(seen.len());
+        }
+        seen.push(e.clone());
+    })
+    .unwrap();
+    (fired, seen)
+}
+
+#[test]
+fn thinking_cap_fires_once_on_the_reasoning_token_that_reaches_it() {
+    // Recorded with the cap ended live at 8 reasoning tokens: one more was in flight,
+    // then the server closed the block and the model answered.
+    let reasoning_at = |events: &[StreamEvent]| -> Vec<usize> {
+        events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| matches!(e, StreamEvent::Reasoning(_)))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let (fired, events) = cap_fires("reasoning-capped.sse", 8);
+    let reasoning = reasoning_at(&events);
+    assert_eq!(reasoning.len(), 9, "{events:?}");
+    assert_eq!(fired, vec![reasoning[7]], "fires on the 8th reasoning delta and only there");
+    let after_thinking = &events[reasoning[8] + 1..];
+    assert!(
+        after_thinking.iter().any(|e| matches!(e, StreamEvent::Content(t) if !t.trim().is_empty()))
+    );
+    assert!(!after_thinking.iter().any(|e| matches!(e, StreamEvent::Reasoning(_))));
+
+    // A cap the stream never reaches never fires, nor does one on a stream with no
+    // thinking at all (content is not counted).
+    assert_eq!(cap_fires("reasoning-capped.sse", 10).0, Vec::<usize>::new());
+    assert_eq!(cap_fires("recorded-reply.sse", 1).0, Vec::<usize>::new());
+    // A cap of 1 fires on the first reasoning delta.
+    assert_eq!(cap_fires("reasoning-capped.sse", 1).0, vec![reasoning[0]]);
+}
+
+#[test]
+fn a_recorded_capped_stream_assembles_thinking_then_answer() {
+    let c = parse_sse_bytes(&fixture("reasoning-capped.sse")).unwrap();
+    assert!(c.reasoning.starts_with("\nThe sky is blue"), "{:?}", c.reasoning);
+    assert!(!c.content.trim().is_empty());
+    assert!(!c.thinking_capped, "parsing alone marks nothing: the client marks a cap it set");
 }

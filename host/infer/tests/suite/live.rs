@@ -1,13 +1,13 @@
 //! Against a real llama-server: streaming, cache reuse, constrained tool calls, the slot
-//! gate under load, a server killed mid-stream, a server that starts late, and one that
-//! never comes.
+//! gate under load, a server killed mid-stream, a server that starts late, one that never
+//! comes, and the thinking cap on a real reasoning stream.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bx_infer::{
-    ChatRequest, Client, InferConfig, InferError, Message, RetryPolicy, StreamEvent, ToolChoice,
-    ToolDef, ToolMode,
+    ChatRequest, Client, EndThinking, InferConfig, InferError, Message, RetryPolicy, StreamEvent,
+    ToolChoice, ToolDef, ToolMode,
 };
 use serde_json::json;
 
@@ -236,4 +236,84 @@ async fn self_test_reports_the_server() {
     assert!(report.context.is_some_and(|n| n >= 512), "{report}");
     assert_eq!(report.tool_mode, "constrained", "SmolLM2's template takes no tools: {report}");
     assert!(report.problems.is_empty(), "{report}");
+}
+
+/// Runs `req` and returns the completion with the reasoning deltas as they came and
+/// whether any content came after the first of them.
+async fn chat_counting_reasoning(
+    c: &Client,
+    session: &str,
+    req: &ChatRequest,
+) -> (bx_infer::Completion, Vec<String>) {
+    let mut thought = Vec::new();
+    let done = c
+        .chat(session, req, |e| {
+            if let StreamEvent::Reasoning(t) = e {
+                thought.push(t.clone());
+            }
+        })
+        .await
+        .unwrap();
+    (done, thought)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_cap_ends_a_real_thinking_block_live_or_by_reissue() {
+    // The template's generation prompt opens a thinking block, so the server streams the
+    // model's output as `reasoning_content`.
+    let template = repo().join("fixtures/templates/think.jinja");
+    let server = Server::start_with(1, &["--template", template.to_str().unwrap()]);
+    let question = || {
+        request(
+            vec![
+                Message::System { content: "You are a patient teacher.".into() },
+                user("Explain in detail why the sky is blue."),
+            ],
+            48,
+        )
+    };
+
+    // Uncapped: every token is thinking, up to the token limit.
+    let live = client(&server).await;
+    let (free, thought) = chat_counting_reasoning(&live, "s", &question()).await;
+    assert!(thought.len() >= 40, "{} reasoning deltas: {thought:?}", thought.len());
+    assert!(free.content.trim().is_empty(), "{:?}", free.content);
+    assert!(!free.thinking_capped);
+
+    // Capped at 8, ended live by the server's control endpoint: the same generation
+    // closes its thinking (a token or two may be in flight) and goes on to answer.
+    let capped_req = ChatRequest { max_thinking_tokens: Some(8), ..question() };
+    let (capped, thought) = chat_counting_reasoning(&live, "s", &capped_req).await;
+    assert!(capped.thinking_capped);
+    assert!((8..=12).contains(&thought.len()), "{} reasoning deltas", thought.len());
+    assert_eq!(thought.concat(), capped.reasoning);
+    assert!(!capped.content.trim().is_empty(), "no answer after the cap");
+    let first = capped.timings.expect("timings");
+
+    // The next request of the session re-reads the capped turn once: the old prompt
+    // comes from the slot's cache up to the thinking opener of its generation prompt
+    // (history carries the answer, not the thinking), and only the rest is read again.
+    let mut messages = capped_req.messages.clone();
+    messages.push(Message::Assistant { content: capped.content.clone(), tool_calls: vec![] });
+    messages.push(user("Thank you."));
+    let next = ChatRequest { max_thinking_tokens: Some(4), ..request(messages, 16) };
+    let (after, _) = chat_counting_reasoning(&live, "s", &next).await;
+    let t = after.timings.expect("timings");
+    let old_prompt = first.cache_n + first.prompt_n;
+    assert!(
+        t.cache_n <= old_prompt && old_prompt - t.cache_n <= 8,
+        "cache_n {} after a capped request whose prompt was {old_prompt}",
+        t.cache_n
+    );
+
+    // Capped at 8 by stopping and re-issuing with the template's thinking switch off:
+    // exactly 8 reasoning tokens reach the caller, then the answer.
+    let mut cfg = InferConfig::new(&server.url());
+    cfg.end_thinking = EndThinking::Reissue;
+    let reissue = Client::connect(cfg).await.unwrap();
+    let (capped, thought) = chat_counting_reasoning(&reissue, "s", &capped_req).await;
+    assert!(capped.thinking_capped);
+    assert_eq!(thought.len(), 8, "{thought:?}");
+    assert_eq!(thought.concat(), capped.reasoning);
+    assert!(!capped.content.trim().is_empty(), "no answer after the re-issue");
 }

@@ -28,6 +28,12 @@ pub struct Server {
 
 impl Server {
     pub fn spawn(port: u16, parallel: usize) -> Server {
+        Server::spawn_with(port, parallel, &[])
+    }
+
+    /// [`Server::spawn`] with more arguments for `llama_server.py` (such as
+    /// `--template FILE`).
+    pub fn spawn_with(port: u16, parallel: usize, extra: &[&str]) -> Server {
         let python = repo_root().join(".venv/bin/python");
         assert!(
             python.exists(),
@@ -40,6 +46,7 @@ impl Server {
             .arg(repo_root().join("host/infer/llama_server.py"))
             .arg(port.to_string())
             .args(["--parallel", &parallel.to_string()])
+            .args(extra)
             .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
             .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
             .spawn()
@@ -49,7 +56,12 @@ impl Server {
 
     /// Starts a server and waits until `/health` answers ok.
     pub fn start(parallel: usize) -> Server {
-        let server = Server::spawn(free_port(), parallel);
+        Server::start_with(parallel, &[])
+    }
+
+    /// [`Server::start`] with more arguments for `llama_server.py`.
+    pub fn start_with(parallel: usize, extra: &[&str]) -> Server {
+        let server = Server::spawn_with(free_port(), parallel, extra);
         server.wait_healthy();
         server
     }
