@@ -409,9 +409,11 @@ pub fn replay_sse(
     // buffer per event, so one huge chunk would cost quadratic time.
     let mut chunks = Vec::new();
     let mut start = 0;
-    while let Some(end) = rewritten[start..].windows(2).position(|w| w == b"\n\n") {
-        chunks.push(Ok::<_, std::io::Error>(rewritten.slice(start..start + end + 2)));
-        start += end + 2;
+    for end in memchr::memmem::find_iter(&rewritten, b"\n\n") {
+        if end >= start {
+            chunks.push(Ok::<_, std::io::Error>(rewritten.slice(start..end + 2)));
+            start = end + 2;
+        }
     }
     if start < rewritten.len() {
         chunks.push(Ok(rewritten.slice(start..)));
@@ -461,12 +463,21 @@ impl LineSplitter {
     pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<bytes::Bytes, TooLarge> {
         let mut out = Vec::with_capacity(chunk.len() + self.partial.len());
         let mut rest = chunk;
-        while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
+        let mut joined = Vec::new();
+        while let Some(nl) = memchr::memchr(b'\n', rest) {
             let (line, tail) = rest.split_at(nl + 1);
             rest = tail;
-            self.partial.extend_from_slice(line);
-            let full = std::mem::take(&mut self.partial);
-            let body = full.strip_suffix(b"\n").unwrap_or(&full);
+            // A line that started in an earlier chunk is joined; one that lies wholly in
+            // this chunk is used where it is, without a copy.
+            let full: &[u8] = if self.partial.is_empty() {
+                line
+            } else {
+                self.partial.extend_from_slice(line);
+                joined.clear();
+                std::mem::swap(&mut joined, &mut self.partial);
+                &joined
+            };
+            let body = full.strip_suffix(b"\n").unwrap_or(full);
             let body = body.strip_suffix(b"\r").unwrap_or(body);
             if body.is_empty() {
                 self.event_bytes = 0;
