@@ -127,6 +127,9 @@ pub struct SelfTest {
     pub completion_ok: bool,
     /// Its timings' cache count, when reported.
     pub cache_n: Option<u64>,
+    /// The server can end a thinking block live (`/v1/chat/completions/control`);
+    /// without it a capped thinking block is ended by a re-issue.
+    pub thinking_control: bool,
     /// What went wrong, if anything.
     pub problems: Vec<String>,
 }
@@ -148,6 +151,11 @@ impl std::fmt::Display for SelfTest {
             self.tool_mode, self.native_tools
         )?;
         writeln!(f, "{} completion with cache_prompt and timings", mark(self.completion_ok))?;
+        if self.thinking_control {
+            writeln!(f, "ok   thinking cap: ended live by the server (reasoning_end)")?;
+        } else {
+            writeln!(f, "ok   thinking cap: ended by a re-issue (no control endpoint)")?;
+        }
         for p in &self.problems {
             writeln!(f, "     problem: {p}")?;
         }
@@ -448,6 +456,27 @@ impl Client {
         Ok(Streamed::Done(completion))
     }
 
+    /// Whether the server has `/v1/chat/completions/control`: asked about a completion
+    /// that does not exist, it answers with a `success` field; a server without the
+    /// endpoint answers 404.
+    async fn has_control_endpoint(&self) -> bool {
+        let sent = self
+            .http
+            .post(format!("{}/v1/chat/completions/control", self.cfg.url))
+            .timeout(Duration::from_secs(5))
+            .header("content-type", "application/json")
+            .body(r#"{"id":"bx-self-test-probe","action":"reasoning_end"}"#)
+            .send()
+            .await;
+        let Ok(r) = sent else { return false };
+        r.status().is_success()
+            && r.bytes()
+                .await
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .is_some_and(|v| v.get("success").is_some())
+    }
+
     /// Asks llama-server to end the thinking of the completion `id` now
     /// (`/v1/chat/completions/control`, action `reasoning_end`). False when the server
     /// has no such endpoint or refuses.
@@ -520,8 +549,10 @@ impl Client {
                 (false, None)
             }
         };
+        let thinking_control = self.has_control_endpoint().await;
         SelfTest {
             healthy,
+            thinking_control,
             slots: self.gate.slots(),
             context,
             native_tools: self.native_tools,

@@ -235,11 +235,12 @@ async fn self_test_reports_the_server() {
     assert_eq!(report.slots, 2);
     assert!(report.context.is_some_and(|n| n >= 512), "{report}");
     assert_eq!(report.tool_mode, "constrained", "SmolLM2's template takes no tools: {report}");
+    assert!(report.thinking_control, "this build has /v1/chat/completions/control: {report}");
+    assert!(report.to_string().contains("thinking cap: ended live"), "{report}");
     assert!(report.problems.is_empty(), "{report}");
 }
 
-/// Runs `req` and returns the completion with the reasoning deltas as they came and
-/// whether any content came after the first of them.
+/// Runs `req` and returns the completion with the reasoning deltas as they came.
 async fn chat_counting_reasoning(
     c: &Client,
     session: &str,
