@@ -275,10 +275,17 @@ fn page_server(body: &'static str) -> u16 {
     port
 }
 
-/// Runs `bx chat --say` in the background, its events arriving on a channel.
-fn say_in_background(state: &Path, session: &str, text: &str) -> (Child, mpsc::Receiver<Value>) {
+/// Runs `bx chat --json --say` in the background with `extra` arguments, its events
+/// arriving on a channel.
+fn say_in_background(
+    state: &Path,
+    session: &str,
+    text: &str,
+    extra: &[&str],
+) -> (Child, mpsc::Receiver<Value>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .args(["--state-dir", state.to_str().unwrap(), "chat", "--json", "--require-tool"])
+        .args(["--state-dir", state.to_str().unwrap(), "chat", "--json"])
+        .args(extra)
         .args(["--session", session, "--say", text])
         .env_remove("BX_HOME")
         .stdin(Stdio::null())
@@ -366,7 +373,7 @@ fn after_an_untrusted_read_a_write_asks_and_a_second_client_answers_it() {
         )
     };
     // Approve from a second client.
-    let (mut chat, rx) = say_in_background(s, "web", &write("a.txt"));
+    let (mut chat, rx) = say_in_background(s, "web", &write("a.txt"), &["--require-tool"]);
     let mut seen = Vec::new();
     let needed = next_of(&rx, "approval_needed", &mut seen);
     let id = needed["approval"].as_str().unwrap().to_owned();
@@ -384,7 +391,7 @@ fn after_an_untrusted_read_a_write_asks_and_a_second_client_answers_it() {
     assert!(again.stderr.contains("already answered"), "{}", again.stderr);
 
     // Refuse from a second client: the chat sees tool_denied with the reason.
-    let (mut chat, rx) = say_in_background(s, "web", &write("b.txt"));
+    let (mut chat, rx) = say_in_background(s, "web", &write("b.txt"), &["--require-tool"]);
     let mut seen = Vec::new();
     let needed = next_of(&rx, "approval_needed", &mut seen);
     let id = needed["approval"].as_str().unwrap().to_owned();
@@ -461,4 +468,40 @@ fn a_thinking_model_is_capped_and_made_to_answer() {
     let usage_log = std::fs::read_to_string(s.join("usage.jsonl")).unwrap();
     let record: Value = serde_json::from_str(usage_log.lines().last().unwrap()).unwrap();
     assert_eq!(record["thinking_capped"], true, "{usage_log}");
+}
+
+#[test]
+fn ctrl_c_cancels_the_turn_and_the_session_goes_on() {
+    let _one = serial();
+    let server = Server::start(1);
+    // Room for a story far longer than the moment the signal takes to arrive.
+    let state = state(&server.url(), "max_tokens = 200");
+    let s = state.path();
+    let _daemon = Daemon::start(s);
+    let (mut chat, rx) =
+        say_in_background(s, "story", "Write a very long story about a lighthouse keeper.", &[]);
+    let mut seen = Vec::new();
+    next_of(&rx, "content_delta", &mut seen);
+    // What a terminal sends on Ctrl-C.
+    let sent = Command::new("kill").args(["-INT", &chat.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    // The turn ends with an error, or (were the signal ignored) with `turn_done`.
+    let end = loop {
+        let e = rx.recv_timeout(Duration::from_secs(120)).expect("the turn never ended");
+        if e["type"] == "error" || e["type"] == "turn_done" {
+            break e;
+        }
+    };
+    assert_eq!(end["code"], "cancelled", "{end}");
+    assert_eq!(end["runbook"], "docs/runbook.md#turn-cancelled");
+    assert_eq!(chat.wait().unwrap().code(), Some(6));
+
+    // The session is free again, and its next turn runs.
+    let (code, events) = say(s, "story", "Say hello.", &[]);
+    assert_eq!(code, 0, "{events:?}");
+    assert_eq!(of_type(&events, "turn_done").len(), 1);
+    let roles: Vec<String> =
+        transcript(s, "story").iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(roles.first().map(String::as_str), Some("user"));
+    assert_eq!(roles.last().map(String::as_str), Some("assistant"));
 }
