@@ -353,14 +353,14 @@ impl Client {
     ) -> Result<Completion, InferError> {
         let guard = self.gate.acquire(session).await?;
         let constrained = self.constrained && !req.tools.is_empty();
+        // A cap of 0 asks for no thinking at all: the block is closed from the start.
+        let cap = req.max_thinking_tokens.filter(|n| *n > 0).map(ThinkingCap::new);
         let controls = Controls {
             id_slot: guard.slot(),
             constrained,
-            reasoning_control: req.max_thinking_tokens.is_some()
-                && self.cfg.end_thinking == EndThinking::Control,
-            thinking_closed: false,
+            reasoning_control: cap.is_some() && self.cfg.end_thinking == EndThinking::Control,
+            thinking_closed: req.max_thinking_tokens == Some(0),
         };
-        let cap = req.max_thinking_tokens.map(ThinkingCap::new);
         let mut completion = match self.stream(req, controls, cap, &mut on_event).await? {
             Streamed::Done(c) => c,
             Streamed::StoppedAtCap(thought) => {

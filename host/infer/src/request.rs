@@ -87,7 +87,8 @@ pub struct ChatRequest {
     /// Fixed seed.
     pub seed: Option<u64>,
     /// Most thinking (reasoning) tokens before the client ends the thinking block; `None`
-    /// lets the model think until its token limit.
+    /// lets the model think until its token limit, and `Some(0)` closes the block from
+    /// the start (the template's `enable_thinking: false`).
     pub max_thinking_tokens: Option<u32>,
 }
 

@@ -317,4 +317,10 @@ async fn thinking_cap_ends_a_real_thinking_block_live_or_by_reissue() {
     assert_eq!(thought.len(), 8, "{thought:?}");
     assert_eq!(thought.concat(), capped.reasoning);
     assert!(!capped.content.trim().is_empty(), "no answer after the re-issue");
+
+    // A cap of 0: no thinking at all, only the answer.
+    let none = ChatRequest { max_thinking_tokens: Some(0), ..question() };
+    let (answer, thought) = chat_counting_reasoning(&live, "s", &none).await;
+    assert!(thought.is_empty(), "{thought:?}");
+    assert!(!answer.content.trim().is_empty() && !answer.thinking_capped);
 }
