@@ -456,53 +456,38 @@ impl Client {
         Ok(Streamed::Done(completion))
     }
 
-    /// Whether the server has `/v1/chat/completions/control`: asked about a completion
-    /// that does not exist, it answers with a `success` field; a server without the
-    /// endpoint answers 404.
-    async fn has_control_endpoint(&self) -> bool {
-        let sent = self
-            .http
-            .post(format!("{}/v1/chat/completions/control", self.cfg.url))
-            .timeout(Duration::from_secs(5))
-            .header("content-type", "application/json")
-            .body(r#"{"id":"bx-self-test-probe","action":"reasoning_end"}"#)
-            .send()
-            .await;
-        let Ok(r) = sent else { return false };
-        r.status().is_success()
-            && r.bytes()
-                .await
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                .is_some_and(|v| v.get("success").is_some())
-    }
-
-    /// Asks llama-server to end the thinking of the completion `id` now
-    /// (`/v1/chat/completions/control`, action `reasoning_end`). False when the server
-    /// has no such endpoint or refuses.
-    async fn end_reasoning(&self, id: &str) -> bool {
-        if id.is_empty() {
-            return false;
-        }
-        let sent = self
+    /// Posts `reasoning_end` for the completion `id` to `/v1/chat/completions/control`;
+    /// the server's answer on success, `None` when there is no such endpoint or no
+    /// answer.
+    async fn control(&self, id: &str) -> Option<Value> {
+        let r = self
             .http
             .post(format!("{}/v1/chat/completions/control", self.cfg.url))
             .timeout(Duration::from_secs(5))
             .header("content-type", "application/json")
             .body(serde_json::json!({"id": id, "action": "reasoning_end"}).to_string())
             .send()
-            .await;
-        let Ok(r) = sent else { return false };
-        if !r.status().is_success() {
-            return false;
-        }
-        let answer: Value = r
-            .bytes()
             .await
             .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or(Value::Null);
-        answer.get("success").and_then(Value::as_bool).unwrap_or(false)
+            .filter(|r| r.status().is_success())?;
+        serde_json::from_slice(&r.bytes().await.ok()?).ok()
+    }
+
+    /// Whether the server has the control endpoint: asked about a completion that does
+    /// not exist, it answers with a `success` field (false); a server without the
+    /// endpoint answers 404.
+    async fn has_control_endpoint(&self) -> bool {
+        self.control("bx-self-test-probe").await.is_some_and(|v| v.get("success").is_some())
+    }
+
+    /// Asks llama-server to end the thinking of the completion `id` now. False when the
+    /// server has no such endpoint or refuses.
+    async fn end_reasoning(&self, id: &str) -> bool {
+        !id.is_empty()
+            && self
+                .control(id)
+                .await
+                .is_some_and(|v| v.get("success").and_then(Value::as_bool) == Some(true))
     }
 
     /// True when `/health` answers 200.
