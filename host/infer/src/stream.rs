@@ -110,11 +110,6 @@ impl ThinkingCap {
         self.seen = self.seen.saturating_add(1);
         self.seen == self.limit
     }
-
-    /// Reasoning tokens counted so far.
-    pub fn seen(&self) -> u32 {
-        self.seen
-    }
 }
 
 #[derive(Debug, Default)]

@@ -240,22 +240,24 @@ async fn self_test_reports_the_server() {
     assert!(report.problems.is_empty(), "{report}");
 }
 
-/// Runs `req` and returns the completion with the reasoning deltas as they came.
+/// Runs `req` and returns the completion, the reasoning deltas as they came, and how
+/// many content deltas came.
 async fn chat_counting_reasoning(
     c: &Client,
     session: &str,
     req: &ChatRequest,
-) -> (bx_infer::Completion, Vec<String>) {
+) -> (bx_infer::Completion, Vec<String>, u64) {
     let mut thought = Vec::new();
+    let mut said = 0;
     let done = c
-        .chat(session, req, |e| {
-            if let StreamEvent::Reasoning(t) = e {
-                thought.push(t.clone());
-            }
+        .chat(session, req, |e| match e {
+            StreamEvent::Reasoning(t) => thought.push(t.clone()),
+            StreamEvent::Content(_) => said += 1,
+            _ => {}
         })
         .await
         .unwrap();
-    (done, thought)
+    (done, thought, said)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,7 +278,7 @@ async fn thinking_cap_ends_a_real_thinking_block_live_or_by_reissue() {
 
     // Uncapped: every token is thinking, up to the token limit.
     let live = client(&server).await;
-    let (free, thought) = chat_counting_reasoning(&live, "s", &question()).await;
+    let (free, thought, _) = chat_counting_reasoning(&live, "s", &question()).await;
     assert!(thought.len() >= 40, "{} reasoning deltas: {thought:?}", thought.len());
     assert!(free.content.trim().is_empty(), "{:?}", free.content);
     assert!(!free.thinking_capped);
@@ -284,12 +286,20 @@ async fn thinking_cap_ends_a_real_thinking_block_live_or_by_reissue() {
     // Capped at 8, ended live by the server's control endpoint: the same generation
     // closes its thinking (a token or two may be in flight) and goes on to answer.
     let capped_req = ChatRequest { max_thinking_tokens: Some(8), ..question() };
-    let (capped, thought) = chat_counting_reasoning(&live, "s", &capped_req).await;
+    let (capped, thought, said) = chat_counting_reasoning(&live, "s", &capped_req).await;
     assert!(capped.thinking_capped);
     assert!((8..=12).contains(&thought.len()), "{} reasoning deltas", thought.len());
     assert_eq!(thought.concat(), capped.reasoning);
     assert!(!capped.content.trim().is_empty(), "no answer after the cap");
     let first = capped.timings.expect("timings");
+    // One generation held both the thinking and the answer (a re-issue would count
+    // only the answer).
+    assert!(
+        first.predicted_n >= thought.len() as u64 + said,
+        "{} tokens generated for {} reasoning and {said} content deltas",
+        first.predicted_n,
+        thought.len()
+    );
 
     // The next request of the session re-reads the capped turn once: the old prompt
     // comes from the slot's cache up to the thinking opener of its generation prompt
@@ -298,7 +308,7 @@ async fn thinking_cap_ends_a_real_thinking_block_live_or_by_reissue() {
     messages.push(Message::Assistant { content: capped.content.clone(), tool_calls: vec![] });
     messages.push(user("Thank you."));
     let next = ChatRequest { max_thinking_tokens: Some(4), ..request(messages, 16) };
-    let (after, _) = chat_counting_reasoning(&live, "s", &next).await;
+    let (after, ..) = chat_counting_reasoning(&live, "s", &next).await;
     let t = after.timings.expect("timings");
     let old_prompt = first.cache_n + first.prompt_n;
     assert!(
@@ -312,15 +322,17 @@ async fn thinking_cap_ends_a_real_thinking_block_live_or_by_reissue() {
     let mut cfg = InferConfig::new(&server.url());
     cfg.end_thinking = EndThinking::Reissue;
     let reissue = Client::connect(cfg).await.unwrap();
-    let (capped, thought) = chat_counting_reasoning(&reissue, "s", &capped_req).await;
+    let (capped, thought, said) = chat_counting_reasoning(&reissue, "s", &capped_req).await;
     assert!(capped.thinking_capped);
     assert_eq!(thought.len(), 8, "{thought:?}");
+    let answered = capped.timings.expect("timings").predicted_n;
+    assert!(answered < 8 + said, "the re-issue generated {answered} tokens for {said} deltas");
     assert_eq!(thought.concat(), capped.reasoning);
     assert!(!capped.content.trim().is_empty(), "no answer after the re-issue");
 
     // A cap of 0: no thinking at all, only the answer.
     let none = ChatRequest { max_thinking_tokens: Some(0), ..question() };
-    let (answer, thought) = chat_counting_reasoning(&live, "s", &none).await;
+    let (answer, thought, _) = chat_counting_reasoning(&live, "s", &none).await;
     assert!(thought.is_empty(), "{thought:?}");
     assert!(!answer.content.trim().is_empty() && !answer.thinking_capped);
 }
