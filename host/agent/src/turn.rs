@@ -283,6 +283,7 @@ impl Agent {
                 prompt_ms: completion.timings.map_or(0.0, |t| t.prompt_ms),
                 predicted_ms: completion.timings.map_or(0.0, |t| t.predicted_ms),
                 thinking_capped: completion.thinking_capped,
+                slot_wait_ms: completion.slot_wait.as_secs_f64() * 1000.0,
             });
             transcript.append(&[Message::Assistant {
                 content: completion.content.clone(),
@@ -337,6 +338,7 @@ impl Agent {
             "completion": completion,
             "timings": c.timings,
             "thinking_capped": c.thinking_capped,
+            "slot_wait_ms": c.slot_wait.as_secs_f64() * 1000.0,
         });
         let path = self.parts.state_dir.join("usage.jsonl");
         if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {

@@ -351,7 +351,9 @@ impl Client {
         req: &ChatRequest,
         mut on_event: impl FnMut(&StreamEvent),
     ) -> Result<Completion, InferError> {
+        let queued = Instant::now();
         let guard = self.gate.acquire(session).await?;
+        let slot_wait = queued.elapsed();
         let constrained = self.constrained && !req.tools.is_empty();
         // A cap of 0 asks for no thinking at all: the block is closed from the start.
         let cap = req.max_thinking_tokens.filter(|n| *n > 0).map(ThinkingCap::new);
@@ -378,6 +380,7 @@ impl Client {
             }
         };
         drop(guard);
+        completion.slot_wait = slot_wait;
         if constrained {
             if completion.finish == FinishReason::Length {
                 return Err(InferError::Truncated(

@@ -85,6 +85,8 @@ pub struct Completion {
     /// The thinking reached the request's cap and was ended early (see
     /// [`ThinkingCap`]).
     pub thinking_capped: bool,
+    /// How long the request waited for its slot in the client's gate.
+    pub slot_wait: std::time::Duration,
 }
 
 /// Counts thinking as it streams and says, once, when a cap is reached. llama-server
@@ -380,6 +382,7 @@ impl Assembler {
             usage: self.usage,
             timings: self.timings,
             thinking_capped: false,
+            slot_wait: std::time::Duration::ZERO,
         })
     }
 }

@@ -275,6 +275,8 @@ pub enum Body {
         predicted_ms: f64,
         /// The thinking reached `[loop] max_thinking_tokens` and was ended early.
         thinking_capped: bool,
+        /// Milliseconds the request waited for its slot (other sessions were using it).
+        slot_wait_ms: f64,
     },
     /// The turn ended.
     TurnDone {

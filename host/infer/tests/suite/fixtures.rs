@@ -48,6 +48,7 @@ fn parallel_tool_calls_assemble_by_index() {
                 predicted_ms: 300.0
             }),
             thinking_capped: false,
+            slot_wait: std::time::Duration::ZERO,
         }
     );
 }

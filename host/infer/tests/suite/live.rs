@@ -129,9 +129,15 @@ async fn eight_sessions_on_two_slots_never_share_a_slot() {
             c.chat(&format!("session-{i}"), &req, |_| {}).await
         }));
     }
+    let mut waited = 0;
     for t in tasks {
-        t.await.unwrap().unwrap();
+        // Six of eight must queue for one of the two slots, each for at least a whole
+        // generation of another session (many milliseconds); each says how long.
+        if t.await.unwrap().unwrap().slot_wait > Duration::from_millis(10) {
+            waited += 1;
+        }
     }
+    assert!(waited >= 6, "only {waited} of 8 requests report waiting for a slot");
     assert_eq!(c.gate().load(), (0, 0));
     // Give the server a moment to write its last release line.
     tokio::time::sleep(Duration::from_millis(200)).await;
