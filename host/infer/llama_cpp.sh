@@ -46,19 +46,23 @@ build)
     fi
     cuda=OFF
     command -v nvcc >/dev/null && cuda=ON
-    key=$(sha256sum "$src" | cut -c1-16)-cuda-$cuda
+    # No UI, no HTTPS, no tests, one static binary: the server bx talks to, and nothing
+    # fetched while building. GGML_NATIVE=OFF: a build for "this CPU" died of SIGILL on a
+    # virtual machine whose CPU flags list AMX (`tilezero`) that the process may not use;
+    # with every layer on the GPU the CPU code hardly matters.
+    flags="-DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=$cuda -DCMAKE_CUDA_ARCHITECTURES=native
+        -DGGML_NATIVE=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF"
+    # The cache is keyed by the source and the flags.
+    key=$( (sha256sum "$src"; echo $flags) | sha256sum | cut -c1-16)
     out=target/llama-cpp/$key
     if [ ! -x "$out/bin/llama-server" ]; then
         cmake=cmake
         command -v cmake >/dev/null || cmake=$PWD/.venv/bin/cmake
         rm -rf "$out" && mkdir -p "$out/src"
         tar xzf "$src" -C "$out/src" --strip-components=1
-        # No UI, no HTTPS, no tests, one static binary: the server bx talks to, and nothing
-        # fetched while building.
-        "$cmake" -S "$out/src/llama.cpp" -B "$out/build" -DCMAKE_BUILD_TYPE=Release \
-            -DGGML_CUDA=$cuda -DCMAKE_CUDA_ARCHITECTURES=native \
-            -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
-            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >&2
+        # shellcheck disable=SC2086 # the flags are words
+        "$cmake" -S "$out/src/llama.cpp" -B "$out/build" $flags >&2
         "$cmake" --build "$out/build" --target llama-server -j"$(nproc)" >&2
         mkdir -p "$out/bin"
         cp "$out/build/bin/llama-server" "$out/bin/"

@@ -3,9 +3,10 @@
 //! the same results in a JSON file. Exits non-zero when a check fails.
 //!
 //! The server: `BX_INFER_URL` if set (the thinking-cap check then needs the server's
-//! template to think, or `BX_INFER_THINK_URL` pointing at one that does); else one this
-//! run starts: llama-server built from llama.cpp's source with CUDA where `nvcc` is on the
-//! path (`host/infer/llama_cpp.sh`), or the `xllamacpp` CPU server. The model is
+//! template to think, or `BX_INFER_THINK_URL` pointing at one that does); else servers this
+//! run starts: the llama-server binary at `BX_LLAMA_SERVER`, or one built from llama.cpp's
+//! source with CUDA where `nvcc` is on the path (`host/infer/llama_cpp.sh`), or the
+//! `xllamacpp` CPU server. The model is
 //! `BX_MODEL`, or SmolLM2-135M from `make setup`.
 //!
 //! Measured rows (throughput, tool-call time) report their figures and whether the target
@@ -88,14 +89,21 @@ impl Servers {
         }
         let template = repo().join("fixtures/templates/think.jinja");
         let template = template.to_str().unwrap();
-        let (source, main, think) = if which("nvcc") {
-            let built = Command::new(repo().join("host/infer/llama_cpp.sh"))
-                .arg("build")
-                .stderr(Stdio::inherit())
-                .output()
-                .unwrap();
-            assert!(built.status.success(), "building llama-server failed");
-            let binary = PathBuf::from(String::from_utf8(built.stdout).unwrap().trim());
+        let binary = match std::env::var("BX_LLAMA_SERVER") {
+            Ok(path) => Some((PathBuf::from(path), "llama-server from BX_LLAMA_SERVER")),
+            Err(_) if which("nvcc") => {
+                let built = Command::new(repo().join("host/infer/llama_cpp.sh"))
+                    .arg("build")
+                    .stderr(Stdio::inherit())
+                    .output()
+                    .unwrap();
+                assert!(built.status.success(), "building llama-server failed");
+                let path = PathBuf::from(String::from_utf8(built.stdout).unwrap().trim());
+                Some((path, "llama-server built with CUDA"))
+            }
+            Err(_) => None,
+        };
+        let (source, main, think) = if let Some((binary, what)) = binary {
             let model = model_path();
             let server = |parallel: usize, extra: &[&str]| {
                 let port = free_port();
@@ -122,7 +130,7 @@ impl Servers {
                 Server::spawn_program(port, &binary, &args)
             };
             let think = server(1, &["--chat-template-file", template]);
-            (format!("llama-server built with CUDA ({})", binary.display()), server(2, &[]), think)
+            (format!("{what} ({})", binary.display()), server(2, &[]), think)
         } else {
             let main = Server::spawn_with(free_port(), 2, &[]);
             let think = Server::spawn_with(free_port(), 1, &["--template", template]);
