@@ -69,6 +69,8 @@ fn run(check: &'static str, f: impl FnOnce() -> Found) -> Row {
 struct Servers {
     /// Where the main server comes from, for the report.
     source: String,
+    /// The model file, where this run chose it.
+    model: Option<String>,
     url: String,
     /// A server whose template opens a thinking block, when there is one.
     think_url: Option<String>,
@@ -82,6 +84,7 @@ impl Servers {
             let think_url = std::env::var("BX_INFER_THINK_URL").ok().or(Some(url.clone()));
             return Servers {
                 source: format!("BX_INFER_URL {url}"),
+                model: None,
                 url,
                 think_url,
                 owned: vec![],
@@ -139,7 +142,7 @@ impl Servers {
         main.wait_healthy();
         think.wait_healthy();
         let (url, think_url) = (main.url(), Some(think.url()));
-        Servers { source, url, think_url, owned: vec![main, think] }
+        Servers { source, model: Some(model_path()), url, think_url, owned: vec![main, think] }
     }
 
     /// The main server's log, when this run started it.
@@ -557,7 +560,7 @@ fn main() {
         data: json!({"read_ms": read_ms}),
     });
 
-    report(&servers.source, &rows);
+    report(&servers, &rows);
     let failed = rows.iter().filter(|r| matches!(r.outcome, Outcome::Fail(_))).count();
     drop(servers);
     if failed > 0 {
@@ -565,8 +568,10 @@ fn main() {
     }
 }
 
-fn report(source: &str, rows: &[Row]) {
-    println!("\nbx verify-device: {source}\n");
+fn report(servers: &Servers, rows: &[Row]) {
+    let source = &servers.source;
+    let model = servers.model.as_deref().unwrap_or("the server's own");
+    println!("\nbx verify-device: {source}, model {model}\n");
     println!("| check | result | figures |");
     println!("| --- | --- | --- |");
     for r in rows {
@@ -594,7 +599,7 @@ fn report(source: &str, rows: &[Row]) {
         "time_unix": stamp,
         "host": host,
         "server": source,
-        "model": model_path(),
+        "model": servers.model,
         "checks": rows.iter().map(|r| json!({
             "check": r.check,
             "result": match &r.outcome {
