@@ -72,8 +72,9 @@ struct Servers {
     /// The model file, where this run chose it.
     model: Option<String>,
     url: String,
-    /// A server whose template opens a thinking block, when there is one.
-    think_url: Option<String>,
+    /// The server for the thinking-cap check: one whose template opens a thinking block
+    /// where this run started it; with `BX_INFER_URL`, `BX_INFER_THINK_URL` or the main one.
+    think_url: String,
     /// Servers this run started (stopped on drop); the first is the main one.
     owned: Vec<Server>,
 }
@@ -81,7 +82,7 @@ struct Servers {
 impl Servers {
     fn start() -> Servers {
         if let Ok(url) = std::env::var("BX_INFER_URL") {
-            let think_url = std::env::var("BX_INFER_THINK_URL").ok().or(Some(url.clone()));
+            let think_url = std::env::var("BX_INFER_THINK_URL").unwrap_or_else(|_| url.clone());
             return Servers {
                 source: format!("BX_INFER_URL {url}"),
                 model: None,
@@ -141,7 +142,7 @@ impl Servers {
         };
         main.wait_healthy();
         think.wait_healthy();
-        let (url, think_url) = (main.url(), Some(think.url()));
+        let (url, think_url) = (main.url(), think.url());
         Servers { source, model: Some(model_path()), url, think_url, owned: vec![main, think] }
     }
 
@@ -178,21 +179,11 @@ fn say_timed(
     text: &str,
     extra: &[&str],
 ) -> (i32, Vec<(Instant, Value)>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .args(["--state-dir", state.to_str().unwrap(), "chat", "--json"])
-        .args(extra)
-        .args(["--session", session, "--say", text])
-        .env_remove("BX_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let events = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .map(|l| (Instant::now(), serde_json::from_str(&l).unwrap()))
-        .collect();
+    let mut child = chat_json(state, session, text, extra);
+    let events = forward_lines(child.stdout.take().unwrap(), |l| {
+        (Instant::now(), serde_json::from_str(&l).unwrap())
+    });
+    let events = events.iter().collect();
     let code = child.wait().unwrap().code().unwrap_or(-1);
     (code, events)
 }
@@ -318,18 +309,15 @@ fn crowd(state: &Path, slots: usize, servers: &Servers) -> Found {
 /// 4. The thinking cap on a server whose template thinks: the turn's thinking is cut at
 /// the cap and the model answers, each way of ending it; the next request re-reads the
 /// capped turn once (only the thinking opener of the old prompt falls out of the cache).
-fn thinking_cap(think_url: Option<&str>) -> Found {
-    let Some(url) = think_url else {
-        return (Outcome::Skip("no thinking server".into()), String::new(), Value::Null);
-    };
+fn thinking_cap(url: &str) -> Found {
     let (mut figures, mut data, mut failures) = (Vec::new(), Vec::new(), Vec::new());
     for way in ["control", "reissue"] {
-        let dir = state(url, "max_tokens = 48\nmax_thinking_tokens = 8");
+        let dir = state_with(
+            url,
+            &format!("end_thinking = \"{way}\""),
+            "max_tokens = 48\nmax_thinking_tokens = 8",
+        );
         let s = dir.path();
-        let config = std::fs::read_to_string(s.join("config.toml")).unwrap();
-        let config =
-            config.replace("[inference]\n", &format!("[inference]\nend_thinking = \"{way}\"\n"));
-        std::fs::write(s.join("config.toml"), config).unwrap();
         let _daemon = Daemon::start(s);
         let (code, events) = say(s, "think", "Explain in detail why the sky is blue.", &[]);
         assert_eq!(code, 0, "{events:?}");
@@ -537,7 +525,7 @@ fn main() {
         rows.push(run("more sessions than slots", || crowd(c, slots, &servers)));
     }
 
-    rows.push(run("thinking cap", || thinking_cap(servers.think_url.as_deref())));
+    rows.push(run("thinking cap", || thinking_cap(&servers.think_url)));
     let mut read_ms = Vec::new();
     rows.push(run("tool call end to end", || {
         let (found, times) = tool_path(&servers.url);

@@ -62,15 +62,38 @@ pub fn install(state: &Path, crate_name: &str) -> String {
 
 /// A state directory whose config points at `url`.
 pub fn state(url: &str, loop_table: &str) -> tempfile::TempDir {
+    state_with(url, "", loop_table)
+}
+
+/// [`state`] with more `[inference]` keys (lines of TOML).
+pub fn state_with(url: &str, inference: &str, loop_table: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("config.toml"),
         format!(
-            "[inference]\nurl = \"{url}\"\ntemperature = 0.0\nseed = 7\nconnect_secs = 120\n\n[loop]\n{loop_table}\n"
+            "[inference]\nurl = \"{url}\"\ntemperature = 0.0\nseed = 7\nconnect_secs = 120\n{inference}\n\n[loop]\n{loop_table}\n"
         ),
     )
     .unwrap();
     dir
+}
+
+/// Each line `reader` gives, passed through `parse`, on a channel (read on a thread, so
+/// a test can wait for a line with a timeout).
+pub fn forward_lines<R, T>(reader: R, parse: fn(String) -> T) -> mpsc::Receiver<T>
+where
+    R: std::io::Read + Send + 'static,
+    T: Send + 'static,
+{
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines().map_while(Result::ok) {
+            if tx.send(parse(line)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// `bx serve` in the background. Ready once it says it is listening (read from its
@@ -93,13 +116,7 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let (tx, lines) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let lines = forward_lines(child.stderr.take().unwrap(), |line| line);
         let mut d = Daemon { child, lines, log: Vec::new() };
         d.wait_for("listening on");
         d
@@ -205,7 +222,14 @@ pub fn say_in_background(
     text: &str,
     extra: &[&str],
 ) -> (Child, mpsc::Receiver<Value>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bx"))
+    let mut child = chat_json(state, session, text, extra);
+    let events = forward_lines(child.stdout.take().unwrap(), |l| serde_json::from_str(&l).unwrap());
+    (child, events)
+}
+
+/// `bx chat --json --say` started with its stdout piped.
+pub fn chat_json(state: &Path, session: &str, text: &str, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_bx"))
         .args(["--state-dir", state.to_str().unwrap(), "chat", "--json"])
         .args(extra)
         .args(["--session", session, "--say", text])
@@ -214,15 +238,7 @@ pub fn say_in_background(
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str(&line).unwrap());
-        }
-    });
-    (child, rx)
+        .unwrap()
 }
 
 pub fn next_of(rx: &mpsc::Receiver<Value>, t: &str, seen: &mut Vec<Value>) -> Value {

@@ -230,12 +230,9 @@ fn a_turn_that_fails_with_the_server_down_leaves_the_chat_usable() {
     // entry; once the server is back on the same port, the next turn works.
     let _one = serial();
     let mut server = Server::start(2);
-    let state = state(&server.url(), "max_tokens = 16");
-    let s = state.path();
     // A short retry window, so the failed turn ends quickly.
-    let config = std::fs::read_to_string(s.join("config.toml")).unwrap();
-    let config = config.replace("[inference]\n", "[inference]\nretry_secs = 2\n");
-    std::fs::write(s.join("config.toml"), config).unwrap();
+    let state = state_with(&server.url(), "retry_secs = 2", "max_tokens = 16");
+    let s = state.path();
     let _daemon = Daemon::start(s);
     let (code, _) = say(s, "flaky", "Hello.", &[]);
     assert_eq!(code, 0);
