@@ -2,9 +2,11 @@
 //! compares path prefixes (the floor any decision pays), measured in the same run.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 
-use std::time::{Duration, Instant};
-
 use bx_broker::{CallRequest, Decision, Policy, Resource, decide, parse_label};
+
+#[path = "../../host/bench/measure.rs"]
+mod measure;
+use measure::{fmt, measure};
 
 fn policy_text(n: usize) -> String {
     let mut text = String::new();
@@ -28,25 +30,6 @@ fn policy_text(n: usize) -> String {
     text
 }
 
-fn measure(samples: usize, mut f: impl FnMut()) -> (Duration, Duration) {
-    for _ in 0..samples / 10 {
-        f();
-    }
-    let mut t: Vec<Duration> = (0..samples)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed()
-        })
-        .collect();
-    t.sort();
-    (t[t.len() / 2], t[t.len() * 9 / 10])
-}
-
-fn us(d: Duration) -> String {
-    format!("{:.2} µs", d.as_secs_f64() * 1e6)
-}
-
 fn main() {
     let policy = Policy::parse("bench.toml", &policy_text(200)).unwrap();
     assert_eq!(policy.grants().len(), 200);
@@ -60,14 +43,14 @@ fn main() {
         decide(&policy, taint, &call),
         Decision::Allow(_) | Decision::Ask(_) | Decision::Deny(_)
     ));
-    let (med, p90) = measure(20_000, || {
+    let m = measure(20_000, || {
         let decision = decide(&policy, std::hint::black_box(taint), &call);
         let _kept = std::hint::black_box(decision);
     });
     let paths: Vec<String> =
         (0..200).map(|i| format!("/home/o/project{}/dir{i}", i % 50)).collect();
     let target = "/home/o/project8/dir108/src/main.rs";
-    let (bmed, bp90) = measure(20_000, || {
+    let b = measure(20_000, || {
         let hits = paths.iter().filter(|p| target.starts_with(p.as_str())).count();
         std::hint::black_box(hits);
     });
@@ -76,11 +59,11 @@ fn main() {
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     println!(
         "| decide, 200 grants + 10 denies, one path | {} | {} | prefix scan of 200 strings | {} | {} | {:.1}× |",
-        us(med),
-        us(p90),
-        us(bmed),
-        us(bp90),
-        med.as_secs_f64() / bmed.as_secs_f64()
+        fmt(m.median),
+        fmt(m.p90),
+        fmt(b.median),
+        fmt(b.p90),
+        m.median.as_secs_f64() / b.median.as_secs_f64()
     );
     println!("\ntarget: decide <= 5 µs median");
 }

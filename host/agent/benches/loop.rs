@@ -7,7 +7,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bx_agent::call;
 use bx_audit::AuditLog;
@@ -16,25 +15,9 @@ use bx_runtime::{Limits, LoadedTool, Runtime};
 use bx_store::Sessions;
 use sha2::Digest as _;
 
-fn measure(samples: usize, mut f: impl FnMut()) -> (Duration, Duration) {
-    for _ in 0..samples.div_ceil(10) {
-        f();
-    }
-    let mut t: Vec<Duration> = (0..samples)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed()
-        })
-        .collect();
-    t.sort();
-    (t[t.len() / 2], t[t.len() * 9 / 10])
-}
-
-fn fmt(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us < 1000.0 { format!("{us:.1} µs") } else { format!("{:.2} ms", us / 1000.0) }
-}
+#[path = "../../bench/measure.rs"]
+mod measure;
+use measure::{Stats, fmt, measure};
 
 fn load(rt: &Runtime) -> LoadedTool {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -146,17 +129,17 @@ fn main() {
     println!(
         "{:<44} {:>10} {:>10} {:>14}",
         "bare runtime call (baseline)",
-        fmt(bare.0),
-        fmt(bare.1),
+        fmt(bare.median),
+        fmt(bare.p90),
         "-"
     );
-    let row = |name: &str, m: (Duration, Duration), target: &str| {
-        let over = m.0.saturating_sub(bare.0);
+    let row = |name: &str, m: Stats, target: &str| {
+        let over = m.median.saturating_sub(bare.median);
         println!(
             "{:<44} {:>10} {:>10} {:>14}   target {target}",
             name,
-            fmt(m.0),
-            fmt(m.1),
+            fmt(m.median),
+            fmt(m.p90),
             fmt(over)
         );
     };

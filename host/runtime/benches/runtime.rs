@@ -3,39 +3,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use bx_broker::{AllowList, CallRequest, Decision, Grant, Label};
 use bx_runtime::{ComponentCache, Limits, LoadedTool, Output, Runtime};
 use sha2::Digest as _;
 
+#[path = "../../bench/measure.rs"]
+mod measure;
+use measure::{Stats, fmt, measure};
+
 const FIRST_PARTY: &[&str] =
     &["fs_read", "fs_write", "fs_list", "fs_search", "fs_edit", "http_fetch"];
-
-struct Stats {
-    median: Duration,
-    p90: Duration,
-}
-
-fn measure(samples: usize, mut f: impl FnMut()) -> Stats {
-    for _ in 0..samples.div_ceil(10) {
-        f(); // warm-up
-    }
-    let mut times: Vec<Duration> = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    Stats { median: times[times.len() / 2], p90: times[times.len() * 9 / 10] }
-}
-
-fn fmt(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us < 1000.0 { format!("{us:.1} µs") } else { format!("{:.2} ms", us / 1000.0) }
-}
 
 fn components() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/target/wasm32-wasip2/release")
