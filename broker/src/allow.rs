@@ -84,6 +84,14 @@ impl AllowList {
         Ok(self)
     }
 
+    /// Marks `paths` as bx's own state, as [`Policy::protect_own`] does.
+    pub fn protect_own(
+        self,
+        paths: impl IntoIterator<Item = std::path::PathBuf>,
+    ) -> Result<AllowList, crate::PathError> {
+        Ok(AllowList { policy: self.policy.protect_own(paths)? })
+    }
+
     /// Allows requests to `rule` (see [`HostRule::parse`]).
     pub fn host(self, rule: &str) -> Result<AllowList, String> {
         Ok(self.push(ResourceRule::Host(HostRule::parse(rule)?), Mode::Fetch, HOST_LABEL))

@@ -161,9 +161,11 @@ impl ApprovalTable {
     }
 }
 
-/// True for characters that render as nothing, reorder text, or break lines: they are
-/// shown as `\u{…}` escapes wherever untrusted text reaches the owner.
-fn is_hidden(c: char) -> bool {
+/// True for characters that render as nothing, reorder text, break lines or steer a
+/// terminal (C0 and C1 controls, escape included): they are shown as `\u{…}` escapes
+/// wherever untrusted text reaches the owner. Tab and newline are not in this set; the
+/// caller decides about them.
+pub fn is_hidden(c: char) -> bool {
     matches!(c as u32,
         0x00..=0x08 | 0x0b..=0x1f | 0x7f..=0x9f // controls (tab and newline handled apart)
         | 0xad | 0x34f | 0x61c | 0x115f | 0x1160 | 0x17b4 | 0x17b5 | 0x180b..=0x180f

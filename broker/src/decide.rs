@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::grant::{FsAccess, Grant, RootGrant};
+use crate::grant::{FsAccess, Grant, LabelRule, RootGrant};
 use crate::label::Label;
 use crate::path::normalize;
 
@@ -236,6 +236,12 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
                 Err(e) => return deny(format!("{resource}: not a URL: {e}")),
             },
         };
+        if let Some(own) = path.as_deref().and_then(|p| policy.own.iter().find(|o| under(p, o))) {
+            return deny(format!(
+                "{resource}: {} is bx's own state; no grant reaches it (see docs/runbook.md#own-state)",
+                own.display()
+            ));
+        }
         if let Some(why) = denied_by(policy, &call.tool, resource, path.as_deref(), url.as_ref()) {
             return deny(why);
         }
@@ -282,7 +288,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             }
         }
     }
-    let denied = policy
+    let mut denied: Vec<std::path::PathBuf> = policy
         .denies
         .iter()
         .filter(|d| d.tool.matches(&call.tool))
@@ -291,8 +297,29 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             ResourceRule::Host(_) => None,
         })
         .collect();
-    let grant =
-        Grant { tool: call.tool.clone(), digest: call.digest.clone(), roots, denied, hosts };
+    // A grant nested under a root, of the root's mode, that would ask or refuse at this
+    // taint: the call does not reach it through the wider root (a search of the parent
+    // must not read what a direct read would have to ask about).
+    for g in policy.grants.iter().filter(|g| g.tool.matches(&call.tool)) {
+        let ResourceRule::Path(p) = &g.resource else { continue };
+        let nested = roots.iter().any(|r| {
+            r.path != *p
+                && under(p, &r.path)
+                && (g.mode == Mode::Write) == (r.access == FsAccess::Write)
+        });
+        if nested && !taint.flows_to(g.label) && g.when_tainted != OnTainted::Allow {
+            denied.push(p.clone());
+        }
+    }
+    let grant = Grant {
+        tool: call.tool.clone(),
+        digest: call.digest.clone(),
+        roots,
+        denied,
+        own: policy.own.clone(),
+        labels: label_rules(policy, &call.tool),
+        hosts,
+    };
     let ask = (!reasons.is_empty()).then(|| AskRequest {
         call: call.clone(),
         reasons,
@@ -301,6 +328,20 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         taint,
     });
     Ok((grant, ask))
+}
+
+/// Every path grant of the policy for `tool`, in any mode, as the label of what lies
+/// under it; a read grant and a write grant on one path with different labels join.
+fn label_rules(policy: &Policy, tool: &str) -> Vec<LabelRule> {
+    let mut rules: Vec<LabelRule> = Vec::new();
+    for g in policy.grants.iter().filter(|g| g.tool.matches(tool)) {
+        let ResourceRule::Path(p) = &g.resource else { continue };
+        match rules.iter_mut().find(|r| r.path == *p) {
+            Some(rule) => rule.label = rule.label.join(g.label),
+            None => rules.push(LabelRule { path: p.clone(), label: g.label }),
+        }
+    }
+    rules
 }
 
 /// Turns an answered `Ask` into a decision against the policy and taint of this moment.

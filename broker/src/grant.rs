@@ -61,8 +61,38 @@ pub enum RootKind {
     ReadWrite,
 }
 
+/// The label the owner gave a path: a path grant of the policy for this tool, in any
+/// mode. The label of a file a call touched comes from the longest rule covering it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LabelRule {
+    pub(crate) path: PathBuf,
+    pub(crate) label: Label,
+}
+
+/// Why a path is out of a grant's reach, whatever its roots say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal<'g> {
+    /// A `[[deny]]` rule (or a nested grant that refuses at this taint) covers it.
+    Denied(&'g Path),
+    /// It is bx's own state (`docs/runbook.md#own-state`), which no grant reaches.
+    Own(&'g Path),
+}
+
+impl std::fmt::Display for Refusal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Denied(p) => write!(f, "denied path {}", p.display()),
+            Refusal::Own(p) => write!(
+                f,
+                "bx's own state {} (no grant reaches it; see docs/runbook.md#own-state)",
+                p.display()
+            ),
+        }
+    }
+}
+
 /// The permission one tool call runs under: the tool it is for, the paths and hosts it
-/// reaches and the sub-paths it never reaches.
+/// reaches, the sub-paths it never reaches, and the labels of what flows in.
 ///
 /// Fields are private and there is no public constructor: only the broker's decision
 /// function builds a `Grant`, and the runtime's entry point demands one.
@@ -72,6 +102,8 @@ pub struct Grant {
     pub(crate) digest: String,
     pub(crate) roots: Vec<RootGrant>,
     pub(crate) denied: Vec<PathBuf>,
+    pub(crate) own: Vec<PathBuf>,
+    pub(crate) labels: Vec<LabelRule>,
     pub(crate) hosts: Vec<(HostRule, Label)>,
 }
 
@@ -97,9 +129,10 @@ impl Grant {
         })
     }
 
-    /// The sub-paths this grant never reaches, normalised.
-    pub fn denied(&self) -> impl ExactSizeIterator<Item = &Path> {
-        self.denied.iter().map(PathBuf::as_path)
+    /// The sub-paths this grant never reaches, normalised: the deny rules' paths, the
+    /// nested grants that refuse at this taint, and bx's own state.
+    pub fn denied(&self) -> impl Iterator<Item = &Path> {
+        self.denied.iter().chain(&self.own).map(PathBuf::as_path)
     }
 
     /// The host rules of this grant.
@@ -107,10 +140,40 @@ impl Grant {
         self.hosts.iter().map(|(h, _)| h)
     }
 
-    /// The label of data that flows in through the root at `root` (as the runtime
-    /// reports it in what a call touched).
+    /// The label of the grant that decided the root at `root`.
     pub fn root_label(&self, root: &Path) -> Option<Label> {
         self.roots.iter().find(|r| r.path == root).map(|r| r.label)
+    }
+
+    /// The label of data read from `path` (normalised, as the runtime resolved it): the
+    /// label of the longest path grant of the policy covering it, so a `secret` grant
+    /// nested in a `public` one keeps its label through a search of the parent or a
+    /// symlink. Grants of equal length are joined. A path no grant covers gets the top
+    /// label (fail closed).
+    pub fn path_label(&self, path: &Path) -> Label {
+        let mut best: Option<(usize, Label)> = None;
+        for rule in self.labels.iter().filter(|r| strip_root(path, &r.path).is_some()) {
+            let depth = rule.path.as_os_str().len();
+            best = match best {
+                Some((d, l)) if d == depth => Some((d, l.join(rule.label))),
+                Some((d, _)) if d > depth => best,
+                _ => Some((depth, rule.label)),
+            };
+        }
+        best.map_or(Label::TOP, |(_, l)| l)
+    }
+
+    /// What a call stopped part-way might have read: the join of every label its roots
+    /// and hosts reach (the roots' own, every grant nested under them, every host).
+    pub fn reach_label(&self) -> Label {
+        let mut label = Label::CLEAN;
+        for root in &self.roots {
+            label = label.join(self.path_label(&root.path));
+            for rule in self.labels.iter().filter(|r| strip_root(&r.path, &root.path).is_some()) {
+                label = label.join(rule.label);
+            }
+        }
+        self.hosts.iter().fold(label, |acc, (_, l)| acc.join(*l))
     }
 
     /// The label of data fetched from `host` (a host name or address as the runtime
@@ -124,9 +187,17 @@ impl Grant {
             .map(|(_, label)| *label)
     }
 
-    /// The denied sub-path that covers `path` (normalised), if any.
-    pub fn denied_prefix(&self, path: &Path) -> Option<&Path> {
-        self.denied.iter().find(|d| strip_root(path, d).is_some()).map(PathBuf::as_path)
+    /// The denied sub-path or own state that covers `path` (normalised), if any.
+    pub fn denied_prefix(&self, path: &Path) -> Option<Refusal<'_>> {
+        if let Some(own) = self.own.iter().find(|d| strip_root(path, d).is_some()) {
+            return Some(Refusal::Own(own));
+        }
+        self.denied.iter().find(|d| strip_root(path, d).is_some()).map(|d| Refusal::Denied(d))
+    }
+
+    /// Whether `path` (a real path the kernel reported) is bx's own state.
+    pub fn is_own(&self, path: &Path) -> bool {
+        self.own.iter().any(|d| path.starts_with(d))
     }
 
     /// Checks a filesystem operation lexically: the path is normalised, must not lie under
@@ -134,8 +205,8 @@ impl Grant {
     /// root wins. The runtime repeats the denied check on the object it actually opened.
     pub fn route_path(&self, path: &str, access: FsAccess) -> Result<FsRoute, String> {
         let path = normalize(Path::new(path)).map_err(|e| e.to_string())?;
-        if let Some(denied) = self.denied_prefix(&path) {
-            return Err(format!("{} is under denied path {}", path.display(), denied.display()));
+        if let Some(refusal) = self.denied_prefix(&path) {
+            return Err(format!("{} is under {refusal}", path.display()));
         }
         let best = self
             .roots
@@ -197,6 +268,11 @@ mod tests {
                 },
             ],
             denied: vec!["/home/o/.ssh".into()],
+            own: vec!["/home/o/.local/state/bx".into()],
+            labels: vec![
+                LabelRule { path: "/home/o".into(), label: Label::CLEAN },
+                LabelRule { path: "/home/o/out".into(), label: Label::TOP },
+            ],
             hosts: vec![(HostRule::parse("example.com").unwrap(), Label::TOP)],
         }
     }
@@ -224,6 +300,17 @@ mod tests {
         assert!(err.contains("denied path /home/o/.ssh"), "{err}");
         assert!(g.route_path("/home/o/./.ssh", FsAccess::Read).is_err());
         assert!(g.route_path("/home/o/.sshx", FsAccess::Read).is_ok());
+        let err = g.route_path("/home/o/.local/state/bx/policy.toml", FsAccess::Read).unwrap_err();
+        assert!(err.contains("bx's own state") && err.contains("#own-state"), "{err}");
+    }
+
+    #[test]
+    fn labels_come_from_the_longest_covering_rule() {
+        let g = grant();
+        assert_eq!(g.path_label(Path::new("/home/o/a")), Label::CLEAN);
+        assert_eq!(g.path_label(Path::new("/home/o/out/a")), Label::TOP);
+        assert_eq!(g.path_label(Path::new("/elsewhere")), Label::TOP);
+        assert_eq!(g.reach_label(), Label::TOP.join(Label::CLEAN));
     }
 
     #[test]

@@ -16,12 +16,12 @@ mod policy;
 
 pub use allow::AllowList;
 pub use approval::{
-    Answered, ApprovalTable, Pending, escape_untrusted, render_block, typed_answer,
+    Answered, ApprovalTable, Pending, escape_untrusted, is_hidden, render_block, typed_answer,
 };
 pub use decide::{
     Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, decide, redecide,
 };
-pub use grant::{FsAccess, FsRoute, Grant, NetRoute, RootKind};
+pub use grant::{FsAccess, FsRoute, Grant, NetRoute, Refusal, RootKind};
 pub use label::{Confidentiality, Integrity, Label};
 pub use net::{HostRule, is_public_ip};
 pub use path::{PathError, normalize};

@@ -172,6 +172,9 @@ pub struct Policy {
     pub(crate) grants: Vec<GrantRule>,
     pub(crate) denies: Vec<DenyRule>,
     pub(crate) examples: Vec<Example>,
+    /// bx's own state: no call reaches it, whatever the grants say. Not a policy line:
+    /// the host sets it from the state directory's layout.
+    pub(crate) own: Vec<PathBuf>,
 }
 
 /// One thing wrong with a policy file.
@@ -224,9 +227,22 @@ impl std::fmt::Display for PolicyErrors {
 struct Source<'a> {
     file: &'a str,
     text: &'a str,
+    /// Byte offset where each line starts, so locating a span is a binary search rather
+    /// than a scan from the start (a policy of 20,000 grants loads in linear time).
+    line_starts: Vec<usize>,
 }
 
-impl Source<'_> {
+impl<'a> Source<'a> {
+    fn new(file: &'a str, text: &'a str) -> Source<'a> {
+        let line_starts = std::iter::once(0).chain(newline_offsets(text).map(|i| i + 1)).collect();
+        Source { file, text, line_starts }
+    }
+
+    /// The 1-based line holding byte `offset`.
+    fn line_of(&self, offset: usize) -> usize {
+        self.line_starts.partition_point(|&start| start <= offset).max(1)
+    }
+
     fn error(
         &self,
         span: std::ops::Range<usize>,
@@ -235,9 +251,9 @@ impl Source<'_> {
     ) -> PolicyError {
         let start = span.start.min(self.text.len());
         let end = span.end.clamp(start, self.text.len());
-        let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_no = self.line_of(start);
+        let line_start = self.line_starts[line_no - 1];
         let line_end = self.text[start..].find('\n').map_or(self.text.len(), |i| start + i);
-        let line_no = self.text[..start].matches('\n').count() + 1;
         let column = self.text[line_start..start].chars().count() + 1;
         let source_line = &self.text[line_start..line_end];
         let width = self.text[start..end.min(line_end)].chars().count().max(1);
@@ -411,10 +427,52 @@ fn one_of<T: Copy>(
     None
 }
 
+fn newline_offsets(text: &str) -> impl Iterator<Item = usize> + '_ {
+    text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i)
+}
+
 impl Policy {
     /// A policy with no rules: every call is refused.
     pub fn empty() -> Policy {
         Policy::default()
+    }
+
+    /// Marks `paths` as bx's own state: no call reaches them or anything below them,
+    /// in any mode, through any spelling, whatever the grants say. Each path must be
+    /// absolute; pass both the path as configured and its resolved form, so a symlink
+    /// to the state directory is covered too (the runtime also checks what it opened
+    /// against their resolved forms).
+    pub fn protect_own(
+        mut self,
+        paths: impl IntoIterator<Item = PathBuf>,
+    ) -> Result<Policy, crate::PathError> {
+        for path in paths {
+            let norm = normalize(&path)?;
+            if !self.own.contains(&norm) {
+                self.own.push(norm);
+            }
+        }
+        Ok(self)
+    }
+
+    /// bx's own paths, as set by [`Policy::protect_own`].
+    pub fn own(&self) -> &[PathBuf] {
+        &self.own
+    }
+
+    /// The grants that cover bx's own state or lie inside it: they never reach it
+    /// (the fixed rule wins), and `bx policy check` and `bx doctor` say so.
+    pub fn grants_over_own(&self) -> Vec<(&GrantRule, &Path)> {
+        let mut out = Vec::new();
+        for g in &self.grants {
+            let ResourceRule::Path(p) = &g.resource else { continue };
+            if let Some(own) =
+                self.own.iter().find(|o| o.starts_with(p) || p.starts_with(o.as_path()))
+            {
+                out.push((g, own.as_path()));
+            }
+        }
+        out
     }
 
     /// The grants, in file order.
@@ -435,13 +493,15 @@ impl Policy {
     /// Parses and validates policy text read from `file` (the name is only for errors).
     /// Returns every error found; the examples are checked last, against the policy.
     pub fn parse(file: &str, text: &str) -> Result<Policy, PolicyErrors> {
-        let src = Source { file, text };
+        let src = Source::new(file, text);
         let raw: RawPolicy = toml::from_str(text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
             PolicyErrors(vec![src.error(span, "toml", e.message().trim().to_owned())])
         })?;
         let mut errors = Vec::new();
         let mut policy = Policy::default();
+        // (tool, resource, mode) of each grant kept, to refuse duplicates in linear time.
+        let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         for (index, g) in raw.grant.iter().enumerate() {
             let rule = format!("grant[{index}]");
             let whole = g.span();
@@ -491,19 +551,17 @@ impl Policy {
             if let (Some(tool), Some(resource), Some(mode), Some(label), Some(when_tainted)) =
                 (tool, res, mode, label, when_tainted)
             {
-                let line = text[..whole.start.min(text.len())].matches('\n').count() + 1;
-                let duplicate = policy
-                    .grants
-                    .iter()
-                    .find(|o| o.tool == tool && o.resource == resource && o.mode == mode);
-                if let Some(dup) = duplicate {
+                let line = src.line_of(whole.start.min(text.len()));
+                let key = format!("{tool}\0{resource}\0{mode:?}");
+                if let Some(dup) = seen.get(&key) {
                     errors.push(src.error(
                         whole,
                         &rule,
-                        format!("duplicates grant[{}] (same tool, resource and mode)", dup.index),
+                        format!("duplicates grant[{dup}] (same tool, resource and mode)"),
                     ));
                     continue;
                 }
+                seen.insert(key, index);
                 policy.grants.push(GrantRule {
                     index,
                     line,
@@ -539,7 +597,7 @@ impl Policy {
                 ),
             };
             if let (Some(tool), Some(resource)) = (tool, res) {
-                let line = text[..whole.start.min(text.len())].matches('\n').count() + 1;
+                let line = src.line_of(whole.start.min(text.len()));
                 policy.denies.push(DenyRule { index, line, tool, resource });
             }
         }

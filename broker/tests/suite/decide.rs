@@ -273,3 +273,76 @@ fn deny_of_root_refuses_every_path() {
     let got = outcome(&p, "public/trusted", &call("fs.read", vec![read("/home/o/notes")]));
     assert!(got.starts_with("deny: read /home/o/notes is refused by deny[1]"), "{got}");
 }
+
+const NESTED: &str = r#"
+[[grant]]
+tool = "*"
+path = "/w"
+mode = "read"
+label = "public/trusted"
+when_tainted = "allow"
+
+[[grant]]
+tool = "*"
+path = "/w/secret"
+mode = "read"
+label = "secret/trusted"
+when_tainted = "deny"
+"#;
+
+/// A nested grant keeps its label: what a call reads under it through the wider root is
+/// labelled by the most specific grant, not the root the call was decided on.
+#[test]
+fn nested_grants_keep_their_label_through_the_parent() {
+    let p = policy(NESTED);
+    let Decision::Allow(g) =
+        decide(&p, label("public/trusted"), &call("fs.search", vec![read("/w")]))
+    else {
+        panic!("reading /w is allowed");
+    };
+    assert_eq!(g.path_label(Path::new("/w/notes.txt")), label("public/trusted"));
+    assert_eq!(g.path_label(Path::new("/w/secret/secret.txt")), label("secret/trusted"));
+    assert_eq!(g.path_label(Path::new("/elsewhere")), Label::TOP);
+    assert_eq!(g.reach_label(), label("secret/trusted"));
+    // Clean, the nested grant is reachable through the parent.
+    assert!(g.denied_prefix(Path::new("/w/secret/secret.txt")).is_none());
+}
+
+/// A nested grant that would refuse at this taint is out of reach through the parent,
+/// so a search of /w cannot read what a direct read of /w/secret would refuse.
+#[test]
+fn nested_grant_that_refuses_at_this_taint_is_denied_through_the_parent() {
+    let p = policy(NESTED);
+    let tainted = label("public/untrusted");
+    let Decision::Allow(g) = decide(&p, tainted, &call("fs.search", vec![read("/w")])) else {
+        panic!("reading /w is allowed at any taint");
+    };
+    assert!(g.denied_prefix(Path::new("/w/secret/secret.txt")).is_some());
+    assert!(g.denied_prefix(Path::new("/w/other")).is_none());
+    assert!(
+        outcome(&p, "public/untrusted", &call("fs.read", vec![read("/w/secret/x")]))
+            .starts_with("deny")
+    );
+}
+
+/// bx's own state is refused in every mode, whatever grants cover it, and a grant over
+/// it carries it as a denied sub-path.
+#[test]
+fn own_state_is_refused_and_named() {
+    let p =
+        policy(BASE).protect_own([std::path::PathBuf::from("/home/o/.local/state/bx")]).unwrap();
+    for r in [read("/home/o/.local/state/bx/policy.toml"), write("/home/o/.local/state/bx/x")] {
+        let got = outcome(&p, "public/trusted", &call("fs.write", vec![r]));
+        assert!(got.contains("bx's own state") && got.contains("#own-state"), "{got}");
+    }
+    let got =
+        outcome(&p, "public/trusted", &call("fs.read", vec![read("/home/o//.local/./state/bx")]));
+    assert!(got.starts_with("deny"), "{got}");
+    let Decision::Allow(g) = decide(&p, Label::CLEAN, &call("fs.read", vec![read("/home/o")]))
+    else {
+        panic!("reading /home/o is allowed");
+    };
+    assert!(g.denied().any(|d| d == Path::new("/home/o/.local/state/bx")));
+    let over: Vec<usize> = p.grants_over_own().iter().map(|(g, _)| g.index).collect();
+    assert_eq!(over, vec![0]);
+}

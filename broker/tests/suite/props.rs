@@ -218,3 +218,29 @@ proptest! {
         prop_assert_eq!(rank(&decide(&policy, taint, &call(&tool, &dotted, write))), 0);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// bx's own state is out of reach whatever the grants say, in every mode, at every
+    /// taint, through every spelling the normaliser accepts.
+    #[test]
+    fn own_state_is_never_reached(grants in prop::collection::vec(grant_strategy(), 0..6), own in 0..PATHS.len(), taint in label_strategy(), tool in prop::sample::select(vec!["t1", "t2", "t3"]), write in any::<bool>(), style in 0..3usize) {
+        let grants = dedup(grants);
+        let policy = Policy::parse("p.toml", &render(&grants, &[]))
+            .unwrap()
+            .protect_own([std::path::PathBuf::from(PATHS[own])])
+            .unwrap();
+        let inside = format!("{}/policy.toml", PATHS[own]);
+        let spelled = match style {
+            0 => inside.clone(),
+            1 => inside.replace('/', "//"),
+            _ => inside.replacen('/', "/./", 2),
+        };
+        prop_assert_eq!(rank(&decide(&policy, taint, &call(tool, &spelled, write))), 0);
+        // A call that is allowed on a parent never reaches the own path through it.
+        if let Decision::Allow(g) = decide(&policy, taint, &call(tool, "/a", write)) {
+            prop_assert!(g.denied_prefix(std::path::Path::new(&inside)).is_some());
+        }
+    }
+}

@@ -1,18 +1,20 @@
 //! `make bench`: what one tool call costs inside the loop, beyond the call itself: the
-//! request and decision on the audit log, the broker's decision, a fresh instance and the
-//! call, the result record and the taint update, each stage on a blocking worker as the
-//! agent runs it. Measured with the audit log on disk (fsync) and on tmpfs (/dev/shm,
+//! request and decision on the audit log, the policy re-read and the broker's decision,
+//! a fresh instance and the call, the result record and the taint update, through the
+//! same trust path ([`bx_agent::Trust`]) the agent drives, on a multi-threaded runtime as
+//! the daemon runs it. Measured with the audit log on disk (fsync) and on tmpfs (/dev/shm,
 //! where fsync costs nothing), next to the bare runtime call in the same run.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 
 use std::path::Path;
 use std::sync::Arc;
 
-use bx_agent::call;
+use bx_agent::call::{Decided, Overlay};
+use bx_agent::{Ledger, Trust, call};
 use bx_audit::AuditLog;
-use bx_broker::{AllowList, CallRequest, Decision, Label};
+use bx_broker::{CallRequest, Decision, Label, Policy};
 use bx_runtime::{Limits, LoadedTool, Runtime};
-use bx_store::Sessions;
+use bx_state::{PolicyFile, Sessions};
 use sha2::Digest as _;
 
 #[path = "../../bench/measure.rs"]
@@ -25,61 +27,38 @@ fn load(rt: &Runtime) -> LoadedTool {
     let b = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e}; run `make tools`", path.display()));
     let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&b)));
-    rt.load(&rt.compile(&b).unwrap(), &digest).unwrap()
+    rt.load_blocking(&rt.compile(&b).unwrap(), &digest).unwrap()
 }
 
 struct Setup {
     rt: Arc<Runtime>,
     tool: Arc<LoadedTool>,
-    policy: Arc<bx_broker::Policy>,
+    policy: String,
     args: serde_json::Value,
 }
 
-/// One call the way the agent makes it: two blocking stages around the decision.
-fn one_call(
-    s: &Setup,
-    log: &Arc<AuditLog>,
-    sessions: &Arc<Sessions>,
-    tokio: &tokio::runtime::Runtime,
-) {
+/// A state directory's trust path: a log, a ledger, the policy file.
+fn trust(s: &Setup, state: &Path) -> Trust {
+    std::fs::write(state.join("policy.toml"), &s.policy).unwrap();
+    let audit = state.join("audit");
+    let log = Arc::new(AuditLog::open(&audit).unwrap());
+    let ledger = Ledger::open(Sessions::open(&state.join("sessions")).unwrap(), &audit).unwrap();
+    Trust::new(log, ledger, PolicyFile::open(&state.join("policy.toml"), vec![]))
+}
+
+/// One call the way the agent makes it.
+fn one_call(s: &Setup, trust: &Trust, tokio: &tokio::runtime::Runtime) {
     tokio.block_on(async {
-        let (log1, tool1, policy, args1, sessions1) = (
-            Arc::clone(log),
-            Arc::clone(&s.tool),
-            Arc::clone(&s.policy),
-            s.args.clone(),
-            Arc::clone(sessions),
-        );
-        // The same stages, in the same order, as the agent's request_and_decide.
-        let decision = tokio::task::spawn_blocking(move || {
-            let resources = call::resources(&tool1, &args1).unwrap();
-            let text = args1.to_string();
-            call::record_request(&log1, "bench", "c", "fs.read", tool1.digest(), &text, &resources)
+        let requested =
+            call::in_place(|| trust.propose("bench", "c", "fs.read", Some(&s.tool), &s.args))
                 .unwrap();
-            let (taint, _) = call::session_taint(&log1, &sessions1, "bench", "c").unwrap();
-            let req =
-                CallRequest { tool: "fs.read".into(), digest: tool1.digest().into(), resources };
-            let d = bx_broker::decide(&policy, taint, &req);
-            call::record_decision(&log1, "bench", "c", &d, taint).unwrap();
-            d
-        })
-        .await
-        .unwrap();
-        let Decision::Allow(grant) = decision else { panic!("not allowed") };
-        let (log2, tool2, rt, args2, sessions2) = (
-            Arc::clone(log),
-            Arc::clone(&s.tool),
-            Arc::clone(&s.rt),
-            s.args.to_string(),
-            Arc::clone(sessions),
-        );
-        tokio::task::spawn_blocking(move || {
-            let f = call::run_and_record(&log2, &rt, &tool2, grant, &args2, "bench", "c").unwrap();
-            assert_eq!(f.status, "ok");
-            sessions2.observe("bench", f.label).unwrap();
-        })
-        .await
-        .unwrap();
+        let Decided::Allowed(allowed) =
+            call::in_place(|| requested.decide(&Overlay::default(), None)).unwrap()
+        else {
+            panic!("not allowed")
+        };
+        let f = allowed.run(&s.rt).await.unwrap();
+        assert_eq!(f.status, "ok");
     });
 }
 
@@ -90,8 +69,9 @@ fn main() {
     let root = data.path().to_str().unwrap().to_owned();
     let rt = Arc::new(Runtime::new(Limits::default()).unwrap());
     let tool = Arc::new(load(&rt));
-    let allow = AllowList::new().read(&root).unwrap();
-    let policy = Arc::new(allow.policy().clone());
+    let policy = format!(
+        "[[grant]]\ntool = \"*\"\npath = \"{root}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_tainted = \"allow\"\n"
+    );
     let args = serde_json::json!({"path": file.to_str().unwrap()});
     let s = Setup { rt, tool, policy, args };
     let tokio =
@@ -105,23 +85,24 @@ fn main() {
         resources: call::resources(&s.tool, &s.args).unwrap(),
     };
     let text = s.args.to_string();
+    let in_memory = Policy::parse("p.toml", &s.policy).unwrap();
     let bare = measure(samples, || {
-        let Decision::Allow(g) = bx_broker::decide(&s.policy, Label::CLEAN, &req) else { panic!() };
-        let r = s.rt.call(&s.tool, g, &text).unwrap();
+        let Decision::Allow(g) = bx_broker::decide(&in_memory, Label::CLEAN, &req) else {
+            panic!()
+        };
+        let r = tokio.block_on(s.rt.call(&s.tool, g, &text)).unwrap();
         assert!(r.result.is_ok());
     });
 
     let state_disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let disk_log = Arc::new(AuditLog::open(&state_disk.path().join("audit")).unwrap());
-    let disk_sessions = Arc::new(Sessions::open(state_disk.path()).unwrap());
-    let on_disk = measure(samples, || one_call(&s, &disk_log, &disk_sessions, &tokio));
+    let disk = trust(&s, state_disk.path());
+    let on_disk = measure(samples, || one_call(&s, &disk, &tokio));
 
     let shm = Path::new("/dev/shm");
     let on_tmpfs = shm.is_dir().then(|| {
         let state = tempfile::tempdir_in(shm).unwrap();
-        let log = Arc::new(AuditLog::open(&state.path().join("audit")).unwrap());
-        let sessions = Arc::new(Sessions::open(state.path()).unwrap());
-        measure(samples, || one_call(&s, &log, &sessions, &tokio))
+        let t = trust(&s, state.path());
+        measure(samples, || one_call(&s, &t, &tokio))
     });
 
     println!("one tool call inside the loop (fs.read of 13 bytes), {samples} samples each");

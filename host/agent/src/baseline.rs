@@ -19,16 +19,18 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// Reads `core.md` from the state directory. A missing file means no notes; a file
-    /// that exists and cannot be read is an error (the owner meant something by it).
-    pub fn load(state_dir: &Path) -> Result<Baseline, AgentError> {
-        let path = state_dir.join("core.md");
-        let core = match std::fs::read(&path) {
-            Ok(bytes) => String::from_utf8(bytes).map_err(|e| AgentError::CoreUnreadable {
-                path: path.display().to_string(),
-                why: format!("not UTF-8: {e}"),
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+    /// Reads `core.md` (the state directory's, at `path`). A missing file means no
+    /// notes; a file that exists and cannot be read (not a regular file, over 1 MiB,
+    /// not UTF-8) is an error: the owner meant something by it.
+    pub fn load(path: &Path) -> Result<Baseline, AgentError> {
+        let core = match bx_state::read_own(path, bx_state::MAX_OWN_FILE_BYTES) {
+            Ok(Some(bytes)) => {
+                String::from_utf8(bytes).map_err(|e| AgentError::CoreUnreadable {
+                    path: path.display().to_string(),
+                    why: format!("not UTF-8: {e}"),
+                })?
+            }
+            Ok(None) => String::new(),
             Err(e) => {
                 return Err(AgentError::CoreUnreadable {
                     path: path.display().to_string(),
@@ -53,15 +55,16 @@ mod tests {
     #[test]
     fn missing_core_is_empty_and_unreadable_core_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(Baseline::load(dir.path()).unwrap().system, SYSTEM_PROMPT);
-        std::fs::write(dir.path().join("core.md"), "Prefer short answers.\n").unwrap();
-        assert!(Baseline::load(dir.path()).unwrap().system.ends_with("Prefer short answers."));
-        std::fs::write(dir.path().join("core.md"), [0xff, 0xfe]).unwrap();
-        let err = Baseline::load(dir.path()).unwrap_err().to_string();
+        let core = dir.path().join("core.md");
+        assert_eq!(Baseline::load(&core).unwrap().system, SYSTEM_PROMPT);
+        std::fs::write(&core, "Prefer short answers.\n").unwrap();
+        assert!(Baseline::load(&core).unwrap().system.ends_with("Prefer short answers."));
+        std::fs::write(&core, [0xff, 0xfe]).unwrap();
+        let err = Baseline::load(&core).unwrap_err().to_string();
         assert!(err.contains("core-unreadable") && err.contains("not UTF-8"), "{err}");
-        std::fs::remove_file(dir.path().join("core.md")).unwrap();
-        std::fs::create_dir(dir.path().join("core.md")).unwrap();
-        let err = Baseline::load(dir.path()).unwrap_err().to_string();
+        std::fs::remove_file(&core).unwrap();
+        std::fs::create_dir(&core).unwrap();
+        let err = Baseline::load(&core).unwrap_err().to_string();
         assert!(err.contains("core-unreadable"), "{err}");
     }
 }

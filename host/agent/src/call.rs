@@ -1,20 +1,25 @@
-//! One tool call's trust path, shared by the agent loop and `bx tool run`: the resources
-//! a call names, its records on the audit log, the run under its grant, and the label
-//! of what it returned.
+//! One tool call's trust path, written once as typed steps that only allow the next one:
+//! [`Trust::propose`] puts the request on the log and gives a [`Requested`];
+//! [`Requested::decide`] records the decision and gives a [`Decided`]: an [`Allowed`],
+//! an [`Asking`] (which only [`Asking::answer`] turns into a decision, recorded) or a
+//! [`Refused`]; [`Allowed::run`] runs the call under its grant and records the result
+//! before anyone sees it, and raises the session's taint. The agent loop, `bx tool run`
+//! and the daemon's one-shot calls all drive this; `bx policy explain` uses
+//! [`Trust::explain`], which decides without recording.
 
-use bx_audit::{AuditError, AuditLog, Kind};
-use bx_broker::{Answer, Decision, Grant, Label, Resource};
-use bx_runtime::{
-    CallError, CallReport, LoadedTool, Output, ResourceKind, RunError, Runtime, Touched,
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bx_audit::{AuditLog, Entry, MAX_FIELD_BYTES, bounded, sha256_hex};
+use bx_broker::{
+    AllowList, Answer, AskRequest, CallRequest, Decision, DenyReason, Grant, Label, Policy,
+    Resource,
 };
-use bx_store::Sessions;
+use bx_runtime::{CallError, CallReport, LoadedTool, Output, ResourceKind, RunError, Runtime};
+use bx_state::{PolicyFile, PolicyStatus};
 use serde_json::Value;
-use sha2::Digest as _;
 
 use crate::error::AgentError;
-
-/// Fields of an audit record.
-type Fields = serde_json::Map<String, Value>;
+use crate::ledger::Ledger;
 
 /// The resources a call's arguments name, per the tool's own description. An argument
 /// that names a resource must be a string.
@@ -23,8 +28,9 @@ pub fn resources(tool: &LoadedTool, args: &Value) -> Result<Vec<Resource>, Strin
     for r in &tool.description().resources {
         let Some(value) = args.get(&r.arg) else { continue };
         let Some(text) = value.as_str() else {
+            let shown = bounded(&value.to_string(), 200);
             return Err(format!(
-                "argument {:?} names a resource and must be a string, not {value}",
+                "argument {:?} names a resource and must be a string, not {shown}",
                 r.arg
             ));
         };
@@ -37,146 +43,365 @@ pub fn resources(tool: &LoadedTool, args: &Value) -> Result<Vec<Resource>, Strin
     Ok(out)
 }
 
-/// The label of a result: the join over every grant the call actually touched. Anything
-/// touched that the grant cannot label counts as the top label (fail closed).
-pub fn result_label(grant: &Grant, touched: &[Touched]) -> Label {
-    touched.iter().fold(Label::CLEAN, |acc, t| {
-        let l = match t {
-            Touched::Path { root, .. } => grant.root_label(root),
-            Touched::Host(host) => grant.host_label(host),
+/// How `policy` decides `tool` with `args` at `taint`, without recording anything: the
+/// resources the arguments name and the decision, for `bx policy explain`.
+pub fn explain(
+    policy: &Policy,
+    taint: Label,
+    tool: &LoadedTool,
+    args: &Value,
+) -> Result<(Vec<Resource>, Decision), String> {
+    let resources = resources(tool, args)?;
+    let request = CallRequest {
+        tool: tool.description().name.clone(),
+        digest: tool.digest().to_owned(),
+        resources: resources.clone(),
+    };
+    Ok((resources, bx_broker::decide(policy, taint, &request)))
+}
+
+/// Grants the owner adds by hand on top of the policy for one call (`bx tool run
+/// --allow-read …`): paths labelled `private/trusted`, hosts `public/untrusted`, and
+/// tainted sessions allowed, since the owner is at the keyboard. Applied to the policy
+/// in force each time the call is decided, so a refusal in the policy still holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overlay {
+    /// Paths to read under.
+    pub read: Vec<String>,
+    /// Paths to read and write under.
+    pub write: Vec<String>,
+    /// Hosts to fetch from.
+    pub hosts: Vec<String>,
+    /// Paths never reached.
+    pub deny: Vec<String>,
+}
+
+impl Overlay {
+    /// Whether it adds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.read.is_empty()
+            && self.write.is_empty()
+            && self.hosts.is_empty()
+            && self.deny.is_empty()
+    }
+
+    /// `policy` with these rules added (its own paths stay protected).
+    pub fn apply(&self, policy: &Policy) -> Result<Policy, String> {
+        let mut allow = AllowList::on_top_of(policy.clone());
+        for p in &self.read {
+            allow = allow.read(p)?;
+        }
+        for p in &self.write {
+            allow = allow.write(p)?;
+        }
+        for p in &self.deny {
+            allow = allow.deny(p)?;
+        }
+        for h in &self.hosts {
+            allow = allow.host(h)?;
+        }
+        Ok(allow.policy().clone())
+    }
+}
+
+/// What every call goes through: the audit log (this process is its one writer), the
+/// session ledger and the owner's policy file.
+#[derive(Debug)]
+pub struct Trust {
+    audit: Arc<AuditLog>,
+    ledger: Ledger,
+    policy: Mutex<PolicyFile>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Trust {
+    /// The trust path over `audit`, `ledger` and `policy`.
+    pub fn new(audit: Arc<AuditLog>, ledger: Ledger, policy: PolicyFile) -> Trust {
+        Trust { audit, ledger, policy: Mutex::new(policy) }
+    }
+
+    /// The audit log.
+    pub fn audit(&self) -> &Arc<AuditLog> {
+        &self.audit
+    }
+
+    /// The session ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Whether the log can record: `Err` when it cannot (every call is refused).
+    pub fn available(&self) -> Result<(), AgentError> {
+        match self.audit.failure() {
+            Some(why) => Err(AgentError::Audit(bx_audit::AuditError::Unavailable(why))),
+            None => Ok(()),
+        }
+    }
+
+    /// The policy in force (re-read when the file's content changed; an invalid edit
+    /// keeps the last valid one), or why every call is refused.
+    pub fn policy(&self) -> Result<Arc<Policy>, String> {
+        let mut file = lock(&self.policy);
+        file.refresh();
+        match (file.in_force(), file.status()) {
+            (Some(p), _) => Ok(p),
+            (None, PolicyStatus::Invalid(errors)) => Err(format!(
+                "the policy is invalid and none was ever valid: {errors} (see docs/runbook.md#policy-invalid)"
+            )),
+            (None, status) => Err(format!(
+                "no valid policy ({status:?}); every call is refused (see docs/runbook.md#policy-invalid)"
+            )),
+        }
+    }
+
+    /// Where the policy file stands now (after a refresh).
+    pub fn policy_status(&self) -> PolicyStatus {
+        let mut file = lock(&self.policy);
+        file.refresh().clone()
+    }
+
+    fn policy_with(&self, overlay: &Overlay) -> Result<Arc<Policy>, String> {
+        let policy = self.policy()?;
+        if overlay.is_empty() {
+            return Ok(policy);
+        }
+        overlay.apply(&policy).map(Arc::new)
+    }
+
+    /// A proposed call: its request goes on the log (on disk) before anything is decided,
+    /// whatever is wrong with it. `tool` is the installed tool of that name, if any.
+    pub fn propose<'t>(
+        &'t self,
+        session: &str,
+        call: &str,
+        name: &str,
+        tool: Option<&'t LoadedTool>,
+        args: &Value,
+    ) -> Result<Requested<'t>, AgentError> {
+        let args_text = args.to_string();
+        let resources = match tool {
+            Some(t) => resources(t, args),
+            None => Ok(Vec::new()),
         };
-        acc.join(l.unwrap_or(Label::TOP))
-    })
-}
-
-/// The join over every root and host of a grant: what a call stopped part-way might
-/// have read.
-pub fn whole_grant_label(grant: &Grant) -> Label {
-    let roots: Vec<Touched> = grant
-        .roots()
-        .map(|(root, _)| Touched::Path {
-            root: root.to_path_buf(),
-            access: bx_broker::FsAccess::Read,
+        let listed =
+            resources.as_deref().unwrap_or_default().iter().map(ToString::to_string).collect();
+        let digest = tool.map_or("", |t| t.digest());
+        self.audit.append(&Entry::Request(bx_audit::Request::new(
+            session, call, name, digest, &args_text, listed,
+        )))?;
+        Ok(Requested {
+            trust: self,
+            session: session.to_owned(),
+            call: call.to_owned(),
+            name: name.to_owned(),
+            tool,
+            args: args_text,
+            resources,
         })
-        .collect();
-    let mut label = result_label(grant, &roots);
-    for host in grant.hosts() {
-        label = label.join(grant.host_label(&host.to_string()).unwrap_or(Label::TOP));
     }
-    label
-}
 
-/// Appends one record about call `call` of `session`, with `more` fields.
-fn record(
-    log: &AuditLog,
-    kind: Kind,
-    session: &str,
-    call: &str,
-    more: Vec<(&str, Value)>,
-) -> Result<(), AuditError> {
-    let mut fields = Fields::new();
-    fields.insert("session".into(), session.into());
-    fields.insert("call".into(), call.into());
-    for (k, v) in more {
-        fields.insert(k.to_owned(), v);
+    fn decision(
+        &self,
+        session: &str,
+        call: &str,
+        decision: &Decision,
+        taint: Label,
+    ) -> Result<(), AgentError> {
+        let (name, why) = match decision {
+            Decision::Allow(_) => ("allow", String::new()),
+            Decision::Ask(ask) => ("ask", ask.reasons.join("; ")),
+            Decision::Deny(reason) => ("deny", reason.message.clone()),
+        };
+        self.audit.append(&Entry::Decision(bx_audit::Decision {
+            session: session.to_owned(),
+            call: call.to_owned(),
+            decision: name.to_owned(),
+            taint: taint.to_string(),
+            why: bounded(&why, MAX_FIELD_BYTES),
+        }))?;
+        Ok(())
     }
-    log.append(kind, fields).map(drop)
 }
 
-/// Puts the `request` record of call `call` on the log: on disk before anything is
-/// decided.
-pub fn record_request(
-    log: &AuditLog,
-    session: &str,
-    call: &str,
-    tool: &str,
-    digest: &str,
-    args: &str,
-    resources: &[Resource],
-) -> Result<(), AuditError> {
-    let list: Vec<String> = resources.iter().map(ToString::to_string).collect();
-    let fields = vec![
-        ("tool", tool.into()),
-        ("digest", digest.into()),
-        ("args", args.into()),
-        ("resources", list.into()),
-    ];
-    record(log, Kind::Request, session, call, fields)
+/// A call whose request is on the log.
+#[derive(Debug)]
+pub struct Requested<'t> {
+    trust: &'t Trust,
+    session: String,
+    call: String,
+    name: String,
+    tool: Option<&'t LoadedTool>,
+    args: String,
+    resources: Result<Vec<Resource>, String>,
 }
 
-/// The session's taint as a call sees it. State that cannot be read counts as the top
-/// label, and that is recorded (the second value says why, for the caller to show).
-pub fn session_taint(
-    log: &AuditLog,
-    sessions: &Sessions,
-    session: &str,
-    call: &str,
-) -> Result<(Label, Option<String>), AgentError> {
-    let (taint, damage) = sessions.taint(session)?;
-    if let Some(why) = &damage {
-        let fields = vec![("event", "state-damaged".into()), ("detail", why.as_str().into())];
-        record(log, Kind::Session, session, call, fields)?;
+/// Where a call stands once decided.
+#[must_use]
+#[derive(Debug)]
+pub enum Decided<'t> {
+    /// It runs.
+    Allowed(Allowed<'t>),
+    /// It waits for the owner.
+    Asking(Asking<'t>),
+    /// It does not run.
+    Refused(Refused),
+}
+
+/// A call refused, with the reason the model (and the owner) read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// Why.
+    pub reason: String,
+    /// True when the refusal is a fail-closed state (no valid policy), not a decision
+    /// about this call: every call is refused until the owner acts.
+    pub unavailable: bool,
+}
+
+/// A call that waits for the owner's answer.
+#[derive(Debug)]
+pub struct Asking<'t> {
+    requested: Requested<'t>,
+    ask: AskRequest,
+    overlay: Overlay,
+}
+
+/// A call allowed to run, with its grant.
+#[derive(Debug)]
+pub struct Allowed<'t> {
+    requested: Requested<'t>,
+    grant: Grant,
+}
+
+impl<'t> Requested<'t> {
+    /// The call's id.
+    pub fn call(&self) -> &str {
+        &self.call
     }
-    Ok((taint, damage))
+
+    /// The arguments as JSON text.
+    pub fn args(&self) -> &str {
+        &self.args
+    }
+
+    /// Decides the call and puts the decision on the log: refused at once when
+    /// `refusal` says so (a turn limit), when no such tool is installed, when the
+    /// arguments do not name their resources properly, or when there is no valid
+    /// policy; otherwise by the broker, under the policy in force (with `overlay` on
+    /// top) and the session's taint now.
+    pub fn decide(
+        self,
+        overlay: &Overlay,
+        refusal: Option<String>,
+    ) -> Result<Decided<'t>, AgentError> {
+        let trust = self.trust;
+        let (taint, note) =
+            trust.ledger.taint_noting(&trust.audit, &self.session, Some(&self.call))?;
+        let with_note = |reason: String| match &note {
+            Some(n) => format!("{reason} ({n})"),
+            None => reason,
+        };
+        let mut unavailable = false;
+        let reason = match (self.tool, &self.resources) {
+            _ if refusal.is_some() => refusal.unwrap_or_default(),
+            (None, _) => format!("no tool named {:?} is installed", bounded(&self.name, 200)),
+            (Some(_), Err(why)) => why.clone(),
+            (Some(tool), Ok(resources)) => match trust.policy_with(overlay) {
+                Err(why) => {
+                    unavailable = true;
+                    why
+                }
+                Ok(policy) => {
+                    let request = CallRequest {
+                        tool: self.name.clone(),
+                        digest: tool.digest().to_owned(),
+                        resources: resources.clone(),
+                    };
+                    let decision = bx_broker::decide(&policy, taint, &request);
+                    trust.decision(&self.session, &self.call, &decision, taint)?;
+                    return Ok(match decision {
+                        Decision::Allow(grant) => {
+                            Decided::Allowed(Allowed { requested: self, grant })
+                        }
+                        Decision::Ask(ask) => Decided::Asking(Asking {
+                            requested: self,
+                            ask,
+                            overlay: overlay.clone(),
+                        }),
+                        Decision::Deny(reason) => Decided::Refused(Refused {
+                            reason: with_note(reason.message),
+                            unavailable: false,
+                        }),
+                    });
+                }
+            },
+        };
+        let denied = Decision::Deny(DenyReason { message: reason.clone() });
+        trust.decision(&self.session, &self.call, &denied, taint)?;
+        Ok(Decided::Refused(Refused { reason: with_note(reason), unavailable }))
+    }
 }
 
-/// Puts the broker's `decision` on the log.
-pub fn record_decision(
-    log: &AuditLog,
-    session: &str,
-    call: &str,
-    decision: &Decision,
-    taint: Label,
-) -> Result<(), AuditError> {
-    let (name, why) = match decision {
-        Decision::Allow(_) => ("allow", String::new()),
-        Decision::Ask(ask) => ("ask", ask.reasons.join("; ")),
-        Decision::Deny(reason) => ("deny", reason.message.clone()),
-    };
-    let fields =
-        vec![("decision", name.into()), ("taint", taint.to_string().into()), ("why", why.into())];
-    record(log, Kind::Decision, session, call, fields)
-}
+impl<'t> Asking<'t> {
+    /// What the broker asks the owner.
+    pub fn request(&self) -> &AskRequest {
+        &self.ask
+    }
 
-/// Puts a refusal made before the broker was asked (unknown tool, bad arguments, no
-/// policy, a turn limit) on the log, as a `deny` decision.
-pub fn record_refusal(
-    log: &AuditLog,
-    session: &str,
-    call: &str,
-    taint: Label,
-    reason: &str,
-) -> Result<(), AuditError> {
-    let denied = Decision::Deny(bx_broker::DenyReason { message: reason.to_owned() });
-    record_decision(log, session, call, &denied, taint)
-}
+    /// The call's arguments, JSON text, as the owner is shown them.
+    pub fn args(&self) -> &str {
+        &self.requested.args
+    }
 
-/// Puts the owner's `answer` to approval `approval`, and the decision it led to, on the
-/// log.
-pub fn record_answer(
-    log: &AuditLog,
-    session: &str,
-    call: &str,
-    approval: &str,
-    answer: &Answer,
-    decision: &Decision,
-) -> Result<(), AuditError> {
-    let (name, reason) = match answer {
-        Answer::Approve => ("approve", String::new()),
-        Answer::Refuse(r) => ("refuse", r.clone()),
-        Answer::Expired => ("expired", String::new()),
-    };
-    let outcome = match decision {
-        Decision::Allow(_) => "allow",
-        Decision::Ask(_) | Decision::Deny(_) => "deny",
-    };
-    let fields = vec![
-        ("id", approval.into()),
-        ("answer", name.into()),
-        ("reason", reason.into()),
-        ("decision", outcome.into()),
-    ];
-    record(log, Kind::Approval, session, call, fields)
+    /// The call's id.
+    pub fn call(&self) -> &str {
+        &self.requested.call
+    }
+
+    /// The owner's answer to approval `approval`: decided again against the policy and
+    /// the taint of this moment (the taint may have risen while the owner read), and
+    /// recorded with the decision it led to.
+    pub fn answer(self, approval: &str, answer: &Answer) -> Result<Decided<'t>, AgentError> {
+        let r = &self.requested;
+        let trust = r.trust;
+        let taint =
+            trust.ledger.taint(&trust.audit, &r.session, Some(&r.call))?.join(self.ask.taint);
+        let decision = match trust.policy_with(&self.overlay) {
+            Ok(policy) => bx_broker::redecide(&policy, taint, &self.ask, answer),
+            Err(why) => Decision::Deny(DenyReason { message: why }),
+        };
+        let (name, reason) = match answer {
+            Answer::Approve => ("approve", String::new()),
+            Answer::Refuse(r) => ("refuse", r.clone()),
+            Answer::Expired => ("expired", String::new()),
+        };
+        let outcome = match decision {
+            Decision::Allow(_) => "allow",
+            Decision::Ask(_) | Decision::Deny(_) => "deny",
+        };
+        trust.audit.append(&Entry::Approval(bx_audit::Approval {
+            session: r.session.clone(),
+            call: r.call.clone(),
+            id: approval.to_owned(),
+            answer: name.to_owned(),
+            reason: bounded(&reason, MAX_FIELD_BYTES),
+            decision: outcome.to_owned(),
+        }))?;
+        Ok(match decision {
+            Decision::Allow(grant) => {
+                Decided::Allowed(Allowed { requested: self.requested, grant })
+            }
+            Decision::Deny(reason) => {
+                Decided::Refused(Refused { reason: reason.message, unavailable: false })
+            }
+            Decision::Ask(_) => Decided::Refused(Refused {
+                reason: "the call still asks after the owner's answer".into(),
+                unavailable: false,
+            }),
+        })
+    }
 }
 
 /// How a call that ran ended, as recorded and reported.
@@ -186,6 +411,8 @@ pub struct Finished {
     pub status: &'static str,
     /// The result's label.
     pub label: Label,
+    /// The session's taint after it.
+    pub taint: Label,
     /// What the model is told: the output, or what went wrong.
     pub for_model: String,
     /// Bytes of output.
@@ -194,60 +421,124 @@ pub struct Finished {
     pub outcome: Result<CallReport, RunError>,
 }
 
-/// Runs `tool` under `grant` and puts the `result` record on the log before returning:
-/// nobody sees a result that is not on the log. The record holds the output's hash and
-/// size, not the output (the log must not become a copy of everything tools read).
-pub fn run_and_record(
-    log: &AuditLog,
-    runtime: &Runtime,
-    tool: &LoadedTool,
-    grant: Grant,
-    args: &str,
-    session: &str,
-    call: &str,
-) -> Result<Finished, AuditError> {
-    let labels = grant.clone();
-    let outcome = runtime.call(tool, grant, args);
-    let (status, label, for_model, touched, output) = match &outcome {
-        Ok(report) => {
-            let label = result_label(&labels, &report.touched);
-            let (status, text, output) = match &report.result {
-                Ok(Output::Json(t) | Output::Text(t)) => ("ok", t.clone(), Some(t.as_str())),
-                Err(e) => ("error", call_error_text(e), None),
-            };
-            (status, label, text, report.touched.clone(), output)
-        }
-        // A call stopped part-way may have read anything its grant reaches.
-        Err(e) => (
-            "stopped",
-            whole_grant_label(&labels),
-            format!("error: the call was stopped: {e}"),
-            vec![],
-            None,
-        ),
-    };
-    let touched_list: Vec<String> = touched
-        .iter()
-        .map(|t| match t {
-            Touched::Path { root, access } => format!("{access} {}", root.display()),
-            Touched::Host(h) => format!("fetch {h}"),
-        })
-        .collect();
-    let mut more = vec![
-        ("status", status.into()),
-        ("label", label.to_string().into()),
-        ("touched", touched_list.into()),
-    ];
-    match output {
-        Some(t) => {
-            more.push(("output_sha256", hex::encode(sha2::Sha256::digest(t.as_bytes())).into()));
-            more.push(("output_bytes", t.len().into()));
-        }
-        None => more.push(("error", for_model.as_str().into())),
+impl Allowed<'_> {
+    /// The grant the call runs under.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
     }
-    record(log, Kind::Result, session, call, more)?;
-    let bytes = output.map_or(0, |t| t.len() as u64);
-    Ok(Finished { status, label, for_model, bytes, outcome })
+
+    /// The call's id.
+    pub fn call(&self) -> &str {
+        &self.requested.call
+    }
+
+    /// Runs the call under its grant, puts the `result` record on the log before
+    /// returning (nobody sees a result that is not on the log), and raises the
+    /// session's taint by the result's label. The record holds the output's hash and
+    /// size, not the output (the log must not become a copy of everything tools read).
+    pub async fn run(self, runtime: &Runtime) -> Result<Finished, AgentError> {
+        let r = self.requested;
+        let trust = r.trust;
+        let tool =
+            r.tool.ok_or_else(|| AgentError::Internal("an allowed call has no tool".into()))?;
+        let reach = self.grant.reach_label();
+        let outcome = runtime.call(tool, self.grant, &r.args).await;
+        let (status, label, for_model, output) = match &outcome {
+            Ok(report) => {
+                let (status, text, output) = match &report.result {
+                    Ok(Output::Json(t) | Output::Text(t)) => ("ok", t.clone(), Some(t.as_str())),
+                    Err(e) => ("error", call_error_text(e), None),
+                };
+                (status, report.label, text, output)
+            }
+            // A call stopped part-way may have read anything its grant reaches.
+            Err(e) => ("stopped", reach, format!("error: the call was stopped: {e}"), None),
+        };
+        let (touched, touched_more) = match &outcome {
+            Ok(report) => (
+                report.touched.iter().map(|t| bounded(&t.to_string(), 4096)).collect(),
+                report.touched_more,
+            ),
+            Err(_) => (Vec::new(), 0),
+        };
+        let (output_sha256, output_bytes, error) = match output {
+            Some(t) => (Some(sha256_hex(t.as_bytes())), Some(t.len() as u64), None),
+            None => (None, None, Some(bounded(&for_model, MAX_FIELD_BYTES))),
+        };
+        let record = Entry::Result(bx_audit::Outcome {
+            session: r.session.clone(),
+            call: r.call.clone(),
+            status: status.to_owned(),
+            label: label.to_string(),
+            touched,
+            touched_more,
+            output_sha256,
+            output_bytes,
+            error,
+        });
+        let taint = in_place(|| -> Result<Label, AgentError> {
+            trust.audit.append(&record)?;
+            trust.ledger.observe(&r.session, label)
+        })?;
+        let bytes = output.map_or(0, |t| t.len() as u64);
+        Ok(Finished { status, label, taint, for_model, bytes, outcome })
+    }
+}
+
+/// The arguments of a call made by hand, as JSON: `(value, refusal)`, where text that
+/// is not a JSON object is kept as a JSON string (so its request records it as given)
+/// with the reason it is refused.
+pub fn parse_args(text: &str) -> (Value, Option<String>) {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ Value::Object(_)) => (v, None),
+        Ok(other) => {
+            let kind = match other {
+                Value::Array(_) => "an array",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                Value::Null | Value::Object(_) => "null",
+            };
+            (other, Some(format!("the arguments must be a JSON object, not {kind}")))
+        }
+        Err(e) => {
+            (Value::String(text.to_owned()), Some(format!("the arguments are not JSON: {e}")))
+        }
+    }
+}
+
+/// What a finished call produced, as the end of a one-shot run reports it.
+pub fn output_of(call: &str, finished: &Finished) -> bx_protocol::Body {
+    use bx_protocol::RunOutcome as O;
+    let label = finished.label.to_string();
+    let (outcome, text, stderr) = match &finished.outcome {
+        Ok(report) => {
+            let stderr = String::from_utf8_lossy(&report.stderr).into_owned();
+            let (outcome, text) = match &report.result {
+                Ok(Output::Json(t)) => (O::Json, t.clone()),
+                Ok(Output::Text(t)) => (O::Text, t.clone()),
+                Err(CallError::Denied(m)) => (O::HostDenied, m.clone()),
+                Err(CallError::InvalidArgs(m)) => (O::InvalidArgs, m.clone()),
+                Err(CallError::Failed(m)) => (O::Failed, m.clone()),
+                Err(CallError::OutputTooLarge(m)) => (O::OutputTooLarge, m.clone()),
+            };
+            (outcome, text, stderr)
+        }
+        Err(e @ RunError::Limit { .. }) => (O::Limit, e.to_string(), String::new()),
+        Err(e) => (O::Stopped, e.to_string(), String::new()),
+    };
+    bx_protocol::Body::ToolOutput { call: call.to_owned(), outcome, label, text, stderr }
+}
+
+/// Runs `f`, which blocks (an fsync of the audit log), so that it does not stall the
+/// async worker it is called on: on a multi-threaded runtime the worker hands its other
+/// tasks off while `f` runs; elsewhere (a one-shot command's own runtime, or no runtime)
+/// it simply runs.
+pub fn in_place<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// A tool's error, as the model (and the owner) read it.

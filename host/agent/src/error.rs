@@ -45,6 +45,9 @@ pub enum AgentError {
     /// State on disk could not be read or written.
     #[error("{0}")]
     Store(#[from] bx_store::StoreError),
+    /// A file of the state directory could not be read or written.
+    #[error("{0}")]
+    State(#[from] bx_state::StateError),
     /// Something that should not happen (a worker thread panicked).
     #[error("internal error: {0}")]
     Internal(String),
@@ -66,7 +69,9 @@ impl AgentError {
             }
             AgentError::Inference(bx_infer::InferError::Busy { .. }) => ErrorCode::InferenceBusy,
             AgentError::Inference(_) => ErrorCode::InferenceFailed,
-            AgentError::Store(_) | AgentError::Internal(_) => ErrorCode::Internal,
+            AgentError::Store(_) | AgentError::State(_) | AgentError::Internal(_) => {
+                ErrorCode::Internal
+            }
         }
     }
 
@@ -83,6 +88,7 @@ impl AgentError {
             ErrorCode::TurnLimit => "docs/runbook.md#turn-limit",
             ErrorCode::Cancelled => "docs/runbook.md#turn-cancelled",
             ErrorCode::InferenceFailed => "docs/runbook.md#inference-failed",
+            ErrorCode::DaemonBusy => "docs/runbook.md#daemon-busy",
             ErrorCode::BadRequest | ErrorCode::Internal => "docs/runbook.md#internal-error",
         }
     }

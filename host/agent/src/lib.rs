@@ -8,13 +8,16 @@ mod approvals;
 mod baseline;
 pub mod call;
 mod error;
+mod ledger;
 mod toolset;
 mod transcript;
 mod turn;
 
 pub use approvals::{Approvals, Waiting, now_ms};
 pub use baseline::{Baseline, SYSTEM_PROMPT};
+pub use call::{Decided, Overlay, Trust};
 pub use error::AgentError;
+pub use ledger::Ledger;
 pub use toolset::Toolset;
 pub use transcript::Transcript;
 pub use turn::{Agent, AgentParts, Events};

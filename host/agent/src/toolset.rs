@@ -30,7 +30,13 @@ impl Toolset {
         let mut problems = Vec::new();
         for name in installed.tools.keys() {
             let tool = match store.open_tool(runtime, name) {
-                Ok(tool) => tool,
+                Ok((tool, bx_runtime::CacheOutcome::Replaced(why))) => {
+                    problems.push(format!(
+                        "{name}: its precompiled code was refused and compiled again ({why}; see docs/runbook.md#precompiled-cache)"
+                    ));
+                    tool
+                }
+                Ok((tool, _)) => tool,
                 Err(e) => {
                     problems.push(format!("{name}: {e}"));
                     continue;
@@ -65,7 +71,8 @@ impl Toolset {
         self.tools.get(name)
     }
 
-    /// Tools that are installed but could not be loaded, and why.
+    /// Tools that are installed but could not be loaded, or whose precompiled code was
+    /// refused, and why.
     pub fn problems(&self) -> &[String] {
         &self.problems
     }

@@ -23,16 +23,12 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    /// The transcript file of `session` under `sessions_dir`.
-    pub fn path_of(sessions_dir: &Path, session: &str) -> PathBuf {
-        sessions_dir.join(format!("{session}.transcript.jsonl"))
-    }
-
-    /// Opens (creating if missing) and reads the whole transcript. Every line must be one
-    /// message in canonical form (what [`Transcript::append`] writes) and end with a
-    /// newline; anything else is damage, reported with its line, and nothing is changed.
-    pub fn open(sessions_dir: &Path, session: &str) -> Result<Transcript, AgentError> {
-        let path = Transcript::path_of(sessions_dir, session);
+    /// Opens (creating if missing) and reads the whole transcript at `path` (see
+    /// [`bx_state::Sessions::transcript`]). Every line must be one message in canonical
+    /// form (what [`Transcript::append`] writes) and end with a newline; anything else is
+    /// damage, reported with its line, and nothing is changed.
+    pub fn open(path: &Path) -> Result<Transcript, AgentError> {
+        let path = path.to_path_buf();
         let damaged =
             |why: String| AgentError::SessionDamaged { path: path.display().to_string(), why };
         let file = OpenOptions::new()

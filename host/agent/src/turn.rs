@@ -5,23 +5,24 @@
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::num::NonZeroU32;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bx_audit::{AuditError, AuditLog};
-use bx_broker::{Answer, CallRequest, Decision, Label, Policy};
+use bx_audit::AuditLog;
+use bx_broker::Policy;
 use bx_infer::{ChatRequest, Client, Message, StreamEvent, ToolCall, ToolChoice};
 use bx_protocol::{Body, TurnUsage};
 use bx_runtime::{RunError, Runtime};
-use bx_store::{LoopConfig, PolicyFile, PolicyStatus, Sessions, Store, valid_session_id};
+use bx_state::{LoopConfig, StateDir, valid_session_id};
+use bx_store::Store;
 use tokio::sync::Notify;
 
 use crate::approvals::{Approvals, now_ms};
 use crate::baseline::Baseline;
-use crate::call;
+use crate::call::{self, Decided, Overlay, Trust};
 use crate::error::AgentError;
+use crate::ledger::Ledger;
 use crate::toolset::Toolset;
 use crate::transcript::Transcript;
 
@@ -33,8 +34,10 @@ pub type Events = tokio::sync::mpsc::UnboundedSender<Body>;
 #[derive(Debug)]
 pub struct AgentParts {
     /// The state directory (policy, sessions, `core.md`).
-    pub state_dir: PathBuf,
-    /// The audit log, shared with whoever else records.
+    pub state: StateDir,
+    /// The configuration it was started with.
+    pub config: bx_state::Config,
+    /// The audit log, of which this process is the one writer.
     pub audit: Arc<AuditLog>,
     /// The tool store.
     pub store: Store,
@@ -54,8 +57,7 @@ pub struct AgentParts {
 #[derive(Debug)]
 pub struct Agent {
     parts: AgentParts,
-    policy: Mutex<PolicyFile>,
-    sessions: Sessions,
+    trust: Trust,
     approvals: Approvals,
     toolset: Mutex<Arc<Toolset>>,
     /// Sessions with a turn running, each with the signal that cancels it.
@@ -86,19 +88,20 @@ impl Agent {
     /// Builds the agent: opens the session state, loads the policy and the tools, and
     /// puts every known session back on the inference slot it used before.
     pub fn new(parts: AgentParts) -> Result<Agent, AgentError> {
-        let sessions = Sessions::open(&parts.state_dir)?;
-        for id in sessions.list()? {
-            if let Ok((state, None)) = sessions.state(&id)
+        let files = bx_state::Sessions::open(&parts.state.sessions_dir())?;
+        for id in files.list()? {
+            if let Ok((state, None)) = files.state(&id)
                 && let Some(slot) = state.slot
             {
                 parts.client.gate().pin(&id, slot);
             }
         }
-        let policy = PolicyFile::open(&parts.state_dir.join("policy.toml"));
+        let ledger = Ledger::open(files, &parts.state.audit_dir(&parts.config))?;
+        let policy = parts.state.watch_policy(&parts.config);
+        let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy);
         let toolset = Toolset::load(&parts.store, &parts.runtime)?;
         Ok(Agent {
-            policy: Mutex::new(policy),
-            sessions,
+            trust,
             approvals: Approvals::new(),
             toolset: Mutex::new(Arc::new(toolset)),
             running: Mutex::new(HashMap::new()),
@@ -117,9 +120,19 @@ impl Agent {
         &self.parts.client
     }
 
-    /// The session state.
-    pub fn sessions(&self) -> &Sessions {
-        &self.sessions
+    /// Client connections the daemon serves at once (`[loop] max_connections`).
+    pub fn max_connections(&self) -> usize {
+        self.parts.limits.max_connections.get()
+    }
+
+    /// The trust path every call goes through.
+    pub fn trust(&self) -> &Trust {
+        &self.trust
+    }
+
+    /// The component runtime.
+    pub fn runtime(&self) -> &Runtime {
+        &self.parts.runtime
     }
 
     /// Whether `session` has a turn running.
@@ -158,17 +171,7 @@ impl Agent {
     /// The policy in force (re-read when the file changed; an invalid edit keeps the
     /// last valid one), or why every call is refused.
     pub fn policy(&self) -> Result<Arc<Policy>, String> {
-        let mut file = lock(&self.policy);
-        file.refresh();
-        match (file.in_force(), file.status()) {
-            (Some(p), _) => Ok(p),
-            (None, PolicyStatus::Invalid(errors)) => Err(format!(
-                "the policy is invalid and none was ever valid: {errors} (see docs/runbook.md#policy-invalid)"
-            )),
-            (None, status) => Err(format!(
-                "no valid policy ({status:?}); every call is refused (see docs/runbook.md#policy-invalid)"
-            )),
-        }
+        self.trust.policy()
     }
 
     /// Runs one turn of `session` with the owner's `text`, sending events to `events`,
@@ -208,13 +211,6 @@ impl Agent {
         result
     }
 
-    fn audit_available(&self) -> Result<(), AgentError> {
-        match self.parts.audit.failure() {
-            Some(why) => Err(AgentError::Audit(AuditError::Unavailable(why))),
-            None => Ok(()),
-        }
-    }
-
     async fn run_turn(
         self: &Arc<Self>,
         session: &str,
@@ -222,10 +218,10 @@ impl Agent {
         require_tool: bool,
         events: &Events,
     ) -> Result<TurnUsage, AgentError> {
-        self.audit_available()?;
-        let baseline = Baseline::load(&self.parts.state_dir)?;
+        self.trust.available()?;
+        let baseline = Baseline::load(&self.parts.state.core_file())?;
         let toolset = self.toolset()?;
-        let mut transcript = Transcript::open(self.sessions.dir(), session)?;
+        let mut transcript = Transcript::open(&self.trust.ledger().files().transcript(session))?;
         transcript.close_dangling_calls()?;
         transcript.append(&[Message::User { content: text.to_owned() }])?;
         let limits = &self.parts.limits;
@@ -317,7 +313,7 @@ impl Agent {
     fn remember_slot(&self, session: &str) {
         let slot = self.parts.client.gate().slot_of(session);
         // Losing this only costs a cold cache after a restart; the turn goes on.
-        let _ = self.sessions.set_slot(session, slot);
+        let _ = self.trust.ledger().set_slot(session, slot);
     }
 
     /// Prompt, cached and generated tokens of one request, appended to `usage.jsonl`
@@ -340,11 +336,126 @@ impl Agent {
             "thinking_capped": c.thinking_capped,
             "slot_wait_ms": c.slot_wait.as_secs_f64() * 1000.0,
         });
-        let path = self.parts.state_dir.join("usage.jsonl");
+        let path = self.parts.state.usage_file();
         if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
             let _ = writeln!(f, "{line}");
         }
         (prompt, cached, completion)
+    }
+
+    /// A decided call to its end: an approval waited for (through this daemon's table,
+    /// answered from the client's terminal or `bx approve`), then the run. `Err(reason)`
+    /// when it was refused; the events say what happened as it happens.
+    async fn settle(
+        &self,
+        session: &str,
+        id: &str,
+        decided: Decided<'_>,
+        events: &Events,
+    ) -> Result<Result<call::Finished, call::Refused>, AgentError> {
+        let decided = match decided {
+            Decided::Asking(asking) => {
+                let ttl = Duration::from_secs(self.parts.limits.approval_secs.get());
+                let (pending, block, wait) = self.approvals.open(
+                    session,
+                    asking.request().clone(),
+                    asking.args().to_owned(),
+                    ttl,
+                );
+                let _ = events.send(Body::ApprovalNeeded {
+                    session: session.to_owned(),
+                    call: id.to_owned(),
+                    approval: pending.id.clone(),
+                    block,
+                });
+                let answer = wait.await;
+                call::in_place(|| asking.answer(&pending.id, &answer))?
+            }
+            other => other,
+        };
+        let allowed = match decided {
+            Decided::Allowed(allowed) => allowed,
+            Decided::Refused(r) => return Ok(Err(r)),
+            Decided::Asking(_) => {
+                return Ok(Err(call::Refused {
+                    reason: "the call still asks after the owner's answer".into(),
+                    unavailable: false,
+                }));
+            }
+        };
+        let _ = events.send(Body::ToolStarted { session: session.to_owned(), call: id.to_owned() });
+        let finished = allowed.run(&self.parts.runtime).await?;
+        let _ = events.send(Body::ToolResult {
+            session: session.to_owned(),
+            call: id.to_owned(),
+            status: finished.status.into(),
+            label: finished.label.to_string(),
+            bytes: finished.bytes,
+        });
+        Ok(Ok(finished))
+    }
+
+    /// One call by hand (`bx tool run` while the daemon runs), through the same trust
+    /// path as the loop's calls: the request recorded first, whatever is wrong with it;
+    /// the policy in force with `overlay` on top; an approval from the owner when it
+    /// asks. Ends with the call's [`Body::ToolOutput`].
+    pub async fn run_tool(
+        &self,
+        session: &str,
+        name: &str,
+        args: &str,
+        overlay: &Overlay,
+        events: &Events,
+    ) -> Result<Body, AgentError> {
+        if !valid_session_id(session) {
+            return Err(AgentError::BadSession(session.to_owned()));
+        }
+        self.trust.available()?;
+        let id = format!("c{:x}-{}", now_ms(), self.calls.fetch_add(1, Ordering::Relaxed));
+        let toolset = self.toolset()?;
+        let tool = toolset.get(name);
+        let (value, refusal) = call::parse_args(args);
+        let trust = &self.trust;
+        let requested = call::in_place(|| trust.propose(session, &id, name, tool, &value))?;
+        let _ = events.send(Body::ToolCallProposed {
+            session: session.to_owned(),
+            call: id.clone(),
+            tool: name.to_owned(),
+            args: requested.args().to_owned(),
+        });
+        let decided = call::in_place(|| requested.decide(overlay, refusal))?;
+        Ok(match self.settle(session, &id, decided, events).await? {
+            Ok(finished) => call::output_of(&id, &finished),
+            Err(refused) => {
+                let _ = events.send(Body::ToolDenied {
+                    session: session.to_owned(),
+                    call: id.clone(),
+                    reason: refused.reason.clone(),
+                });
+                Body::ToolOutput {
+                    call: id,
+                    outcome: if refused.unavailable {
+                        bx_protocol::RunOutcome::Unavailable
+                    } else {
+                        bx_protocol::RunOutcome::Refused
+                    },
+                    label: String::new(),
+                    text: refused.reason,
+                    stderr: String::new(),
+                }
+            }
+        })
+    }
+
+    /// Recomputes `session`'s taint from the audit log alone and records the rebuild.
+    pub fn rebuild_session(&self, session: &str) -> Result<Body, AgentError> {
+        if !valid_session_id(session) {
+            return Err(AgentError::BadSession(session.to_owned()));
+        }
+        let dir = self.parts.state.audit_dir(&self.parts.config);
+        let (taint, results) =
+            call::in_place(|| self.trust.ledger().rebuild(self.trust.audit(), &dir, session))?;
+        Ok(Body::Rebuilt { session: session.to_owned(), taint: taint.to_string(), results })
     }
 
     /// One proposed call through the whole trust path; returns what the model is told.
@@ -358,12 +469,16 @@ impl Agent {
         events: &Events,
     ) -> Result<String, AgentError> {
         let id = format!("t{:x}-{}", now_ms(), self.calls.fetch_add(1, Ordering::Relaxed));
-        let args = call.arguments.to_string();
+        let tool = toolset.get(&call.name);
+        let trust = &self.trust;
+        // The request is on disk before the client hears of the call.
+        let requested =
+            call::in_place(|| trust.propose(session, &id, &call.name, tool, &call.arguments))?;
         let _ = events.send(Body::ToolCallProposed {
             session: session.to_owned(),
             call: id.clone(),
             tool: call.name.clone(),
-            args: args.clone(),
+            args: requested.args().to_owned(),
         });
         let denied = |reason: String| {
             let _ = events.send(Body::ToolDenied {
@@ -373,164 +488,21 @@ impl Agent {
             });
             format!("refused: {reason}. The call did not run; do not repeat it unchanged.")
         };
-
-        // Request and decision, on disk before the decision takes effect.
-        let (agent, session_s, id_s, toolset_s, call_s) =
-            (Arc::clone(self), session.to_owned(), id.clone(), Arc::clone(toolset), call.clone());
-        let decided = blocking(move || {
-            agent.request_and_decide(&session_s, &id_s, &toolset_s, &call_s, over_limit)
-        })
-        .await??;
-        let (decision, taint) = match decided {
-            Decided::Refused(reason) => return Ok(denied(reason)),
-            Decided::Broker(decision, taint) => (decision, taint),
-        };
-        let decision = match decision {
-            Decision::Ask(ask) => {
-                let ttl = Duration::from_secs(self.parts.limits.approval_secs.get());
-                let (pending, block, wait) =
-                    self.approvals.open(session, ask.clone(), args.clone(), ttl);
-                let _ = events.send(Body::ApprovalNeeded {
-                    session: session.to_owned(),
-                    call: id.clone(),
-                    approval: pending.id.clone(),
-                    block,
-                });
-                let answer = wait.await;
-                let (agent, session_s, id_s) = (Arc::clone(self), session.to_owned(), id.clone());
-                blocking(move || {
-                    agent.record_answer(&session_s, &id_s, &pending.id, &ask, taint, &answer)
-                })
-                .await??
-            }
-            other => other,
-        };
-        let grant = match decision {
-            Decision::Allow(grant) => grant,
-            Decision::Deny(reason) => return Ok(denied(reason.message)),
-            Decision::Ask(_) => {
-                return Ok(denied("the call still asks after the owner's answer".into()));
-            }
-        };
-        if toolset.get(&call.name).is_none() {
-            return Ok(denied(format!("no tool named {:?} is installed", call.name)));
-        }
-        let _ = events.send(Body::ToolStarted { session: session.to_owned(), call: id.clone() });
-        let (agent, session_s, id_s) = (Arc::clone(self), session.to_owned(), id.clone());
-        let (toolset_s, name) = (Arc::clone(toolset), call.name.clone());
-        let finished = blocking(move || -> Result<call::Finished, AgentError> {
-            let tool = toolset_s
-                .get(&name)
-                .ok_or_else(|| AgentError::Internal(format!("tool {name} vanished")))?;
-            let finished = call::run_and_record(
-                &agent.parts.audit,
-                &agent.parts.runtime,
-                tool,
-                grant,
-                &args,
-                &session_s,
-                &id_s,
-            )?;
-            agent.sessions.observe(&session_s, finished.label)?;
-            Ok(finished)
-        })
-        .await??;
-        let _ = events.send(Body::ToolResult {
-            session: session.to_owned(),
-            call: id,
-            status: finished.status.into(),
-            label: finished.label.to_string(),
-            bytes: finished.bytes,
+        let refusal = over_limit.then(|| {
+            format!(
+                "the limit of {} tool calls per turn is reached (see docs/runbook.md#turn-limit)",
+                self.parts.limits.max_tool_calls
+            )
         });
+        let decided = call::in_place(|| requested.decide(&Overlay::default(), refusal))?;
+        let finished = match self.settle(session, &id, decided, events).await? {
+            Ok(finished) => finished,
+            Err(refused) => return Ok(denied(refused.reason)),
+        };
         if let Err(RunError::Limit { .. }) = &finished.outcome {
             // A limit hit is the owner's business too: the runbook says what to change.
             return Ok(format!("{} (see docs/runbook.md#tool-limit)", finished.for_model));
         }
         Ok(finished.for_model)
     }
-
-    /// Records the request, decides, and records the decision.
-    fn request_and_decide(
-        &self,
-        session: &str,
-        id: &str,
-        toolset: &Toolset,
-        call: &ToolCall,
-        over_limit: bool,
-    ) -> Result<Decided, AgentError> {
-        let log = &self.parts.audit;
-        let tool = toolset.get(&call.name);
-        let resources = tool.map_or(Ok(Vec::new()), |t| call::resources(t, &call.arguments));
-        call::record_request(
-            log,
-            session,
-            id,
-            &call.name,
-            tool.map_or("", |t| t.digest()),
-            &call.arguments.to_string(),
-            resources.as_deref().unwrap_or_default(),
-        )?;
-        let (taint, _) = call::session_taint(log, &self.sessions, session, id)?;
-        let reason = match (tool, resources) {
-            _ if over_limit => format!(
-                "the limit of {} tool calls per turn is reached (see docs/runbook.md#turn-limit)",
-                self.parts.limits.max_tool_calls
-            ),
-            (None, _) => format!("no tool named {:?} is installed", call.name),
-            (Some(_), Err(why)) => why,
-            (Some(tool), Ok(resources)) => match self.policy() {
-                Err(why) => why,
-                Ok(policy) => {
-                    let request = CallRequest {
-                        tool: call.name.clone(),
-                        digest: tool.digest().to_owned(),
-                        resources,
-                    };
-                    let decision = bx_broker::decide(&policy, taint, &request);
-                    call::record_decision(log, session, id, &decision, taint)?;
-                    return Ok(Decided::Broker(decision, taint));
-                }
-            },
-        };
-        call::record_refusal(log, session, id, taint, &reason)?;
-        Ok(Decided::Refused(reason))
-    }
-
-    /// Decides again after the owner's answer, against the policy of this moment, and
-    /// records the answer and the outcome.
-    fn record_answer(
-        &self,
-        session: &str,
-        id: &str,
-        approval: &str,
-        ask: &bx_broker::AskRequest,
-        taint: Label,
-        answer: &Answer,
-    ) -> Result<Decision, AgentError> {
-        // The taint may have risen while the owner read the block: decide against now.
-        let (now_taint, _) = self.sessions.taint(session)?;
-        let taint = taint.join(now_taint);
-        let decision = match self.policy() {
-            Ok(policy) => bx_broker::redecide(&policy, taint, ask, answer),
-            Err(why) => Decision::Deny(bx_broker::DenyReason { message: why }),
-        };
-        call::record_answer(&self.parts.audit, session, id, approval, answer, &decision)?;
-        Ok(decision)
-    }
-}
-
-/// A decision, or a refusal before the broker was asked (unknown tool, bad arguments, no
-/// policy, over the limit).
-enum Decided {
-    Refused(String),
-    Broker(Decision, Label),
-}
-
-/// Runs blocking work (fsync, the component call) off the async workers.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, AgentError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| AgentError::Internal(format!("a worker thread failed: {e}")))
 }

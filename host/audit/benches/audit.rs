@@ -6,16 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bx_audit::{AuditLog, Kind, verify};
+use bx_audit::{AuditLog, Entry, Request, verify};
 use sha2::Digest as _;
 
-fn fields(i: u64) -> serde_json::Map<String, serde_json::Value> {
-    let mut f = serde_json::Map::new();
-    f.insert("session".into(), "bench".into());
-    f.insert("call".into(), format!("c{i}").into());
-    f.insert("tool".into(), "fs.read".into());
-    f.insert("args".into(), r#"{"path":"/home/owner/notes.txt"}"#.into());
-    f
+fn fields(i: u64) -> Entry {
+    let args = r#"{"path":"/home/owner/notes.txt"}"#;
+    Entry::Request(Request::new("bench", &format!("c{i}"), "fs.read", "sha256:00", args, vec![]))
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -43,7 +39,7 @@ fn main() {
                         (0..per_writer)
                             .map(|i| {
                                 let t = Instant::now();
-                                log.append(Kind::Request, fields(w * per_writer + i)).unwrap();
+                                log.append(&fields(w * per_writer + i)).unwrap();
                                 t.elapsed()
                             })
                             .collect::<Vec<_>>()
@@ -73,7 +69,7 @@ fn main() {
                 let log = Arc::clone(&log);
                 s.spawn(move || {
                     for i in 0..6000 {
-                        log.append(Kind::Request, fields(w * 6000 + i)).unwrap();
+                        log.append(&fields(w * 6000 + i)).unwrap();
                     }
                 });
             }

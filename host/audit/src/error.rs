@@ -10,6 +10,21 @@ pub enum AuditError {
         "audit log unavailable: {0}; every call is refused until this is fixed (see docs/runbook.md#audit-unavailable)"
     )]
     Unavailable(String),
+    /// Another writer (the daemon, or another command) holds the log; one writer at a
+    /// time keeps the chain from forking.
+    #[error(
+        "the audit log at {0} is held by another writer (the daemon, or another bx command); see docs/runbook.md#audit-locked"
+    )]
+    Locked(String),
+    /// A record would be longer than the longest the log reads back; nothing was
+    /// written and the log stays available.
+    #[error("an audit record of {bytes} bytes is over the {max}-byte bound; it was not written")]
+    TooLarge {
+        /// The record's length.
+        bytes: usize,
+        /// The bound.
+        max: usize,
+    },
     /// The log's files could not be read for verification or recovery.
     #[error("audit log at {path}: {message}")]
     Io {

@@ -1,13 +1,16 @@
-//! The writer: open (recovering a torn tail), append with group commit, checkpoint, close.
+//! The writer: open (taking the log's lock, recovering a torn tail), append with group
+//! commit, checkpoint, close. One writer at a time, across processes: the lock on
+//! `.lock` in the log directory is held for as long as the [`AuditLog`] lives.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
+use crate::entry::{Entry, MAX_RECORD_BYTES, Recovered};
 use crate::error::AuditError;
-use crate::record::{GENESIS, Kind, Record, line_hash};
+use crate::record::{GENESIS, Record, line_hash};
 use crate::time::{day_of, format_rfc3339};
 
 /// Records between two checkpoints of the head. Without checkpoints, cutting whole
@@ -15,8 +18,12 @@ use crate::time::{day_of, format_rfc3339};
 /// close.
 pub const CHECKPOINT_EVERY: u64 = 1000;
 
-/// The longest last line read back at open (1 MiB). A longer tail is treated as torn.
+/// The longest last line read back at open (1 MiB, four times [`MAX_RECORD_BYTES`]).
+/// The writer never writes a longer record, and verify reports one.
 const MAX_TAIL_BYTES: u64 = 1 << 20;
+
+/// How often a waiting open tries the lock again.
+const LOCK_POLL: Duration = Duration::from_millis(20);
 
 /// Where time comes from; tests pass a clock that crosses midnight.
 pub trait Clock: Send + Sync {
@@ -67,6 +74,8 @@ pub struct AuditLog {
     clock: Box<dyn Clock>,
     inner: Mutex<Inner>,
     synced: Condvar,
+    /// `.lock`, locked exclusively while this writer lives.
+    _lock: File,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -75,7 +84,8 @@ impl std::fmt::Debug for AuditLog {
     }
 }
 
-/// The day files in `dir` (`YYYY-MM-DD.jsonl`), oldest first; none when `dir` is missing.
+/// The day files in `dir` (`YYYY-MM-DD.jsonl` of a real day), oldest first; none when
+/// `dir` is missing. Verify reports any other `*.jsonl` there.
 pub fn day_files(dir: &Path) -> Result<Vec<PathBuf>, AuditError> {
     let mut files = Vec::new();
     let entries = match std::fs::read_dir(dir) {
@@ -86,12 +96,7 @@ pub fn day_files(dir: &Path) -> Result<Vec<PathBuf>, AuditError> {
     for entry in entries {
         let entry = entry.map_err(|e| AuditError::io(dir, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let is_day = name.len() == "2026-01-01.jsonl".len()
-            && name.ends_with(".jsonl")
-            && name.as_bytes()[..10]
-                .iter()
-                .enumerate()
-                .all(|(i, b)| if i == 4 || i == 7 { *b == b'-' } else { b.is_ascii_digit() });
+        let is_day = name.strip_suffix(".jsonl").is_some_and(crate::time::is_valid_day);
         if is_day {
             files.push(entry.path());
         }
@@ -116,19 +121,63 @@ pub(crate) struct Checkpoint {
     pub(crate) hash: String,
 }
 
+/// Takes `.lock` in `dir`, waiting up to `wait` for another writer to let go.
+fn take_lock(dir: &Path, wait: Duration) -> Result<File, AuditError> {
+    let path = dir.join(".lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| AuditError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+    let give_up = Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < give_up => {
+                std::thread::sleep(LOCK_POLL);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(AuditError::Locked(dir.display().to_string()));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(AuditError::Unavailable(format!("locking {}: {e}", path.display())));
+            }
+        }
+    }
+}
+
 impl AuditLog {
-    /// Opens the log in `dir` (created if missing), recovering a torn last line.
+    /// Opens the log in `dir` (created if missing) as its one writer, recovering a torn
+    /// last line. Another writer holding it (a daemon, another command) is an error
+    /// ([`AuditError::Locked`]).
     pub fn open(dir: &Path) -> Result<AuditLog, AuditError> {
-        AuditLog::open_with_clock(dir, Box::new(SystemClock))
+        AuditLog::open_with(dir, Box::new(SystemClock), Duration::ZERO)
     }
 
-    /// Opens with a given clock. A torn last line (a crash mid-append) is moved to
-    /// `recovered/` and replaced by a `recovered` record; it is never silently dropped.
+    /// [`AuditLog::open`], waiting up to `wait` for another writer to close first: for
+    /// one-shot commands, which take turns on the log.
+    pub fn open_waiting(dir: &Path, wait: Duration) -> Result<AuditLog, AuditError> {
+        AuditLog::open_with(dir, Box::new(SystemClock), wait)
+    }
+
+    /// Opens with a given clock (tests pass one that crosses midnight).
     pub fn open_with_clock(dir: &Path, clock: Box<dyn Clock>) -> Result<AuditLog, AuditError> {
+        AuditLog::open_with(dir, clock, Duration::ZERO)
+    }
+
+    /// A torn last line (a crash mid-append) is moved to `recovered/` and replaced by a
+    /// `recovered` record; it is never silently dropped.
+    fn open_with(
+        dir: &Path,
+        clock: Box<dyn Clock>,
+        wait: Duration,
+    ) -> Result<AuditLog, AuditError> {
         let unavailable = |what: &str, e: &dyn std::fmt::Display| {
             AuditError::Unavailable(format!("{what} {}: {e}", dir.display()))
         };
         std::fs::create_dir_all(dir).map_err(|e| unavailable("cannot create", &e))?;
+        let lock = take_lock(dir, wait)?;
         let mut inner = Inner {
             file: None,
             seq: 0,
@@ -165,6 +214,7 @@ impl AuditLog {
             clock,
             inner: Mutex::new(inner),
             synced: Condvar::new(),
+            _lock: lock,
         };
         if let Some((file, offset, bytes)) = torn {
             log.recover(&file, offset, &bytes)?;
@@ -195,20 +245,18 @@ impl AuditLog {
         keep().map_err(|e| {
             AuditError::Unavailable(format!("recovering torn tail of {}: {e}", file.display()))
         })?;
-        let mut fields = serde_json::Map::new();
-        fields.insert("file".into(), name.into());
-        fields.insert("offset".into(), offset.into());
-        fields.insert("bytes".into(), bytes.len().into());
-        fields.insert("sha256".into(), line_hash(bytes).into());
-        fields.insert(
-            "moved_to".into(),
-            format!(
-                "recovered/{}",
-                aside.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
-            )
-            .into(),
+        let moved_to = format!(
+            "recovered/{}",
+            aside.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
         );
-        self.append(Kind::Recovered, fields).map(drop)
+        let entry = Entry::Recovered(Recovered {
+            file: name,
+            offset,
+            bytes: bytes.len() as u64,
+            sha256: line_hash(bytes),
+            moved_to,
+        });
+        self.append(&entry).map(drop)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -218,12 +266,11 @@ impl AuditLog {
     }
 
     /// Appends one record and returns once it, and every record before it, is on disk.
-    /// Concurrent appends share one fdatasync (group commit); none returns early.
-    pub fn append(
-        &self,
-        kind: Kind,
-        fields: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<Receipt, AuditError> {
+    /// Concurrent appends share one fdatasync (group commit); none returns early. A
+    /// record longer than [`MAX_RECORD_BYTES`] is refused ([`AuditError::TooLarge`]) and
+    /// nothing is written; the log stays available.
+    pub fn append(&self, entry: &Entry) -> Result<Receipt, AuditError> {
+        let fields = entry.fields();
         let mut inner = self.lock();
         if let Some(why) = &inner.failed {
             return Err(AuditError::Unavailable(why.clone()));
@@ -233,10 +280,13 @@ impl AuditLog {
             seq: inner.seq + 1,
             time: format_rfc3339(now),
             prev: inner.head.clone(),
-            kind,
+            kind: entry.kind(),
             fields,
         };
         let mut line = record.to_line();
+        if line.len() > MAX_RECORD_BYTES {
+            return Err(AuditError::TooLarge { bytes: line.len(), max: MAX_RECORD_BYTES });
+        }
         let hash = line_hash(line.as_bytes());
         line.push('\n');
         if let Err(e) = self.write_line(&mut inner, &day_of(now), line.as_bytes()) {
@@ -323,7 +373,9 @@ impl AuditLog {
     fn write_checkpoint(&self, inner: &mut Inner) -> Result<(), AuditError> {
         let cp = Checkpoint { seq: inner.seq, hash: inner.head.clone() };
         let path = checkpoint_path(&self.dir);
-        let tmp = self.dir.join("checkpoint.json.tmp");
+        // The lock makes this process the one writer; the pid in the name keeps even a
+        // stray second process from sharing the temporary file.
+        let tmp = self.dir.join(format!("checkpoint.json.{}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = File::create(&tmp)?;
             f.write_all(serde_json::to_string(&cp).unwrap_or_default().as_bytes())?;

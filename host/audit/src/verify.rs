@@ -1,19 +1,31 @@
-//! `verify`: walk every day file, check every record and the chain between them, compare
-//! the head with the checkpoint, and report what was found.
+//! `verify`: walk every day file, check every record (its line, its fields against its
+//! kind, its time) and the chain between them, compare the head with the checkpoint,
+//! check what recovery moved aside, and report what was found. Reading is streamed and
+//! every list is bounded, so a hostile log cannot make verify take unbounded memory.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
 
+use crate::entry::{Break as BreakEntry, Entry, MAX_RECORD_BYTES};
 use crate::error::AuditError;
 use crate::log::{AuditLog, Checkpoint, checkpoint_path, day_files};
 use crate::record::{GENESIS, Kind, line_hash};
+use crate::time::{is_valid_day, is_valid_time};
+
+/// Problems listed at most (1,000); past that only a count is kept. Without a bound a
+/// file of blank lines made verify build millions of entries.
+pub const MAX_PROBLEMS: usize = 1000;
+/// Open calls, breaks and recovered regions listed at most, for the same reason.
+const MAX_LISTED: usize = 10_000;
 
 /// Something wrong in the log. Problems listed in an accepted break record are reported
 /// as accepted, not as problems.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Problem {
-    /// `parse`, `seq`, `chain`, `torn-tail`, `truncated`, `checkpoint`, `break-record`.
+    /// `parse`, `oversize`, `fields`, `time`, `seq`, `chain`, `torn-tail`, `stray-file`,
+    /// `recovered`, `truncated`, `checkpoint`, `break-record`.
     pub kind: String,
     /// The day file, or `checkpoint.json`.
     pub file: String,
@@ -45,31 +57,35 @@ pub struct Report {
     pub checkpoint: Option<(u64, String)>,
     /// Session ids seen in records.
     pub sessions: BTreeSet<String>,
-    /// Call ids with a request and no result.
+    /// Calls that were allowed to run and have no result: what a crash left open.
     pub calls_without_result: Vec<String>,
+    /// Calls that were refused (by the broker, the owner, or before either was asked):
+    /// complete without a result.
+    pub calls_denied: u64,
     /// Accepted breaks.
     pub breaks: Vec<Break>,
     /// `recovered` records: where a torn line was found and where it was moved.
-    pub recovered: Vec<serde_json::Value>,
-    /// Problems not accepted by any break record.
+    pub recovered: Vec<crate::entry::Recovered>,
+    /// Problems not accepted by any break record (at most [`MAX_PROBLEMS`]).
     pub problems: Vec<Problem>,
+    /// Problems found beyond those listed.
+    pub problems_more: u64,
 }
 
 impl Report {
     /// True when nothing is wrong (accepted breaks and recovered regions are not wrong).
     pub fn is_clean(&self) -> bool {
-        self.problems.is_empty()
+        self.problems.is_empty() && self.problems_more == 0
     }
 }
 
-/// A record as verify reads it: borrowed, with `fields` left unparsed until needed, so a
-/// walk over a large log does not build a map per record.
+/// The envelope of a record as verify reads it: borrowed, with `fields` left as text
+/// until its kind's struct reads it.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RecordRef<'a> {
     seq: u64,
     #[serde(borrow)]
-    #[allow(dead_code, reason = "parsed to check it is there and a string")]
     time: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     prev: std::borrow::Cow<'a, str>,
@@ -78,130 +94,282 @@ struct RecordRef<'a> {
     fields: &'a serde_json::value::RawValue,
 }
 
-/// The two fields verify reports on, read without building the rest.
-#[derive(serde::Deserialize)]
-struct Peek<'a> {
-    #[serde(borrow, default)]
-    session: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    call: Option<std::borrow::Cow<'a, str>>,
-}
-
-fn parse_ref(line: &[u8]) -> Result<RecordRef<'_>, String> {
-    let record: RecordRef<'_> = serde_json::from_slice(line).map_err(|e| e.to_string())?;
-    if !record.fields.get().starts_with('{') {
-        return Err("fields is not an object".into());
-    }
-    Ok(record)
-}
-
-fn fields_map(raw: &serde_json::value::RawValue) -> serde_json::Map<String, serde_json::Value> {
-    serde_json::from_str(raw.get()).unwrap_or_default()
-}
-
 fn problem(kind: &str, file: &str, line: u64, detail: String) -> Problem {
     Problem { kind: kind.to_owned(), file: file.to_owned(), line, detail }
 }
 
 /// Kinds of problem that live in immutable history and must still be there when a break
 /// record that accepted them is read again.
-const HISTORICAL: &[&str] = &["parse", "seq", "chain"];
+const HISTORICAL: &[&str] = &["parse", "oversize", "fields", "time", "seq", "chain"];
+
+/// Where each call stands as the walk goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CallState {
+    /// Requested, not yet decided.
+    Requested,
+    /// Allowed (directly or by the owner's approval): a result must follow.
+    Allowed,
+    /// Waiting for the owner.
+    Asked,
+}
+
+struct Walk {
+    report: Report,
+    found: Vec<Problem>,
+    found_more: u64,
+    breaks: Vec<(u64, String, u64, BreakEntry)>,
+    calls: BTreeMap<String, CallState>,
+    checkpoint: Option<Checkpoint>,
+    checkpoint_hash: Option<String>,
+    expected_seq: u64,
+    prev: String,
+}
+
+impl Walk {
+    fn push(&mut self, p: Problem) {
+        if self.found.len() < MAX_PROBLEMS {
+            self.found.push(p);
+        } else {
+            self.found_more += 1;
+        }
+    }
+
+    fn line(&mut self, dir: &Path, name: &str, lineno: u64, line: &[u8]) {
+        let hash = line_hash(line);
+        self.report.records += 1;
+        let record = match serde_json::from_slice::<RecordRef<'_>>(line) {
+            Ok(r) => r,
+            Err(e) => {
+                let seq = self.expected_seq;
+                self.push(problem("parse", name, lineno, format!("record {seq}: {e}")));
+                self.prev = hash;
+                self.expected_seq += 1;
+                return;
+            }
+        };
+        if record.seq != self.expected_seq {
+            let detail = format!("expected seq {}, found {}", self.expected_seq, record.seq);
+            self.push(problem("seq", name, lineno, detail));
+        }
+        if record.prev != self.prev {
+            let detail = format!(
+                "seq {}: prev is {}, the previous record hashes to {}",
+                record.seq, record.prev, self.prev
+            );
+            self.push(problem("chain", name, lineno, detail));
+        }
+        if !is_valid_time(&record.time) {
+            let detail = format!(
+                "seq {}: time {:?} is not an RFC 3339 UTC instant",
+                record.seq, record.time
+            );
+            self.push(problem("time", name, lineno, detail));
+        }
+        match Entry::parse(record.kind, record.fields.get()) {
+            Ok(entry) => self.entry(dir, name, lineno, record.seq, entry),
+            Err(e) => {
+                let detail =
+                    format!("seq {}: fields of a {:?} record: {e}", record.seq, record.kind);
+                self.push(problem("fields", name, lineno, detail));
+            }
+        }
+        if self.checkpoint.as_ref().is_some_and(|c| c.seq == record.seq) {
+            self.checkpoint_hash = Some(hash.clone());
+        }
+        self.report.head = Some((record.seq, hash.clone()));
+        self.prev = hash;
+        self.expected_seq = record.seq + 1;
+    }
+
+    fn entry(&mut self, dir: &Path, name: &str, lineno: u64, seq: u64, entry: Entry) {
+        if let Some(session) = entry.session()
+            && !self.report.sessions.contains(session)
+            && self.report.sessions.len() < MAX_LISTED
+        {
+            self.report.sessions.insert(session.to_owned());
+        }
+        match entry {
+            Entry::Request(r) => {
+                if self.calls.len() < MAX_LISTED {
+                    self.calls.insert(r.call, CallState::Requested);
+                }
+            }
+            Entry::Decision(d) => match d.decision.as_str() {
+                "allow" => self.set(&d.call, CallState::Allowed),
+                "ask" => self.set(&d.call, CallState::Asked),
+                _ => self.denied(&d.call),
+            },
+            Entry::Approval(a) => match a.decision.as_str() {
+                "allow" => self.set(&a.call, CallState::Allowed),
+                _ => self.denied(&a.call),
+            },
+            Entry::Result(r) => {
+                self.calls.remove(&r.call);
+            }
+            Entry::Session(_) => {}
+            Entry::Recovered(r) => {
+                self.check_recovered(dir, name, lineno, &r);
+                if self.report.recovered.len() < MAX_LISTED {
+                    self.report.recovered.push(r);
+                }
+            }
+            Entry::Break(b) => {
+                if self.breaks.len() < MAX_LISTED {
+                    self.breaks.push((seq, name.to_owned(), lineno, b));
+                }
+            }
+        }
+    }
+
+    fn set(&mut self, call: &str, state: CallState) {
+        if let Some(s) = self.calls.get_mut(call) {
+            *s = state;
+        }
+    }
+
+    fn denied(&mut self, call: &str) {
+        if self.calls.remove(call).is_some() {
+            self.report.calls_denied += 1;
+        }
+    }
+
+    /// The bytes recovery moved aside must still be there, exactly as recorded.
+    fn check_recovered(
+        &mut self,
+        dir: &Path,
+        name: &str,
+        lineno: u64,
+        r: &crate::entry::Recovered,
+    ) {
+        let bad =
+            |why: String| problem("recovered", name, lineno, format!("{}: {why}", r.moved_to));
+        let rel = Path::new(&r.moved_to);
+        let inside = rel.components().count() == 2 && rel.starts_with("recovered");
+        if !inside {
+            self.push(bad("not a file under recovered/".into()));
+            return;
+        }
+        let mut data = Vec::new();
+        let read = std::fs::File::open(dir.join(rel))
+            .and_then(|f| f.take(MAX_TAIL_CHECK).read_to_end(&mut data));
+        match read {
+            Err(e) => self.push(bad(format!("cannot be read ({e})"))),
+            Ok(_) if data.len() as u64 != r.bytes || line_hash(&data) != r.sha256 => {
+                self.push(bad(format!(
+                    "holds {} bytes hashing to {}, the record says {} bytes hashing to {}",
+                    data.len(),
+                    line_hash(&data),
+                    r.bytes,
+                    r.sha256
+                )))
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The most bytes of a moved-aside tail read back (the writer moves at most 1 MiB).
+const MAX_TAIL_CHECK: u64 = 2 << 20;
 
 /// Verifies the whole log in `dir`.
 pub fn verify(dir: &Path) -> Result<Report, AuditError> {
-    let mut report = Report::default();
-    let mut found = Vec::new();
-    let mut break_records: Vec<(u64, String, u64, serde_json::Map<String, serde_json::Value>)> =
-        Vec::new();
-    let mut open_calls: BTreeMap<String, u64> = BTreeMap::new();
-    let mut hashes_at: BTreeMap<u64, String> = BTreeMap::new();
-    let checkpoint = read_checkpoint(dir, &mut found);
-    report.checkpoint = checkpoint.as_ref().map(|c| (c.seq, c.hash.clone()));
-
-    let mut expected_seq = 1u64;
-    let mut prev = GENESIS.to_owned();
+    let mut found_early = Vec::new();
+    let checkpoint = read_checkpoint(dir, &mut found_early);
+    let mut walk = Walk {
+        report: Report {
+            checkpoint: checkpoint.as_ref().map(|c| (c.seq, c.hash.clone())),
+            ..Report::default()
+        },
+        found: Vec::new(),
+        found_more: 0,
+        breaks: Vec::new(),
+        calls: BTreeMap::new(),
+        checkpoint,
+        checkpoint_hash: None,
+        expected_seq: 1,
+        prev: GENESIS.to_owned(),
+    };
+    for p in found_early {
+        walk.push(p);
+    }
+    for stray in stray_files(dir)? {
+        let detail = format!(
+            "{stray} looks like a day file but {} is not a real day; the writer never makes it",
+            stray.trim_end_matches(".jsonl")
+        );
+        walk.push(problem("stray-file", &stray, 0, detail));
+    }
     for path in day_files(dir)? {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        report.files.push(name.clone());
-        let bytes = std::fs::read(&path).map_err(|e| AuditError::io(&path, e))?;
-        let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
-        let tail = lines.pop().unwrap_or_default();
-        if !tail.is_empty() {
-            let detail = format!(
-                "{} bytes after the last newline (a torn append; the next open recovers it)",
-                tail.len()
-            );
-            found.push(problem("torn-tail", &name, lines.len() as u64 + 1, detail));
-        }
-        for (i, line) in lines.iter().enumerate() {
-            let lineno = i as u64 + 1;
-            let hash = line_hash(line);
-            report.records += 1;
-            let record = match parse_ref(line) {
-                Ok(r) => r,
-                Err(e) => {
-                    found.push(problem(
-                        "parse",
-                        &name,
-                        lineno,
-                        format!("record {expected_seq}: {e}"),
-                    ));
-                    prev = hash;
-                    expected_seq += 1;
+        walk.report.files.push(name.clone());
+        let file = std::fs::File::open(&path).map_err(|e| AuditError::io(&path, e))?;
+        let mut reader = BufReader::new(file);
+        let mut lineno = 0u64;
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            // Read at most one byte past the longest valid record, so a line of any
+            // length costs bounded memory.
+            let n = (&mut reader)
+                .take(MAX_RECORD_BYTES as u64 + 2)
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| AuditError::io(&path, e))?;
+            if n == 0 {
+                break;
+            }
+            lineno += 1;
+            if buf.last() != Some(&b'\n') {
+                if buf.len() > MAX_RECORD_BYTES {
+                    // Over the bound: hash the rest of the line as it streams past, so
+                    // the chain can still be followed through it.
+                    use sha2::Digest as _;
+                    let mut hasher = sha2::Sha256::new();
+                    hasher.update(&buf);
+                    let mut length = buf.len() as u64;
+                    let mut more = Vec::new();
+                    loop {
+                        more.clear();
+                        let m = (&mut reader)
+                            .take(1 << 20)
+                            .read_until(b'\n', &mut more)
+                            .map_err(|e| AuditError::io(&path, e))?;
+                        let body = more.strip_suffix(b"\n").unwrap_or(&more);
+                        hasher.update(body);
+                        length += body.len() as u64;
+                        if m == 0 || more.last() == Some(&b'\n') {
+                            break;
+                        }
+                    }
+                    let detail =
+                        format!("a line of {length} bytes; records are at most {MAX_RECORD_BYTES}");
+                    walk.push(problem("oversize", &name, lineno, detail));
+                    walk.report.records += 1;
+                    walk.expected_seq += 1;
+                    walk.prev = hex::encode(hasher.finalize());
                     continue;
                 }
-            };
-            if record.seq != expected_seq {
-                found.push(problem(
-                    "seq",
-                    &name,
-                    lineno,
-                    format!("expected seq {expected_seq}, found {}", record.seq),
-                ));
-            }
-            if record.prev != prev {
                 let detail = format!(
-                    "seq {}: prev is {}, the previous record hashes to {prev}",
-                    record.seq, record.prev
+                    "{} bytes after the last newline (a torn append; the next open recovers it)",
+                    buf.len()
                 );
-                found.push(problem("chain", &name, lineno, detail));
+                walk.push(problem("torn-tail", &name, lineno, detail));
+                break;
             }
-            let peek: Peek<'_> = serde_json::from_str(record.fields.get())
-                .unwrap_or(Peek { session: None, call: None });
-            if let Some(session) = &peek.session
-                && !report.sessions.contains(session.as_ref())
-            {
-                report.sessions.insert(session.clone().into_owned());
-            }
-            match (record.kind, peek.call) {
-                (Kind::Request, Some(call)) => {
-                    open_calls.insert(call.into_owned(), record.seq);
-                }
-                (Kind::Result, Some(call)) => {
-                    open_calls.remove(call.as_ref());
-                }
-                (Kind::Recovered, _) => {
-                    report.recovered.push(serde_json::Value::Object(fields_map(record.fields)))
-                }
-                (Kind::Break, _) => break_records.push((
-                    record.seq,
-                    name.clone(),
-                    lineno,
-                    fields_map(record.fields),
-                )),
-                _ => {}
-            }
-            if checkpoint.as_ref().is_some_and(|c| c.seq == record.seq) {
-                hashes_at.insert(record.seq, hash.clone());
-            }
-            report.head = Some((record.seq, hash.clone()));
-            prev = hash;
-            expected_seq = record.seq + 1;
+            let line = &buf[..buf.len() - 1];
+            walk.line(dir, &name, lineno, line);
         }
     }
-    report.calls_without_result = open_calls.into_keys().collect();
+    let mut report = walk.report;
+    let mut found = walk.found;
+    let mut found_more = walk.found_more;
+    report.calls_without_result = walk
+        .calls
+        .iter()
+        .filter(|(_, s)| **s == CallState::Allowed)
+        .map(|(c, _)| c.clone())
+        .collect();
 
-    if let Some(cp) = &checkpoint {
+    if let Some(cp) = &walk.checkpoint {
         let head_seq = report.head.as_ref().map_or(0, |h| h.0);
         if head_seq < cp.seq {
             let detail = format!(
@@ -209,7 +377,7 @@ pub fn verify(dir: &Path) -> Result<Report, AuditError> {
                 cp.seq
             );
             found.push(problem("truncated", "checkpoint.json", 0, detail));
-        } else if hashes_at.get(&cp.seq) != Some(&cp.hash) {
+        } else if walk.checkpoint_hash.as_ref() != Some(&cp.hash) {
             let detail = format!("record {} does not hash to the checkpoint's {}", cp.seq, cp.hash);
             found.push(problem("checkpoint", "checkpoint.json", 0, detail));
         }
@@ -218,48 +386,61 @@ pub fn verify(dir: &Path) -> Result<Report, AuditError> {
     // Resolve problems against break records; a break record must describe problems
     // that really are in the history, or it is a problem itself.
     let mut accepted: BTreeSet<Problem> = BTreeSet::new();
-    for (seq, file, line, fields) in &break_records {
-        let listed: Result<Vec<Problem>, String> = fields
-            .get("problems")
-            .cloned()
-            .ok_or_else(|| "no problems field".to_owned())
-            .and_then(|v| serde_json::from_value(v).map_err(|e| e.to_string()));
-        match listed {
-            Ok(listed) => {
-                for p in &listed {
-                    if HISTORICAL.contains(&p.kind.as_str()) && !found.contains(p) {
-                        let detail = format!(
-                            "break record {seq} accepts a problem the log does not have: {} at {}:{}",
-                            p.kind, p.file, p.line
-                        );
-                        found.push(problem("break-record", file, *line, detail));
-                    }
-                }
-                accepted.extend(listed.iter().cloned());
-                report.breaks.push(Break { seq: *seq, accepted: listed });
+    for (seq, file, line, b) in walk.breaks {
+        for p in &b.problems {
+            if HISTORICAL.contains(&p.kind.as_str()) && !found.contains(p) {
+                let detail = format!(
+                    "break record {seq} accepts a problem the log does not have: {} at {}:{}",
+                    p.kind, p.file, p.line
+                );
+                found.push(problem("break-record", &file, line, detail));
             }
-            Err(e) => found.push(problem(
-                "break-record",
-                file,
-                *line,
-                format!("break record {seq} is malformed: {e}"),
-            )),
+        }
+        accepted.extend(b.problems.iter().cloned());
+        report.breaks.push(Break { seq, accepted: b.problems });
+    }
+    found.retain(|p| !accepted.contains(p));
+    if found.len() > MAX_PROBLEMS {
+        found_more += (found.len() - MAX_PROBLEMS) as u64;
+        found.truncate(MAX_PROBLEMS);
+    }
+    report.problems = found;
+    report.problems_more = found_more;
+    Ok(report)
+}
+
+/// `*.jsonl` files in `dir` that are not real days (`9999-99-99.jsonl`, `x.jsonl`).
+fn stray_files(dir: &Path) -> Result<Vec<String>, AuditError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(AuditError::io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| AuditError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(day) = name.strip_suffix(".jsonl")
+            && !is_valid_day(day)
+        {
+            out.push(name);
         }
     }
-    report.problems = found.into_iter().filter(|p| !accepted.contains(p)).collect();
-    Ok(report)
+    out.sort();
+    Ok(out)
 }
 
 fn read_checkpoint(dir: &Path, found: &mut Vec<Problem>) -> Option<Checkpoint> {
     let path = checkpoint_path(dir);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    let mut text = String::new();
+    match std::fs::File::open(&path).and_then(|f| f.take(64 << 10).read_to_string(&mut text)) {
+        Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {
             found.push(problem("checkpoint", "checkpoint.json", 0, format!("unreadable: {e}")));
             return None;
         }
-    };
+    }
     match serde_json::from_str(&text) {
         Ok(cp) => Some(cp),
         Err(e) => {
@@ -271,17 +452,68 @@ fn read_checkpoint(dir: &Path, found: &mut Vec<Problem>) -> Option<Checkpoint> {
 
 /// Verifies the whole log, then appends a `break` record accepting exactly the problems
 /// found (and writes a fresh checkpoint). Later runs check that each accepted problem in
-/// the history is still exactly as recorded. Refuses when the log has no problem.
+/// the history is still exactly as recorded. Refuses when the log has no problem, or
+/// more than can be listed.
 pub fn accept_break(dir: &Path, reason: &str) -> Result<(Report, u64), AuditError> {
     let report = verify(dir)?;
     if report.is_clean() {
         return Err(AuditError::NothingToAccept("the log verifies clean".into()));
     }
+    if report.problems_more > 0 {
+        return Err(AuditError::NothingToAccept(format!(
+            "more than {MAX_PROBLEMS} problems; a break accepts a listed set, not this"
+        )));
+    }
     let log = AuditLog::open(dir)?;
-    let mut fields = serde_json::Map::new();
-    fields.insert("reason".into(), reason.into());
-    fields.insert("problems".into(), serde_json::to_value(&report.problems).unwrap_or_default());
-    let receipt = log.append(Kind::Break, fields)?;
+    let entry = Entry::Break(BreakEntry {
+        reason: crate::entry::bounded(reason, crate::entry::MAX_FIELD_BYTES),
+        problems: report.problems.clone(),
+    });
+    let receipt = log.append(&entry)?;
     log.close()?;
     Ok((report, receipt.seq))
+}
+
+/// Calls `each` with the sequence number and typed entry of every record of the log in
+/// `dir` that parses, oldest first, reading in bounded memory. This is for rebuilding
+/// state from the log (session taint); it checks nothing: run [`verify`] for that.
+pub fn for_each_entry(dir: &Path, mut each: impl FnMut(u64, Entry)) -> Result<(), AuditError> {
+    for path in day_files(dir)? {
+        let file = std::fs::File::open(&path).map_err(|e| AuditError::io(&path, e))?;
+        let mut reader = BufReader::new(file);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = (&mut reader)
+                .take(MAX_RECORD_BYTES as u64 + 2)
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| AuditError::io(&path, e))?;
+            if n == 0 {
+                break;
+            }
+            if buf.last() != Some(&b'\n') {
+                if buf.len() <= MAX_RECORD_BYTES {
+                    break; // a torn tail
+                }
+                // An oversize line: skip the rest of it.
+                loop {
+                    buf.clear();
+                    let m = (&mut reader)
+                        .take(1 << 20)
+                        .read_until(b'\n', &mut buf)
+                        .map_err(|e| AuditError::io(&path, e))?;
+                    if m == 0 || buf.last() == Some(&b'\n') {
+                        break;
+                    }
+                }
+                continue;
+            }
+            if let Ok(r) = serde_json::from_slice::<RecordRef<'_>>(&buf[..buf.len() - 1])
+                && let Ok(entry) = Entry::parse(r.kind, r.fields.get())
+            {
+                each(r.seq, entry);
+            }
+        }
+    }
+    Ok(())
 }

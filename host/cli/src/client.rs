@@ -3,16 +3,19 @@
 
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use bx_protocol::{Body, Envelope, VERSION};
+use bx_state::StateDir;
 
 /// How long `bx chat` waits for a daemon it started to answer: it may launch llama-server
 /// and load a model first.
 const START_WAIT: Duration = Duration::from_secs(300);
+/// How long a one-off request waits for its reply. Every listing and answer is quick;
+/// without a bound a stalled daemon would hang `bx approve`.
+const REQUEST_WAIT: Duration = Duration::from_secs(60);
 
 /// A connection to the daemon.
 pub(crate) struct Conn {
@@ -22,18 +25,18 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// Connects to a running daemon.
-    pub(crate) fn connect(state_dir: &Path) -> std::io::Result<Conn> {
-        let stream = UnixStream::connect(state_dir.join(crate::daemon::SOCKET))?;
+    pub(crate) fn connect(state: &StateDir) -> std::io::Result<Conn> {
+        let stream = UnixStream::connect(state.socket())?;
         Ok(Conn { stream, next_id: 1 })
     }
 
     /// Connects, or starts `bx serve` in the background (its output in `serve.log`) and
     /// waits until it answers or exits.
-    pub(crate) fn connect_or_start(state_dir: &Path) -> anyhow::Result<Conn> {
-        if let Ok(conn) = Conn::connect(state_dir) {
+    pub(crate) fn connect_or_start(state: &StateDir) -> anyhow::Result<Conn> {
+        if let Ok(conn) = Conn::connect(state) {
             return Ok(conn);
         }
-        let log_path = state_dir.join("serve.log");
+        let log_path = state.serve_log();
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
         eprintln!("bx: starting the daemon (log: {})", log_path.display());
@@ -41,7 +44,7 @@ impl Conn {
             use std::os::unix::process::CommandExt as _;
             Command::new(std::env::current_exe()?)
                 .arg("--state-dir")
-                .arg(state_dir)
+                .arg(state.root())
                 .arg("serve")
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(log.try_clone()?))
@@ -53,7 +56,7 @@ impl Conn {
         };
         let started = Instant::now();
         loop {
-            if let Ok(conn) = Conn::connect(state_dir) {
+            if let Ok(conn) = Conn::connect(state) {
                 return Ok(conn);
             }
             if let Some(status) = child.try_wait()? {
@@ -90,16 +93,20 @@ impl Conn {
         Ok(bx_protocol::read_frame(&mut self.stream)?)
     }
 
-    /// Sends a request and waits for its reply.
+    /// Sends a request and waits (at most a minute) for its reply.
     pub(crate) fn request(&mut self, msg: Body) -> anyhow::Result<Body> {
+        self.stream.set_read_timeout(Some(REQUEST_WAIT))?;
         let id = self.send(msg)?;
-        loop {
-            match self.recv()? {
-                Some(envelope) if envelope.id == id => return Ok(envelope.msg),
-                Some(_) => {}
-                None => bail!("the daemon closed the connection"),
+        let reply = loop {
+            match self.recv() {
+                Ok(Some(envelope)) if envelope.id == id || envelope.id == 0 => break envelope.msg,
+                Ok(Some(_)) => {}
+                Ok(None) => bail!("the daemon closed the connection"),
+                Err(e) => bail!("no reply from the daemon within {REQUEST_WAIT:?}: {e}"),
             }
-        }
+        };
+        self.stream.set_read_timeout(None)?;
+        Ok(reply)
     }
 }
 
@@ -114,11 +121,11 @@ impl Reader {
 }
 
 /// Connects to the daemon for a one-off request, with a clear error when none runs.
-pub(crate) fn connect_running(state_dir: &Path) -> anyhow::Result<Conn> {
-    Conn::connect(state_dir).with_context(|| {
+pub(crate) fn connect_running(state: &StateDir) -> anyhow::Result<Conn> {
+    Conn::connect(state).with_context(|| {
         format!(
             "no bx daemon answers at {} (start one with `bx serve` or `bx chat`)",
-            state_dir.join(crate::daemon::SOCKET).display()
+            state.socket().display()
         )
     })
 }

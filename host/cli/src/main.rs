@@ -3,8 +3,7 @@
 
 mod client;
 mod cmd;
-mod daemon;
-mod state_dir;
+mod term;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,10 +53,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let state_dir = match state_dir::resolve(cli.state_dir) {
+    let state_dir = match bx_state::StateDir::resolve(cli.state_dir) {
         Ok(dir) => dir,
         Err(e) => {
-            eprintln!("bx: {e:#}");
+            eprintln!("bx: {}", term::shown(&e.to_string()));
             return ExitCode::from(cmd::EXIT_ERROR);
         }
     };
@@ -76,7 +75,8 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("bx: {e:#}");
+            // An error can carry what a tool or a server said.
+            eprintln!("bx: {}", term::shown(&format!("{e:#}")));
             ExitCode::from(cmd::EXIT_ERROR)
         }
     }

@@ -9,6 +9,6 @@ mod message;
 
 pub use frame::{FrameError, MAX_FRAME_BYTES, body_len, decode, encode, parse_body, read_frame};
 pub use message::{
-    Answer, ApprovalSummary, Body, Envelope, ErrorCode, SessionSummary, ToolSummary, TurnUsage,
-    VERSION,
+    Answer, ApprovalSummary, Body, Envelope, ErrorCode, Overlay, RunOutcome, SessionSummary,
+    ToolSummary, TurnUsage, VERSION,
 };

@@ -55,6 +55,9 @@ pub enum ErrorCode {
     Cancelled,
     /// The inference server answered, but not with a usable reply.
     InferenceFailed,
+    /// The daemon is at its connection bound with every connection busy; this one may
+    /// only answer approvals and list things.
+    DaemonBusy,
     /// The request was malformed.
     BadRequest,
     /// Anything else.
@@ -97,6 +100,46 @@ pub struct ToolSummary {
     pub name: String,
     /// Its digest.
     pub digest: String,
+}
+
+/// What a one-shot call (`run_tool`) added by hand on top of the policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overlay {
+    /// Paths to read under.
+    pub read: Vec<String>,
+    /// Paths to read and write under.
+    pub write: Vec<String>,
+    /// Hosts to fetch from.
+    pub hosts: Vec<String>,
+    /// Paths never reached.
+    pub deny: Vec<String>,
+}
+
+/// How a one-shot call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// It returned JSON.
+    Json,
+    /// It returned text.
+    Text,
+    /// The broker or the owner refused it; it did not run.
+    Refused,
+    /// Every call is refused until the owner acts (no valid policy); it did not run.
+    Unavailable,
+    /// It ran, and the host refused one of its operations.
+    HostDenied,
+    /// It ran, and refused its arguments.
+    InvalidArgs,
+    /// It ran, and failed.
+    Failed,
+    /// It ran, and its output was too large.
+    OutputTooLarge,
+    /// A runtime limit stopped it.
+    Limit,
+    /// It trapped or the host faulted.
+    Stopped,
 }
 
 /// Token counts of a turn.
@@ -152,6 +195,22 @@ pub enum Body {
     },
     /// List installed tools.
     ListTools {},
+    /// Run one tool call by hand (`bx tool run`) through the daemon's trust path.
+    RunTool {
+        /// The session whose taint the call sees and raises.
+        session: String,
+        /// The tool.
+        tool: String,
+        /// The arguments, a JSON object as text.
+        args: String,
+        /// Grants added by hand on top of the policy.
+        overlay: Overlay,
+    },
+    /// Recompute a session's taint from the audit log (`bx session rebuild`).
+    RebuildSession {
+        /// The session.
+        session: String,
+    },
 
     // Daemon to client: replies.
     /// The request was done.
@@ -191,6 +250,29 @@ pub enum Body {
     Tools {
         /// The list.
         items: Vec<ToolSummary>,
+    },
+
+    /// The end of a `run_tool`: what the call produced.
+    ToolOutput {
+        /// The call id.
+        call: String,
+        /// How it ended.
+        outcome: RunOutcome,
+        /// The result's label (empty when it did not run).
+        label: String,
+        /// The output, or the reason it has none.
+        text: String,
+        /// What the tool wrote to stderr.
+        stderr: String,
+    },
+    /// A session's taint, rebuilt from the audit log.
+    Rebuilt {
+        /// The session.
+        session: String,
+        /// Its taint now.
+        taint: String,
+        /// The results it was rebuilt from.
+        results: u64,
     },
 
     // Daemon to client: turn events.
@@ -297,6 +379,8 @@ impl Body {
         "list_sessions",
         "report_grants",
         "list_tools",
+        "run_tool",
+        "rebuild_session",
         "ok",
         "refused",
         "error",
@@ -304,6 +388,8 @@ impl Body {
         "sessions",
         "grants",
         "tools",
+        "tool_output",
+        "rebuilt",
         "content_delta",
         "reasoning_delta",
         "tool_call_proposed",
@@ -326,6 +412,8 @@ impl Body {
             Body::ListSessions {} => "list_sessions",
             Body::ReportGrants { .. } => "report_grants",
             Body::ListTools {} => "list_tools",
+            Body::RunTool { .. } => "run_tool",
+            Body::RebuildSession { .. } => "rebuild_session",
             Body::Ok {} => "ok",
             Body::Refused { .. } => "refused",
             Body::Error { .. } => "error",
@@ -333,6 +421,8 @@ impl Body {
             Body::Sessions { .. } => "sessions",
             Body::Grants { .. } => "grants",
             Body::Tools { .. } => "tools",
+            Body::ToolOutput { .. } => "tool_output",
+            Body::Rebuilt { .. } => "rebuilt",
             Body::ContentDelta { .. } => "content_delta",
             Body::ReasoningDelta { .. } => "reasoning_delta",
             Body::ToolCallProposed { .. } => "tool_call_proposed",

@@ -30,7 +30,12 @@ fn digest(bytes: &[u8]) -> String {
 
 fn load(rt: &Runtime, name: &str) -> LoadedTool {
     let b = bytes(name);
-    rt.load(&rt.compile(&b).unwrap(), &digest(&b)).unwrap()
+    rt.load_blocking(&rt.compile(&b).unwrap(), &digest(&b)).unwrap()
+}
+
+/// Calls run on one single-threaded tokio runtime, as on one of the daemon's workers.
+fn executor() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
 fn grant(tool: &LoadedTool, allow: AllowList) -> Grant {
@@ -85,11 +90,12 @@ fn main() {
 fn bench_call(rt: &Runtime) {
     let hostile = load(rt, "test_hostile");
     let args = r#"{"mode":"echo","text":"hi"}"#;
+    let exec = executor();
     let call = measure(5000, || {
-        let r = rt.call(&hostile, grant(&hostile, AllowList::new()), args).unwrap();
+        let r = exec.block_on(rt.call(&hostile, grant(&hostile, AllowList::new()), args)).unwrap();
         assert!(matches!(r.result, Ok(Output::Text(_))));
     });
-    let bare = measure(5000, || rt.instantiate_only(&hostile).unwrap());
+    let bare = measure(5000, || exec.block_on(rt.instantiate_only(&hostile)).unwrap());
     row("fresh instance + trivial call", &call, "instance alone", &bare);
 }
 
@@ -103,8 +109,10 @@ fn bench_read(rt: &Runtime) {
     let fs_read = load(rt, "fs_read");
     let allow = AllowList::new().read(dir.path().to_str().unwrap()).unwrap();
     let read_args = serde_json::json!({"path": file, "limit": 1 << 20}).to_string();
+    let exec = executor();
     let via = measure(300, || {
-        let r = rt.call(&fs_read, grant(&fs_read, allow.clone()), &read_args).unwrap();
+        let r =
+            exec.block_on(rt.call(&fs_read, grant(&fs_read, allow.clone()), &read_args)).unwrap();
         match r.result {
             Ok(Output::Text(t)) => assert_eq!(t.len(), 1 << 20),
             other => panic!("{other:?}"),
@@ -126,11 +134,11 @@ fn bench_install(rt: &Runtime) {
         let install = measure(5, || {
             assert_eq!(digest(&b), d);
             let c = cache.compile(rt, &hex, &b).unwrap();
-            rt.load(&c, &d).unwrap();
+            rt.load_blocking(&c, &d).unwrap();
         });
         let cached = measure(20, || {
             let (c, _) = cache.load(rt, &hex, || unreachable!("cache miss")).unwrap();
-            rt.load(&c, &d).unwrap();
+            rt.load_blocking(&c, &d).unwrap();
         });
         row(
             &format!("install {name} ({} KiB)", b.len() / 1024),

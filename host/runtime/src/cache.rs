@@ -1,28 +1,48 @@
 //! The precompiled cache: native code for each component, keyed by the component's
 //! digest and the engine's key, so a tool is compiled once per engine version.
+//!
+//! Loading native code is the one thing that can run arbitrary instructions in the host,
+//! so an artifact is loaded only if it carries a MAC that binds it to the digest being
+//! run and to this engine: HMAC-SHA256 under a key only bx holds (`cache.key`, 0600, in
+//! the cache directory, which no tool can reach). A swapped `.cwasm`, one copied from
+//! another tool's entry, or one written with a recomputed checksum fails the MAC and is
+//! recompiled from the stored component; it is never loaded.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest as _, Sha256};
+use hmac::{Hmac, Mac as _};
+use sha2::Sha256;
 use wasmtime::component::Component;
 
 use crate::engine::{Runtime, engine_key};
 use crate::error::{RunError, chain};
 
 /// Whether a load found native code in the cache or had to compile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheOutcome {
-    /// Loaded from a cached artifact.
+    /// Loaded from a cached artifact whose MAC holds.
     Hit,
-    /// Compiled now (and written to the cache).
+    /// Compiled now: there was no artifact (and one is written).
     Compiled,
+    /// An artifact was there but refused (the reason says why: no MAC, a MAC that does
+    /// not hold for this digest and engine); compiled again and replaced
+    /// (`docs/runbook.md#precompiled-cache`).
+    Replaced(String),
 }
 
+/// Bytes of the MAC key.
+const KEY_BYTES: usize = 32;
+/// What the MAC covers besides the artifact, so a MAC made for one purpose never
+/// verifies another.
+const MAC_CONTEXT: &[u8] = b"bx precompiled component v1\n";
+
 /// A directory of precompiled components: `<digest-hex>.<engine-key>.cwasm`, each with a
-/// `.sha256` file holding the hash of the artifact as it was written.
+/// `.mac` file holding its MAC.
 #[derive(Debug, Clone)]
 pub struct ComponentCache {
     dir: PathBuf,
+    key: [u8; KEY_BYTES],
 }
 
 fn cache_err(path: &Path, message: impl std::fmt::Display) -> RunError {
@@ -32,23 +52,72 @@ fn cache_err(path: &Path, message: impl std::fmt::Display) -> RunError {
 fn write_atomically(path: &Path, data: &[u8]) -> Result<(), RunError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| cache_err(path, e))?;
-    std::io::Write::write_all(&mut tmp, data).map_err(|e| cache_err(path, e))?;
+    tmp.write_all(data).map_err(|e| cache_err(path, e))?;
     tmp.as_file().sync_data().map_err(|e| cache_err(path, e))?;
     tmp.persist(path).map_err(|e| cache_err(path, e.error))?;
     Ok(())
 }
 
+/// Reads the cache's key, creating it (0600, from the OS's randomness) on first use.
+fn load_key(dir: &Path) -> Result<[u8; KEY_BYTES], RunError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.join("cache.key");
+    let mut key = [0u8; KEY_BYTES];
+    match std::fs::read(&path) {
+        Ok(bytes) if bytes.len() == KEY_BYTES => {
+            key.copy_from_slice(&bytes);
+            return Ok(key);
+        }
+        Ok(bytes) => {
+            return Err(cache_err(
+                &path,
+                format!("{} bytes, not a {KEY_BYTES}-byte key", bytes.len()),
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(cache_err(&path, e)),
+    }
+    getrandom::fill(&mut key).map_err(|e| cache_err(&path, format!("no randomness: {e}")))?;
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(&key).and_then(|()| f.sync_all()));
+    match created {
+        Ok(()) => Ok(key),
+        // Another process created it first: use theirs.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => load_key(dir),
+        Err(e) => Err(cache_err(&path, e)),
+    }
+}
+
 impl ComponentCache {
-    /// A cache in `dir`, created if missing.
+    /// A cache in `dir`, created if missing, with its key.
     pub fn new(dir: impl Into<PathBuf>) -> Result<ComponentCache, RunError> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|e| cache_err(&dir, e))?;
-        Ok(ComponentCache { dir })
+        let key = load_key(&dir)?;
+        Ok(ComponentCache { dir, key })
     }
 
     /// Where the artifact for `digest_hex` lives under this engine.
     pub fn path(&self, runtime: &Runtime, digest_hex: &str) -> PathBuf {
         self.dir.join(format!("{digest_hex}.{}.cwasm", engine_key(runtime)))
+    }
+
+    /// The MAC of `native` as the artifact of `digest_hex` under this engine.
+    fn mac(&self, runtime: &Runtime, digest_hex: &str, native: &[u8]) -> String {
+        // A key of any length is accepted by HMAC; this cannot fail.
+        let mut mac = <Hmac<Sha256>>::new_from_slice(&self.key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(MAC_CONTEXT);
+        mac.update(digest_hex.as_bytes());
+        mac.update(b"\n");
+        mac.update(engine_key(runtime).as_bytes());
+        mac.update(b"\n");
+        mac.update(native);
+        hex::encode(mac.finalize().into_bytes())
     }
 
     /// Writes native code for `wasm` (whose digest is `digest_hex`) into the cache.
@@ -61,12 +130,13 @@ impl ComponentCache {
         let native = runtime.precompile(wasm)?;
         let path = self.path(runtime, digest_hex);
         write_atomically(&path, &native)?;
-        write_atomically(&sidecar(&path), hex::encode(Sha256::digest(&native)).as_bytes())?;
+        write_atomically(&sidecar(&path), self.mac(runtime, digest_hex, &native).as_bytes())?;
         load_native(runtime, &native)
     }
 
     /// Loads the component for `digest_hex`, from the cache when its artifact is present
-    /// and intact, else by compiling the bytes `wasm` returns and caching the result.
+    /// and its MAC holds, else by compiling the bytes `wasm` returns (which the caller
+    /// verifies against the digest) and caching the result.
     pub fn load(
         &self,
         runtime: &Runtime,
@@ -74,35 +144,46 @@ impl ComponentCache {
         wasm: impl FnOnce() -> Result<Vec<u8>, RunError>,
     ) -> Result<(Component, CacheOutcome), RunError> {
         let path = self.path(runtime, digest_hex);
-        if let (Ok(native), Ok(expected)) =
-            (std::fs::read(&path), std::fs::read_to_string(sidecar(&path)))
-        {
-            // An artifact that does not hash to what was written (a torn write, a disk
-            // error) is recompiled, never loaded.
-            if hex::encode(Sha256::digest(&native)) == expected.trim() {
-                return Ok((load_native(runtime, &native)?, CacheOutcome::Hit));
-            }
-        }
+        let outcome = match std::fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => CacheOutcome::Compiled,
+            Err(e) => CacheOutcome::Replaced(format!("unreadable: {e}")),
+            Ok(native) => match std::fs::read_to_string(sidecar(&path)) {
+                Err(e) => CacheOutcome::Replaced(format!("no MAC beside it ({e})")),
+                // The MAC is over the bytes in memory, and those bytes are what is
+                // loaded: a file changed after the check changes nothing.
+                Ok(mac)
+                    if constant_time_eq(mac.trim(), &self.mac(runtime, digest_hex, &native)) =>
+                {
+                    return Ok((load_native(runtime, &native)?, CacheOutcome::Hit));
+                }
+                Ok(_) => CacheOutcome::Replaced(format!(
+                    "its MAC does not hold for {digest_hex} under this engine"
+                )),
+            },
+        };
         let component = self.compile(runtime, digest_hex, &wasm()?)?;
-        Ok((component, CacheOutcome::Compiled))
+        Ok((component, outcome))
     }
+}
+
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn sidecar(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
-    s.push(".sha256");
+    s.push(".mac");
     PathBuf::from(s)
 }
 
 #[allow(unsafe_code, reason = "wasmtime's only way to load precompiled native code")]
 fn load_native(runtime: &Runtime, native: &[u8]) -> Result<Component, RunError> {
     // SAFETY: `Component::deserialize` trusts its input to be native code that this
-    // wasmtime produced. These bytes are: they were produced by `precompile` on an engine
-    // with the same settings (the engine key is in the file name, and wasmtime itself
-    // rejects an artifact from another version or configuration), written by this process
-    // into the owner's private state directory, and checked against the SHA-256 recorded
-    // when they were written. Someone who can write that directory can already replace
-    // the bx binary; see docs/runtime.md.
+    // wasmtime produced. These bytes are: either `precompile` produced them just now, or
+    // they carry a MAC under the cache key (which only bx reads, in a directory no tool
+    // reaches) over this digest, this engine key and these very bytes, and such a MAC is
+    // only ever written beside bytes `precompile` produced. wasmtime itself also rejects
+    // an artifact from another version or configuration. See docs/runtime.md.
     unsafe { Component::deserialize(&runtime.engine, native) }
         .map_err(|e| RunError::Invalid(format!("precompiled artifact rejected: {}", chain(&e))))
 }

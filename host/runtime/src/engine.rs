@@ -1,5 +1,7 @@
 //! The [`Runtime`]: one wasmtime engine with the pooling allocator and epoch interruption,
-//! a linker holding exactly the host functions tools get, and the epoch ticker.
+//! a linker holding exactly the host functions tools get, and the epoch ticker. Calls are
+//! futures: the guest yields to the executor at every epoch tick and while it waits in a
+//! host call, so a call's deadline holds wherever the guest is.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +27,11 @@ const MAX_CONCURRENT_INSTANCES: u32 = 64;
 /// being returned to the kernel: a fresh instance then takes no page faults for memory
 /// its predecessor used. Measured by `make bench` (fs.read of 1 MiB).
 const KEEP_RESIDENT_BYTES: usize = 8 << 20;
+
+/// Stack of each call's fiber: a call runs on its own stack so that its future can be
+/// suspended in a host call and dropped at the deadline. Wasm's own stack
+/// (`max_wasm_stack`, 512 KiB by default) lives inside it.
+const ASYNC_STACK_BYTES: usize = 2 << 20;
 
 /// Core modules, memories and tables one tool component may contain. A Rust tool built
 /// for wasm32-wasip2 has a handful; a component with more is refused at load.
@@ -54,6 +61,7 @@ fn config(limits: &Limits) -> Config {
         .max_tables_per_component(MAX_CORE_PER_COMPONENT)
         .max_core_instances_per_component(MAX_CORE_PER_COMPONENT)
         .max_memory_size(limits.memory_bytes)
+        .total_stacks(MAX_CONCURRENT_INSTANCES)
         .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
         .table_keep_resident(KEEP_RESIDENT_BYTES / 64)
         .pagemap_scan(wasmtime::Enabled::Auto);
@@ -61,6 +69,7 @@ fn config(limits: &Limits) -> Config {
     config
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
         .epoch_interruption(true)
+        .async_stack_size(ASYNC_STACK_BYTES)
         .wasm_component_model(true);
     config
 }
@@ -86,7 +95,9 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         // WASI for std: stdio (bounded pipes), clocks, random. The context built per call
         // has no preopens, no environment, no arguments and denies every socket address.
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        // Async, so that a guest blocked in WASI (a sleep, a poll) is still inside the
+        // call's future and the deadline drops it.
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| RunError::Engine(chain(&e)))?;
         bindings::Tool::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| RunError::Engine(chain(&e)))?;
@@ -117,12 +128,6 @@ impl Runtime {
     /// Compiles a component to the engine's native code, for the precompiled cache.
     pub fn precompile(&self, bytes: &[u8]) -> Result<Vec<u8>, RunError> {
         self.engine.precompile_component(bytes).map_err(|e| RunError::Invalid(chain(&e)))
-    }
-
-    /// Epoch ticks that make up the deadline, rounded up, at least one.
-    pub(crate) fn deadline_ticks(&self) -> u64 {
-        let tick = EPOCH_TICK.as_nanos().max(1);
-        (self.limits.deadline.as_nanos().div_ceil(tick) as u64).max(1)
     }
 }
 

@@ -5,9 +5,14 @@
 //! the object actually opened: every open goes through a `cap-std` directory handle rooted
 //! at the granted path, so `..`, absolute paths and symlinks cannot leave the root, and
 //! the opened descriptor's real path is read back from the kernel and checked against the
-//! denied sub-paths before a byte moves. A symlink swapped between the two checks changes
-//! nothing: the descriptor that was verified is the one that is read or written.
-//! Writes never follow a symlink in the final component.
+//! denied sub-paths (and bx's own state) before a byte moves. A symlink swapped between
+//! the two checks changes nothing: the descriptor that was verified is the one that is
+//! read or written. Writes never follow a symlink in the final component, and are
+//! verified on the opened descriptor before anything is truncated or written, so a deny
+//! rule holds for the target of a denied symlink in every mode.
+//!
+//! Only regular files are read or written, and every open is non-blocking: a FIFO or a
+//! device under a grant is refused rather than left to hang the call.
 
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::fd::{AsFd, AsRawFd as _};
@@ -15,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use bx_broker::{FsAccess, Grant};
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt as _};
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt as _};
 
 use crate::bindings::bx::host::fs::{Entry, EntryKind, Host, Metadata, TextChunk, WriteMode};
 use crate::bindings::bx::host::types::Error;
@@ -39,13 +44,41 @@ struct OpenRoot {
 /// The roots of one call's grant, opened lazily, and the denied sub-paths resolved.
 pub(crate) struct Roots {
     slots: Vec<Option<Result<OpenRoot, Error>>>,
-    denied_real: Option<Vec<PathBuf>>,
+    /// The denied sub-paths and bx's own state as they resolve on disk, each with
+    /// whether it is bx's own; resolved on first use.
+    denied_real: Option<Vec<(PathBuf, bool)>>,
 }
 
 impl Roots {
     pub(crate) fn new(grant: &Grant) -> Roots {
         Roots { slots: grant.roots().map(|_| None).collect(), denied_real: None }
     }
+}
+
+/// `O_NONBLOCK`: opening a FIFO for reading or writing must not wait for its other end.
+const O_NONBLOCK: i32 = 0o4000;
+/// How many symlinks [`resolve_leniently`] follows before it gives up (as the kernel's
+/// `ELOOP` limit).
+const MAX_LINKS: usize = 40;
+
+/// Where `path` leads on disk: its canonical form when it exists, else (for a dangling
+/// symlink or a path not yet created) its symlinks followed as far as they go and the
+/// missing rest appended, so a deny rule on a symlink whose target does not exist yet
+/// still covers that target once a tool creates it.
+fn resolve_leniently(path: &Path) -> Option<PathBuf> {
+    let mut current = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        if let Ok(real) = std::fs::canonicalize(&current) {
+            return Some(real);
+        }
+        let parent = current.parent()?.to_path_buf();
+        let name = current.file_name()?.to_owned();
+        match std::fs::read_link(&current) {
+            Ok(target) => current = parent.join(target),
+            Err(_) => return resolve_leniently(&parent).map(|p| p.join(name)),
+        }
+    }
+    None
 }
 
 /// The kernel's idea of where an open descriptor lives.
@@ -150,23 +183,32 @@ impl CallState {
         };
         let logical =
             if below.as_os_str().is_empty() { logical_root } else { logical_root.join(below) };
-        if let Some(denied) = self.grant.denied_prefix(&logical) {
+        if let Some(refusal) = self.grant.denied_prefix(&logical) {
             return Err(Error::Denied(format!(
-                "{shown}: resolves to {} under denied path {}",
-                logical.display(),
-                denied.display()
+                "{shown}: resolves to {} under {refusal}",
+                logical.display()
             )));
         }
-        let denied_real = self.roots.denied_real.get_or_insert_with(|| {
-            self.grant.denied().filter_map(|d| std::fs::canonicalize(d).ok()).collect()
-        });
-        if let Some(d) = denied_real.iter().find(|d| real.starts_with(d)) {
-            return Err(Error::Denied(format!(
-                "{shown}: resolves under denied path {}",
-                d.display()
-            )));
-        }
+        self.check_real(&real, shown)?;
         Ok(logical)
+    }
+
+    /// The check on a real (kernel-resolved) path: outside every denied sub-path and
+    /// bx's own state, as they resolve on disk.
+    fn check_real(&mut self, real: &Path, shown: &str) -> Result<(), Error> {
+        let grant = &self.grant;
+        let denied_real = self.roots.denied_real.get_or_insert_with(|| {
+            grant.denied().filter_map(|d| Some((resolve_leniently(d)?, grant.is_own(d)))).collect()
+        });
+        if let Some((d, own)) = denied_real.iter().find(|(d, _)| real.starts_with(d)) {
+            let what = if *own {
+                "bx's own state (see docs/runbook.md#own-state)"
+            } else {
+                "a denied path"
+            };
+            return Err(Error::Denied(format!("{shown}: resolves under {what} {}", d.display())));
+        }
+        Ok(())
     }
 
     /// Opens the directory that holds `rel`'s last component, verified, with that name.
@@ -190,32 +232,47 @@ impl CallState {
         };
         let dir = root.dir.open_dir(parent).map_err(|e| io_error(shown, &e))?;
         let logical_parent = self.verify(idx, &dir, shown)?;
-        if let Some(denied) = self.grant.denied_prefix(&logical_parent.join(name)) {
-            return Err(Error::Denied(format!("{shown}: under denied path {}", denied.display())));
+        if let Some(refusal) = self.grant.denied_prefix(&logical_parent.join(name)) {
+            return Err(Error::Denied(format!("{shown}: under {refusal}")));
         }
+        // What the name will be once created: the verified parent's real path and the
+        // name, checked before anything is created there.
+        let parent_real = real_path(&dir)?;
+        self.check_real(&parent_real.join(name), shown)?;
         Ok((dir, name.to_owned()))
     }
 
-    fn touch(&mut self, idx: usize, access: FsAccess) {
+    /// The logical path of `rel` under root `idx`, for what a call touched.
+    fn logical(&self, idx: usize, rel: &Path) -> PathBuf {
         let root = self.root_path(idx);
-        self.touched.insert(Touched::Path { root, access });
+        if rel.as_os_str().is_empty() { root } else { root.join(rel) }
+    }
+
+    fn touch_path(&mut self, path: PathBuf, access: FsAccess) {
+        let label = self.grant.path_label(&path);
+        self.touch(Touched::Path { path, access, label });
     }
 
     /// Opens the file at `path` for reading, verified; returns it and its length.
     fn open_for_read(&mut self, path: &str) -> Result<(cap_std::fs::File, u64), Error> {
         let (idx, rel) = self.route(path, FsAccess::Read)?;
         let root = self.root(idx)?;
+        let mut options = OpenOptions::new();
+        options.read(true).custom_flags(O_NONBLOCK);
         let opened = match (&root.file, rel.as_os_str().is_empty()) {
-            (Some(name), true) => root.dir.open(name),
+            (Some(name), true) => root.dir.open_with(name, &options),
             (Some(_), false) => return Err(Error::NotFound(path.to_owned())),
             (None, true) => return Err(Error::Invalid(format!("{path}: is a directory"))),
-            (None, false) => root.dir.open(&rel),
+            (None, false) => root.dir.open_with(&rel, &options),
         };
         let file = opened.map_err(|e| io_error(path, &e))?;
-        self.verify(idx, &file, path)?;
-        self.touch(idx, FsAccess::Read);
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        Ok((file, size))
+        let logical = self.verify(idx, &file, path)?;
+        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
+        if !meta.is_file() {
+            return Err(Error::Invalid(format!("{path}: not a regular file")));
+        }
+        self.touch_path(logical, FsAccess::Read);
+        Ok((file, meta.len()))
     }
 
     fn fs_read(&mut self, path: &str, offset: u64, len: u64) -> Result<(Vec<u8>, u64), Error> {
@@ -261,14 +318,22 @@ impl CallState {
         let (idx, rel) = self.route(path, FsAccess::Write)?;
         let (dir, name) = self.open_parent(idx, &rel, path)?;
         let mut options = OpenOptions::new();
-        options.follow(FollowSymlinks::No);
+        options.follow(FollowSymlinks::No).custom_flags(O_NONBLOCK);
+        // Never truncate at open: the descriptor is verified first, then cut.
         match mode {
             WriteMode::Create => options.write(true).create_new(true),
-            WriteMode::Overwrite => options.write(true).create(true).truncate(true),
+            WriteMode::Overwrite => options.write(true).create(true),
             WriteMode::Append => options.append(true).create(true),
         };
         let mut file = dir.open_with(&name, &options).map_err(|e| io_error(path, &e))?;
-        self.touch(idx, FsAccess::Write);
+        let logical = self.verify(idx, &file, path)?;
+        if !file.metadata().map_err(|e| io_error(path, &e))?.is_file() {
+            return Err(Error::Invalid(format!("{path}: not a regular file")));
+        }
+        if mode == WriteMode::Overwrite {
+            file.set_len(0).map_err(|e| io_error(path, &e))?;
+        }
+        self.touch_path(logical, FsAccess::Write);
         file.write_all(data).map_err(|e| io_error(path, &e))?;
         Ok(data.len() as u64)
     }
@@ -282,7 +347,7 @@ impl CallState {
         let target = if rel.as_os_str().is_empty() { Path::new(".") } else { rel.as_path() };
         let dir = root.dir.open_dir(target).map_err(|e| io_error(path, &e))?;
         let logical = self.verify(idx, &dir, path)?;
-        self.touch(idx, FsAccess::Read);
+        self.touch_path(logical.clone(), FsAccess::Read);
         let mut out = Vec::new();
         for entry in dir.entries().map_err(|e| io_error(path, &e))? {
             let entry = entry.map_err(|e| io_error(path, &e))?;
@@ -312,7 +377,7 @@ impl CallState {
             let (dir, name) = self.open_parent(idx, &rel, path)?;
             dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?
         };
-        self.touch(idx, FsAccess::Read);
+        self.touch_path(self.logical(idx, &rel), FsAccess::Read);
         Ok(Metadata {
             kind: kind_of(meta.file_type()),
             size: meta.len(),
@@ -324,7 +389,7 @@ impl CallState {
         let (idx, rel) = self.route(path, FsAccess::Write)?;
         let (dir, name) = self.open_parent(idx, &rel, path)?;
         dir.create_dir(&name).map_err(|e| io_error(path, &e))?;
-        self.touch(idx, FsAccess::Write);
+        self.touch_path(self.logical(idx, &rel), FsAccess::Write);
         Ok(())
     }
 }
@@ -350,7 +415,7 @@ fn utf8_complete_prefix(data: &[u8]) -> usize {
 }
 
 impl Host for CallState {
-    fn read(
+    async fn read(
         &mut self,
         path: String,
         offset: u64,
@@ -360,7 +425,7 @@ impl Host for CallState {
         Ok(self.fs_read(&path, offset, len).map(|(data, _)| data))
     }
 
-    fn read_text(
+    async fn read_text(
         &mut self,
         path: String,
         offset: u64,
@@ -370,7 +435,7 @@ impl Host for CallState {
         Ok(self.fs_read_text(&path, offset, len))
     }
 
-    fn write(
+    async fn write(
         &mut self,
         path: String,
         data: Vec<u8>,
@@ -380,17 +445,17 @@ impl Host for CallState {
         Ok(self.fs_write(&path, &data, mode))
     }
 
-    fn list_dir(&mut self, path: String) -> wasmtime::Result<Result<Vec<Entry>, Error>> {
+    async fn list_dir(&mut self, path: String) -> wasmtime::Result<Result<Vec<Entry>, Error>> {
         self.count_host_call()?;
         Ok(self.fs_list(&path))
     }
 
-    fn stat(&mut self, path: String) -> wasmtime::Result<Result<Metadata, Error>> {
+    async fn stat(&mut self, path: String) -> wasmtime::Result<Result<Metadata, Error>> {
         self.count_host_call()?;
         Ok(self.fs_stat(&path))
     }
 
-    fn mkdir(&mut self, path: String) -> wasmtime::Result<Result<(), Error>> {
+    async fn mkdir(&mut self, path: String) -> wasmtime::Result<Result<(), Error>> {
         self.count_host_call()?;
         Ok(self.fs_mkdir(&path))
     }

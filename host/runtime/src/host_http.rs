@@ -5,14 +5,18 @@
 //! (no decimal, hex or octal spellings); a host granted by name must resolve only to
 //! public addresses, checked in the resolver that the connection itself uses, so DNS
 //! cannot rebind a granted name onto loopback, a private network or cloud metadata.
+//!
+//! One whole-request deadline covers every hop and the body: the earlier of the call's
+//! deadline and `http_timeout` after the request started. A server that stalls gets the
+//! guest a `failed` error at that deadline, never a longer wait.
 
-use std::io::Read as _;
-use std::net::{SocketAddr, ToSocketAddrs as _};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bx_broker::{NetRoute, is_public_ip};
-use reqwest::blocking::Client;
+use reqwest::Client;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use tokio::time::Instant;
 
 use crate::bindings::bx::host::http::{Header, Host, Request, Response};
 use crate::bindings::bx::host::types::Error;
@@ -34,7 +38,8 @@ impl Resolve for PublicOnly {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = (host.as_str(), 0).to_socket_addrs()?.collect();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if let Some(bad) = addrs.iter().find(|a| !is_public_ip(a.ip())) {
                 let msg = format!("{host} resolves to non-public address {}", bad.ip());
                 return Err(Box::new(NonPublic(msg)) as Box<dyn std::error::Error + Send + Sync>);
@@ -95,15 +100,16 @@ impl CallState {
     fn client(&self) -> Result<Client, Error> {
         Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(self.limits.http_timeout)
             .connect_timeout(self.limits.http_timeout.min(std::time::Duration::from_secs(10)))
             .dns_resolver(Arc::new(PublicOnly))
+            // Nothing carries over between calls, connections included.
+            .pool_max_idle_per_host(0)
             .no_proxy()
             .build()
             .map_err(|e| Error::Failed(format!("http client: {e}")))
     }
 
-    fn http_send(&mut self, req: Request) -> Result<Response, Error> {
+    async fn http_send(&mut self, req: Request) -> Result<Response, Error> {
         let method = reqwest::Method::from_bytes(req.method.as_bytes())
             .map_err(|_| Error::Invalid(format!("method {:?}", req.method)))?;
         if req.headers.len() > MAX_REQUEST_HEADERS {
@@ -126,16 +132,27 @@ impl CallState {
 
         let (mut url, _) = self.check_url(&req.url)?;
         let client = self.client()?;
+        let deadline = self.deadline.min(Instant::now() + self.limits.http_timeout);
+        let timeout = self.limits.http_timeout;
+        let late = move |url: &url::Url| {
+            Error::Failed(format!(
+                "{url}: no complete answer within the request's deadline ({timeout:?} at most, \
+                 redirects and body included, and never past the call's deadline)"
+            ))
+        };
         let mut method = method;
         let mut body = req.body;
         let mut hops = 0;
         loop {
-            self.touched.insert(Touched::Host(url.host_str().unwrap_or_default().to_owned()));
+            let host = url.host_str().unwrap_or_default().to_owned();
+            let label = self.grant.host_label(&host).unwrap_or(bx_broker::Label::TOP);
+            self.touch(Touched::Host { host, label });
             let mut builder = client.request(method.clone(), url.clone()).headers(headers.clone());
             if let Some(b) = &body {
                 builder = builder.body(b.clone());
             }
-            let response = builder.send().map_err(|e| match non_public(&e) {
+            let sent = tokio::time::timeout_at(deadline, builder.send()).await;
+            let response = sent.map_err(|_| late(&url))?.map_err(|e| match non_public(&e) {
                 Some(why) => Error::Denied(why),
                 None => Error::Failed(format!("{url}: {e}")),
             })?;
@@ -182,14 +199,29 @@ impl CallState {
                         .map(|v| Header { name: n.as_str().to_owned(), value: v.to_owned() })
                 })
                 .collect();
-            let cap = self.limits.response_bytes;
+            let cap = self.limits.response_bytes as usize;
+            let mut response = response;
             let mut data = Vec::new();
-            response
-                .take(cap + 1)
-                .read_to_end(&mut data)
-                .map_err(|e| Error::Failed(format!("{final_url}: reading body: {e}")))?;
-            let truncated = data.len() as u64 > cap;
-            data.truncate(cap as usize);
+            let mut truncated = false;
+            let read_all = async {
+                while let Some(chunk) = response.chunk().await? {
+                    let room = (cap + 1).saturating_sub(data.len());
+                    data.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    if data.len() > cap {
+                        truncated = true;
+                        data.truncate(cap);
+                        break;
+                    }
+                }
+                Ok::<(), reqwest::Error>(())
+            };
+            match tokio::time::timeout_at(deadline, read_all).await {
+                Err(_) => return Err(late(&url)),
+                Ok(Err(e)) => {
+                    return Err(Error::Failed(format!("{final_url}: reading body: {e}")));
+                }
+                Ok(Ok(())) => {}
+            }
             return Ok(Response {
                 status: status.as_u16(),
                 url: final_url,
@@ -202,9 +234,9 @@ impl CallState {
 }
 
 impl Host for CallState {
-    fn send(&mut self, req: Request) -> wasmtime::Result<Result<Response, Error>> {
+    async fn send(&mut self, req: Request) -> wasmtime::Result<Result<Response, Error>> {
         self.count_host_call()?;
-        Ok(self.http_send(req))
+        Ok(self.http_send(req).await)
     }
 }
 

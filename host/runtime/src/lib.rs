@@ -35,4 +35,4 @@ pub fn resource_kind_name(kind: ResourceKind) -> &'static str {
 pub use engine::{Runtime, engine_key};
 pub use error::{Limit, RunError};
 pub use limits::Limits;
-pub use tool::{CallReport, LoadedTool, Touched, WorldCheck, check_world};
+pub use tool::{CallReport, LoadedTool, Touched, WorldCheck, block_on, check_world};

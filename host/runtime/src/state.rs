@@ -1,9 +1,10 @@
-//! What one call's `Store` holds: its grant, its WASI context, its counters and what it
-//! touched. Dropped with the store when the call ends.
+//! What one call's `Store` holds: its grant, its WASI context, its counters, the label of
+//! what it read and what it touched. Dropped with the store when the call ends.
 
 use std::collections::BTreeSet;
 
-use bx_broker::Grant;
+use bx_broker::{Grant, Label};
+use tokio::time::Instant;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -12,6 +13,11 @@ use crate::error::Limit;
 use crate::host_fs::Roots;
 use crate::limits::Limits;
 use crate::tool::Touched;
+
+/// Distinct things a call reached that its report keeps by name (the audit record lists
+/// them). Every operation still counts toward the result's label; past this many only a
+/// count of the rest is kept, so a search over a million files makes a bounded record.
+pub(crate) const MAX_TOUCHED: usize = 64;
 
 /// The error a host function raises as a trap when a limit stops the guest; the call
 /// finds it again by downcasting, so the owner sees which limit, not a bare trap.
@@ -33,16 +39,22 @@ pub(crate) struct CallState {
     pub(crate) grant: Grant,
     pub(crate) limits: Limits,
     pub(crate) roots: Roots,
+    /// When the call's deadline falls; host calls that wait bound their waits by it.
+    pub(crate) deadline: Instant,
     pub(crate) host_calls: u64,
     /// Set by the memory limiter, so a growth failure reports as a limit.
     pub(crate) memory_hit: Option<String>,
+    /// The join of the label of everything the call read or fetched.
+    pub(crate) label: Label,
     pub(crate) touched: BTreeSet<Touched>,
+    /// Touched things past [`MAX_TOUCHED`], counted but not kept.
+    pub(crate) touched_more: u64,
     pub(crate) stdout: MemoryOutputPipe,
     pub(crate) stderr: MemoryOutputPipe,
 }
 
 impl CallState {
-    pub(crate) fn new(grant: Grant, limits: Limits) -> CallState {
+    pub(crate) fn new(grant: Grant, limits: Limits, deadline: Instant) -> CallState {
         let stdout = MemoryOutputPipe::new(limits.stdio_bytes);
         let stderr = MemoryOutputPipe::new(limits.stdio_bytes);
         // Defaults of the builder, restated: stdin closed, no environment, no arguments,
@@ -61,9 +73,12 @@ impl CallState {
             grant,
             limits,
             roots,
+            deadline,
             host_calls: 0,
             memory_hit: None,
+            label: Label::CLEAN,
             touched: BTreeSet::new(),
+            touched_more: 0,
             stdout,
             stderr,
         }
@@ -77,6 +92,17 @@ impl CallState {
             return Err(wasmtime::Error::new(LimitTrap(Limit::HostCalls, detail)));
         }
         Ok(())
+    }
+
+    /// Records that the call reached `what`: its label joins the result's, and it is
+    /// kept by name while fewer than [`MAX_TOUCHED`] distinct things were.
+    pub(crate) fn touch(&mut self, what: Touched) {
+        self.label = self.label.join(what.label());
+        if self.touched.len() < MAX_TOUCHED {
+            self.touched.insert(what);
+        } else if !self.touched.contains(&what) {
+            self.touched_more += 1;
+        }
     }
 }
 

@@ -44,11 +44,9 @@ pub enum StoreError {
         /// The digest installed under it now.
         installed: String,
     },
-    /// A session id that cannot name a file.
-    #[error(
-        "bad session id {0:?}: use 1 to 64 of a-z, A-Z, 0-9, '.', '_', '-', not starting with '.'"
-    )]
-    BadSession(String),
+    /// A file of the state directory could not be read (config, installed set).
+    #[error("{0}")]
+    State(#[from] bx_state::StateError),
     /// No tool by this name.
     #[error("no tool named {0} is installed (see `bx tool list`)")]
     NotInstalled(String),
@@ -77,18 +75,5 @@ pub enum StoreError {
 impl StoreError {
     pub(crate) fn io(path: &std::path::Path, err: impl std::fmt::Display) -> StoreError {
         StoreError::Io { path: path.display().to_string(), message: err.to_string() }
-    }
-
-    /// A parse error at byte `offset` of `text`, located as line and column.
-    pub(crate) fn parse_at(
-        path: &std::path::Path,
-        text: &str,
-        offset: usize,
-        message: String,
-    ) -> StoreError {
-        let before = &text[..offset.min(text.len())];
-        let line = before.matches('\n').count() + 1;
-        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        StoreError::Parse { path: path.display().to_string(), line, column, message }
     }
 }

@@ -31,12 +31,10 @@ pub struct Installed {
 impl Installed {
     /// Reads `path`; a missing file is the empty set at epoch 0.
     pub fn load(path: &Path) -> Result<Installed, StoreError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Installed::default()),
-            Err(e) => return Err(StoreError::io(path, e)),
+        let Some(bytes) = bx_state::read_own(path, bx_state::MAX_OWN_FILE_BYTES)? else {
+            return Ok(Installed::default());
         };
-        serde_json::from_str(&text).map_err(|e| {
+        serde_json::from_slice(&bytes).map_err(|e| {
             let (line, column) = (e.line(), e.column());
             StoreError::Parse {
                 path: path.display().to_string(),
@@ -51,6 +49,6 @@ impl Installed {
     pub fn save(&self, path: &Path) -> Result<(), StoreError> {
         let mut text = serde_json::to_string_pretty(self).map_err(|e| StoreError::io(path, e))?;
         text.push('\n');
-        crate::store::write_atomically(path, text.as_bytes())
+        Ok(bx_state::write_atomically(path, text.as_bytes())?)
     }
 }

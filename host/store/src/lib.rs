@@ -4,22 +4,14 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod config;
 mod digest;
 mod error;
 mod fetch;
 mod installed;
-mod policy_file;
-mod sessions;
 mod store;
 
-pub use config::{
-    AuditConfig, Config, EndThinkingName, InferenceConfig, LoopConfig, ToolModeName, ToolsConfig,
-};
 pub use digest::Digest;
 pub use error::StoreError;
 pub use fetch::Progress;
 pub use installed::{Installed, InstalledTool};
-pub use policy_file::{PolicyFile, PolicyStatus};
-pub use sessions::{SessionState, Sessions, valid_session_id};
 pub use store::{InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, Store};

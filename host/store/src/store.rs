@@ -1,17 +1,17 @@
 //! The [`Store`]: install, list, inspect, remove and open tools under a state directory.
 //!
-//! Layout under the state directory:
-//! - `config.toml`: optional, see [`crate::Config`];
-//! - `tools/blobs/<hex>.wasm`: component bytes, named by their SHA-256;
-//! - `tools/native/<hex>.<engine-key>.cwasm`: precompiled native code (with `.sha256`);
-//! - `tools/installed.json`: the installed set and its epoch;
-//! - `tools/.lock`: held while the installed set changes.
+//! Layout under the state directory's `tools/`:
+//! - `blobs/<hex>.wasm`: component bytes, named by their SHA-256;
+//! - `native/<hex>.<engine-key>.cwasm`: precompiled native code, with its `.mac`, and
+//!   `native/cache.key`, the key of those MACs;
+//! - `installed.json`: the installed set and its epoch;
+//! - `.lock`: held while the installed set changes.
 
 use std::path::{Path, PathBuf};
 
-use bx_runtime::{ComponentCache, LoadedTool, Runtime};
+use bx_runtime::{CacheOutcome, ComponentCache, LoadedTool, Runtime};
+use bx_state::{Config, StateDir, write_atomically};
 
-use crate::config::Config;
 use crate::digest::Digest;
 use crate::error::StoreError;
 use crate::fetch::{self, Progress};
@@ -64,29 +64,20 @@ pub struct InstallOutcome {
 #[derive(Debug)]
 pub struct Store {
     root: PathBuf,
-    config: Config,
+    mirrors: Vec<String>,
     cache: ComponentCache,
 }
 
-pub(crate) fn write_atomically(path: &Path, data: &[u8]) -> Result<(), StoreError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| StoreError::io(path, e))?;
-    std::io::Write::write_all(&mut tmp, data).map_err(|e| StoreError::io(path, e))?;
-    tmp.as_file().sync_data().map_err(|e| StoreError::io(path, e))?;
-    tmp.persist(path).map_err(|e| StoreError::io(path, e.error))?;
-    Ok(())
-}
-
 impl Store {
-    /// Opens (creating if needed) the store under `state_dir`, reading its `config.toml`.
-    pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
-        let config = Config::load(&state_dir.join("config.toml"))?;
-        let tools = state_dir.join("tools");
+    /// Opens (creating if needed) the store under `state`, with the mirrors `config`
+    /// names.
+    pub fn open(state: &StateDir, config: &Config) -> Result<Store, StoreError> {
+        let tools = state.tools_dir();
         for dir in [tools.join("blobs"), tools.join("native")] {
             std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         }
         let cache = ComponentCache::new(tools.join("native"))?;
-        Ok(Store { root: tools, config, cache })
+        Ok(Store { root: tools, mirrors: config.tools.mirrors.clone(), cache })
     }
 
     fn installed_path(&self) -> PathBuf {
@@ -137,9 +128,7 @@ impl Store {
         let mut tried = Vec::new();
         let local = self.blob_path(digest);
         let candidates = std::iter::once(local.display().to_string()).chain(
-            self.config
-                .tools
-                .mirrors
+            self.mirrors
                 .iter()
                 .map(|m| format!("{}/sha256/{}.wasm", m.trim_end_matches('/'), digest.hex())),
         );
@@ -173,7 +162,7 @@ impl Store {
     ) -> Result<InstallOutcome, StoreError> {
         let bytes = self.fetch(source, digest, progress)?;
         let component = runtime.compile(&bytes)?;
-        let tool = runtime.load(&component, &digest.to_string())?;
+        let tool = runtime.load_blocking(&component, &digest.to_string())?;
         let name = tool.description().name.clone();
         if name.is_empty()
             || name.len() > 64
@@ -242,21 +231,27 @@ impl Store {
         Ok(removed)
     }
 
-    /// Loads an installed tool, from precompiled code when the cache has it. The bytes
-    /// are re-verified against the digest before any compile.
-    pub fn open_tool(&self, runtime: &Runtime, name: &str) -> Result<LoadedTool, StoreError> {
+    /// Loads an installed tool, from precompiled code when the cache has an artifact
+    /// whose MAC holds for its digest; otherwise the stored bytes are re-verified
+    /// against the digest and compiled. The outcome says which, and why an artifact
+    /// was refused (`docs/runbook.md#precompiled-cache`).
+    pub fn open_tool(
+        &self,
+        runtime: &Runtime,
+        name: &str,
+    ) -> Result<(LoadedTool, CacheOutcome), StoreError> {
         let installed = self.installed()?;
         let entry =
             installed.tools.get(name).ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
         let digest = Digest::parse(&entry.digest)?;
         let blob = self.blob_path(&digest);
-        let (component, _) = self.cache.load(runtime, &digest.hex(), || {
+        let (component, outcome) = self.cache.load(runtime, &digest.hex(), || {
             let bytes = fetch::read_file(&blob)
                 .map_err(|e| bx_runtime::RunError::Invalid(e.to_string()))?;
             verify(&digest, &bytes).map_err(|e| bx_runtime::RunError::Invalid(e.to_string()))?;
             Ok(bytes)
         })?;
-        Ok(runtime.load(&component, &digest.to_string())?)
+        Ok((runtime.load_blocking(&component, &digest.to_string())?, outcome))
     }
 }
 

@@ -65,7 +65,7 @@ proptest! {
         batches in proptest::collection::vec(proptest::collection::vec(message(), 1..4), 1..6)
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let mut t = Transcript::open(dir.path(), "s").unwrap();
+        let mut t = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap();
         let mut before = Vec::new();
         let mut bodies = Vec::new();
         for batch in &batches {
@@ -77,7 +77,7 @@ proptest! {
             bodies.push(body(t.messages()));
         }
         // A restart: the transcript read back gives the same request, byte for byte.
-        let reopened = Transcript::open(dir.path(), "s").unwrap();
+        let reopened = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap();
         prop_assert_eq!(reopened.messages(), t.messages());
         prop_assert_eq!(body(reopened.messages()), body(t.messages()));
         // Each earlier request's messages are a prefix of every later one's.
@@ -91,7 +91,7 @@ proptest! {
 fn refuses_a_cut_off_line_and_a_hand_edited_one_and_changes_nothing() {
     // Damage is reported with its line and the file is left as it was.
     let dir = tempfile::tempdir().unwrap();
-    let mut t = Transcript::open(dir.path(), "s").unwrap();
+    let mut t = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap();
     t.append(&[Message::User { content: "hi".into() }]).unwrap();
     let path = t.path().to_owned();
     let good = std::fs::read(&path).unwrap();
@@ -104,7 +104,7 @@ fn refuses_a_cut_off_line_and_a_hand_edited_one_and_changes_nothing() {
         let mut damaged = good.clone();
         damaged.extend_from_slice(&bad);
         std::fs::write(&path, &damaged).unwrap();
-        let err = Transcript::open(dir.path(), "s").unwrap_err().to_string();
+        let err = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap_err().to_string();
         assert!(err.contains(want) && err.contains("session-state-damaged"), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), damaged);
     }
@@ -114,7 +114,7 @@ fn refuses_a_cut_off_line_and_a_hand_edited_one_and_changes_nothing() {
 fn dangling_calls_get_a_result_so_the_next_request_is_well_formed() {
     // A turn cancelled between a call and its result leaves the call answered.
     let dir = tempfile::tempdir().unwrap();
-    let mut t = Transcript::open(dir.path(), "s").unwrap();
+    let mut t = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap();
     let call = |id: &str| ToolCall { id: id.into(), name: "fs.read".into(), arguments: json!({}) };
     t.append(&[
         Message::User { content: "go".into() },
@@ -123,7 +123,7 @@ fn dangling_calls_get_a_result_so_the_next_request_is_well_formed() {
     ])
     .unwrap();
     assert_eq!(t.close_dangling_calls().unwrap(), 1);
-    let t = Transcript::open(dir.path(), "s").unwrap();
+    let t = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap();
     let Some(Message::Tool { tool_call_id, content }) = t.messages().last() else { panic!() };
     assert_eq!(tool_call_id, "b");
     assert!(content.starts_with("no result"));

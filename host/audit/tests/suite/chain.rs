@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bx_audit::{AuditLog, Kind, Record, line_hash, verify};
+use bx_audit::{AuditLog, Record, line_hash, verify};
 
 use super::*;
 
@@ -31,7 +31,8 @@ fn appends_chain_and_verify_clean() {
 fn reports_calls_without_result() {
     let dir = tempfile::tempdir().unwrap();
     let log = AuditLog::open(dir.path()).unwrap();
-    log.append(Kind::Request, fields(&[("session", "s2"), ("call", "dangling")])).unwrap();
+    log.append(&request("s2", "dangling", "{}")).unwrap();
+    log.append(&decision("s2", "dangling", "allow")).unwrap();
     log.close().unwrap();
     let report = verify(dir.path()).unwrap();
     assert!(report.is_clean());
@@ -44,7 +45,7 @@ fn reopening_continues_the_chain() {
     small_log(dir.path());
     let log = AuditLog::open(dir.path()).unwrap();
     assert_eq!(log.head().seq, 6);
-    assert_eq!(log.append(Kind::Session, fields(&[("session", "s1")])).unwrap().seq, 7);
+    assert_eq!(log.append(&note("s1", "")).unwrap().seq, 7);
     log.close().unwrap();
     assert!(verify(dir.path()).unwrap().is_clean());
 }
@@ -55,11 +56,11 @@ fn rolls_over_at_utc_midnight_and_never_writes_an_earlier_day() {
     let now = Arc::new(AtomicU64::new(BEFORE_MIDNIGHT));
     let log =
         AuditLog::open_with_clock(dir.path(), Box::new(ManualClock(Arc::clone(&now)))).unwrap();
-    log.append(Kind::Request, fields(&[("n", "1")])).unwrap();
+    log.append(&note("s", "1")).unwrap();
     now.fetch_add(2_000, Ordering::SeqCst); // 00:00:01 the next day
-    log.append(Kind::Request, fields(&[("n", "2")])).unwrap();
+    log.append(&note("s", "2")).unwrap();
     now.fetch_sub(10_000, Ordering::SeqCst); // the clock steps back over midnight
-    log.append(Kind::Request, fields(&[("n", "3")])).unwrap();
+    log.append(&note("s", "3")).unwrap();
     log.close().unwrap();
     let day1 = std::fs::read_to_string(dir.path().join("2026-11-29.jsonl")).unwrap();
     let day2 = std::fs::read_to_string(dir.path().join("2026-11-30.jsonl")).unwrap();
@@ -89,15 +90,15 @@ fn torn_last_line_is_moved_aside_and_recorded() {
 
     let log = AuditLog::open(dir.path()).unwrap();
     assert_eq!(log.head().seq, 7, "the recovered record is seq 7");
-    log.append(Kind::Request, fields(&[("after", "recovery")])).unwrap();
+    log.append(&note("s", "after recovery")).unwrap();
     log.close().unwrap();
     let report = verify(dir.path()).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
     assert_eq!(report.recovered.len(), 1);
     let rec = &report.recovered[0];
-    assert_eq!(rec["offset"], serde_json::json!(good_len));
-    assert_eq!(rec["bytes"], serde_json::json!(torn_bytes.len()));
-    let aside = dir.path().join(rec["moved_to"].as_str().unwrap());
+    assert_eq!(rec.offset, good_len as u64);
+    assert_eq!(rec.bytes, torn_bytes.len() as u64);
+    let aside = dir.path().join(&rec.moved_to);
     assert_eq!(std::fs::read(aside).unwrap(), torn_bytes);
 }
 
@@ -111,14 +112,7 @@ fn concurrent_appends_all_land_in_one_unbroken_chain() {
                 let log = Arc::clone(&log);
                 s.spawn(move || {
                     (0..50)
-                        .map(|i| {
-                            log.append(
-                                Kind::Request,
-                                fields(&[("t", &t.to_string()), ("i", &i.to_string())]),
-                            )
-                            .unwrap()
-                            .seq
-                        })
+                        .map(|i| log.append(&note(&t.to_string(), &i.to_string())).unwrap().seq)
                         .collect::<Vec<_>>()
                 })
             })

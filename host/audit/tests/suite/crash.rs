@@ -9,7 +9,7 @@ use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bx_audit::{AuditLog, Kind, verify};
+use bx_audit::{AuditLog, verify};
 
 use super::*;
 
@@ -22,9 +22,7 @@ fn child_appender() {
     let log = AuditLog::open(std::path::Path::new(&dir)).unwrap();
     let filler = "x".repeat(300); // long enough that a kill can land mid-write
     for i in 0u64.. {
-        let receipt = log
-            .append(Kind::Request, fields(&[("call", &format!("c{i}")), ("pad", &filler)]))
-            .unwrap();
+        let receipt = log.append(&request("s", &format!("c{i}"), &filler)).unwrap();
         println!("{}", receipt.seq);
     }
 }
@@ -106,7 +104,7 @@ fn sigkill_at_random_points_loses_no_returned_record() {
                 "iteration {iteration}: record {returned} returned but the head is {head}"
             );
         }
-        log.append(Kind::Session, fields(&[("iteration", &iteration.to_string())])).unwrap();
+        log.append(&note("s", &iteration.to_string())).unwrap();
         log.close().unwrap();
         let after = verify(dir.path()).unwrap();
         assert!(after.is_clean(), "iteration {iteration}: {:?}", after.problems);

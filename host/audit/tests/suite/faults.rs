@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bx_audit::{AuditError, AuditLog, Kind};
+use bx_audit::{AuditError, AuditLog};
 
 use super::*;
 
@@ -24,13 +24,13 @@ fn write_failure_is_sticky() {
     let now = Arc::new(AtomicU64::new(BEFORE_MIDNIGHT));
     let log =
         AuditLog::open_with_clock(dir.path(), Box::new(ManualClock(Arc::clone(&now)))).unwrap();
-    log.append(Kind::Request, fields(&[("n", "1")])).unwrap();
+    log.append(&note("s", "1")).unwrap();
     std::os::unix::fs::symlink("/dev/full", dir.path().join("2026-11-30.jsonl")).unwrap();
     now.fetch_add(2_000, Ordering::SeqCst);
-    assert_unavailable(log.append(Kind::Request, fields(&[("n", "2")])).unwrap_err());
+    assert_unavailable(log.append(&note("s", "2")).unwrap_err());
     // Sticky: even back on a writable day, nothing is accepted.
     now.fetch_sub(2_000, Ordering::SeqCst);
-    assert_unavailable(log.append(Kind::Request, fields(&[("n", "3")])).unwrap_err());
+    assert_unavailable(log.append(&note("s", "3")).unwrap_err());
     assert!(log.failure().unwrap().contains("No space left on device"), "{:?}", log.failure());
 }
 
@@ -51,7 +51,7 @@ fn unwritable_directory_makes_the_log_unavailable() {
     let log = AuditLog::open(&audit).unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&audit, std::fs::Permissions::from_mode(0o500)).unwrap();
-    assert_unavailable(log.append(Kind::Request, fields(&[("n", "1")])).unwrap_err());
+    assert_unavailable(log.append(&note("s", "1")).unwrap_err());
     std::fs::set_permissions(&audit, std::fs::Permissions::from_mode(0o700)).unwrap();
 }
 

@@ -1,17 +1,58 @@
 //! Helpers shared by the audit tests.
 
+mod bounds;
 mod chain;
 mod crash;
 mod faults;
+mod fixtures;
 mod tamper;
+mod writers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bx_audit::{AuditLog, Clock, Kind};
+use bx_audit::{AuditLog, Clock, Decision, Entry, Outcome, Request, Session};
 
-pub fn fields(pairs: &[(&str, &str)]) -> serde_json::Map<String, serde_json::Value> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v))).collect()
+/// A request record of `call` in `session`, with `args` as its arguments.
+pub fn request(session: &str, call: &str, args: &str) -> Entry {
+    Entry::Request(Request::new(session, call, "fs.read", "sha256:00", args, vec![]))
+}
+
+/// A decision record.
+pub fn decision(session: &str, call: &str, decision: &str) -> Entry {
+    Entry::Decision(Decision {
+        session: session.into(),
+        call: call.into(),
+        decision: decision.into(),
+        taint: "public/trusted".into(),
+        why: String::new(),
+    })
+}
+
+/// A result record.
+pub fn result(session: &str, call: &str) -> Entry {
+    Entry::Result(Outcome {
+        session: session.into(),
+        call: call.into(),
+        status: "ok".into(),
+        label: "public/trusted".into(),
+        touched: vec![],
+        touched_more: 0,
+        output_sha256: Some(String::new()),
+        output_bytes: Some(0),
+        error: None,
+    })
+}
+
+/// A session record with `detail`.
+pub fn note(session: &str, detail: &str) -> Entry {
+    Entry::Session(Session {
+        session: session.into(),
+        call: None,
+        event: "note".into(),
+        detail: detail.into(),
+        taint: None,
+    })
 }
 
 /// A clock the test moves by hand (milliseconds since the epoch).
@@ -30,18 +71,9 @@ pub const BEFORE_MIDNIGHT: u64 = 1_795_996_799_000;
 pub fn small_log(dir: &std::path::Path) {
     let log = AuditLog::open(dir).unwrap();
     for call in ["c1", "c2"] {
-        log.append(
-            Kind::Request,
-            fields(&[("session", "s1"), ("call", call), ("tool", "fs.read")]),
-        )
-        .unwrap();
-        log.append(
-            Kind::Decision,
-            fields(&[("session", "s1"), ("call", call), ("decision", "allow")]),
-        )
-        .unwrap();
-        log.append(Kind::Result, fields(&[("session", "s1"), ("call", call), ("output", "ok")]))
-            .unwrap();
+        log.append(&request("s1", call, "{}")).unwrap();
+        log.append(&decision("s1", call, "allow")).unwrap();
+        log.append(&result("s1", call)).unwrap();
     }
     log.close().unwrap();
 }

@@ -112,10 +112,17 @@ fn break_record_must_describe_a_real_break() {
     let dir = tempfile::tempdir().unwrap();
     small_log(dir.path());
     let log = bx_audit::AuditLog::open(dir.path()).unwrap();
-    let forged = serde_json::json!([{"kind": "chain", "file": "2026-01-01.jsonl", "line": 2, "detail": "made up"}]);
-    let mut f = fields(&[("reason", "forged")]);
-    f.insert("problems".into(), forged);
-    log.append(bx_audit::Kind::Break, f).unwrap();
+    let forged = bx_audit::Problem {
+        kind: "chain".into(),
+        file: "2026-01-01.jsonl".into(),
+        line: 2,
+        detail: "made up".into(),
+    };
+    let entry = bx_audit::Entry::Break(bx_audit::BreakEntry {
+        reason: "forged".into(),
+        problems: vec![forged],
+    });
+    log.append(&entry).unwrap();
     log.close().unwrap();
     let report = verify(dir.path()).unwrap();
     assert_eq!(

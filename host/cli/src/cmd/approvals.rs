@@ -1,13 +1,13 @@
 //! `bx approvals`, `bx approve ID`, `bx refuse ID --reason TEXT`: answer a waiting call
 //! from another terminal. The first answer wins; a second gets "already answered".
 
-use std::path::Path;
-
 use bx_protocol::{Answer, Body};
+use bx_state::StateDir;
 use clap::Args;
 
 use super::{EXIT_DENIED, EXIT_ERROR, EXIT_OK};
 use crate::client::connect_running;
+use crate::term;
 
 /// `bx approvals`
 #[derive(Debug, Args)]
@@ -34,27 +34,29 @@ pub(crate) struct RefuseArgs {
     reason: String,
 }
 
-pub(crate) fn list(state_dir: &Path, args: &ListArgs) -> anyhow::Result<u8> {
-    let reply = connect_running(state_dir)?.request(Body::ListApprovals {})?;
-    let Body::Approvals { items } = reply else { anyhow::bail!("unexpected reply: {reply:?}") };
+pub(crate) fn list(state: &StateDir, args: &ListArgs) -> anyhow::Result<u8> {
+    let reply = connect_running(state)?.request(Body::ListApprovals {})?;
+    let Body::Approvals { items } = reply else {
+        anyhow::bail!("unexpected reply: {}", reply.type_name())
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&Body::Approvals { items })?);
+        println!("{}", term::json(&Body::Approvals { items })?);
         return Ok(EXIT_OK);
     }
     if items.is_empty() {
         println!("no approvals waiting");
     }
     for a in items {
-        print!("{}", a.block);
-        println!("  session {}, expires in {} s", a.session, a.expires_in_s);
+        print!("{}", term::shown(&a.block));
+        println!("  session {}, expires in {} s", term::one_line(&a.session), a.expires_in_s);
         println!("  bx approve {id}   or   bx refuse {id} --reason TEXT\n", id = a.approval);
     }
     Ok(EXIT_OK)
 }
 
-fn answer(state_dir: &Path, id: &str, answer: Answer) -> anyhow::Result<u8> {
+fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
     let approving = matches!(answer, Answer::Approve {});
-    let reply = connect_running(state_dir)?
+    let reply = connect_running(state)?
         .request(Body::AnswerApproval { approval: id.to_owned(), answer })?;
     match reply {
         Body::Ok {} => {
@@ -62,20 +64,24 @@ fn answer(state_dir: &Path, id: &str, answer: Answer) -> anyhow::Result<u8> {
             Ok(EXIT_OK)
         }
         Body::Refused { reason } => {
-            eprintln!("bx: {reason}");
+            eprintln!("bx: {}", term::shown(&reason));
             Ok(EXIT_DENIED)
         }
+        Body::Error { message, runbook, .. } => {
+            eprintln!("bx: {}\n    runbook: {}", term::shown(&message), term::one_line(&runbook));
+            Ok(EXIT_ERROR)
+        }
         other => {
-            eprintln!("bx: unexpected reply: {other:?}");
+            eprintln!("bx: unexpected reply: {}", term::one_line(other.type_name()));
             Ok(EXIT_ERROR)
         }
     }
 }
 
-pub(crate) fn approve(state_dir: &Path, args: &ApproveArgs) -> anyhow::Result<u8> {
-    answer(state_dir, &args.id, Answer::Approve {})
+pub(crate) fn approve(state: &StateDir, args: &ApproveArgs) -> anyhow::Result<u8> {
+    answer(state, &args.id, Answer::Approve {})
 }
 
-pub(crate) fn refuse(state_dir: &Path, args: &RefuseArgs) -> anyhow::Result<u8> {
-    answer(state_dir, &args.id, Answer::Refuse { reason: args.reason.clone() })
+pub(crate) fn refuse(state: &StateDir, args: &RefuseArgs) -> anyhow::Result<u8> {
+    answer(state, &args.id, Answer::Refuse { reason: args.reason.clone() })
 }

@@ -3,9 +3,11 @@
 use std::path::Path;
 
 use bx_audit::{Record, accept_break, verify};
+use bx_state::StateDir;
 use clap::Subcommand;
 
 use super::{EXIT_ERROR, EXIT_OK};
+use crate::term;
 
 /// `bx audit …`
 #[derive(Debug, Subcommand)]
@@ -45,8 +47,8 @@ pub(crate) fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(lines)
 }
 
-pub(crate) fn run(state_dir: &Path, command: AuditCommand) -> anyhow::Result<u8> {
-    let dir = crate::state_dir::audit_dir(state_dir)?;
+pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8> {
+    let dir = state.audit_dir(&bx_daemon::load_config(state)?);
     match command {
         AuditCommand::Verify { json, accept_break: reason } => {
             let report = match &reason {
@@ -61,7 +63,7 @@ pub(crate) fn run(state_dir: &Path, command: AuditCommand) -> anyhow::Result<u8>
                 None => verify(&dir)?,
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                println!("{}", term::json_pretty(&report)?);
             } else {
                 println!("files:     {}", report.files.len());
                 println!("records:   {}", report.records);
@@ -69,25 +71,40 @@ pub(crate) fn run(state_dir: &Path, command: AuditCommand) -> anyhow::Result<u8>
                     Some((seq, hash)) => println!("head:      seq {seq} {hash}"),
                     None => println!("head:      (empty log)"),
                 }
-                println!(
-                    "sessions:  {}",
-                    report.sessions.iter().cloned().collect::<Vec<_>>().join(", ")
-                );
-                println!("calls with no result: {}", report.calls_without_result.len());
+                let sessions: Vec<String> =
+                    report.sessions.iter().map(|s| term::one_line(s)).collect();
+                println!("sessions:  {}", sessions.join(", "));
+                println!("calls denied: {}", report.calls_denied);
+                println!("calls allowed with no result: {}", report.calls_without_result.len());
                 for c in &report.calls_without_result {
-                    println!("  {c}");
+                    println!("  {}", term::one_line(c));
                 }
                 println!("accepted breaks: {}", report.breaks.len());
                 println!("recovered regions: {}", report.recovered.len());
                 for r in &report.recovered {
-                    println!("  {r}");
+                    println!(
+                        "  {} at byte {}: {} bytes, moved to {}",
+                        term::one_line(&r.file),
+                        r.offset,
+                        r.bytes,
+                        term::one_line(&r.moved_to)
+                    );
                 }
                 if report.is_clean() {
                     println!("ok: the chain is intact");
                 } else {
-                    println!("PROBLEMS: {}", report.problems.len());
+                    println!("PROBLEMS: {}", report.problems.len() as u64 + report.problems_more);
                     for p in &report.problems {
-                        println!("  {}:{}: {}: {}", p.file, p.line, p.kind, p.detail);
+                        let where_ = term::one_line(&p.file);
+                        println!(
+                            "  {where_}:{}: {}: {}",
+                            p.line,
+                            p.kind,
+                            term::one_line(&p.detail)
+                        );
+                    }
+                    if report.problems_more > 0 {
+                        println!("  … and {} more", report.problems_more);
                     }
                     println!("see docs/runbook.md#audit-broken");
                 }

@@ -1,16 +1,18 @@
 //! `bx chat`: talk to the agent. Interactive by default; `--say TEXT` runs one turn and
 //! exits with its status; `--json` prints every event as a JSON line. Tool activity and
-//! approval blocks go to stderr, the model's text to stdout, escaped like approval text.
+//! approval blocks go to stderr, the model's text to stdout; everything that came from
+//! the daemon is escaped for the terminal (`crate::term`).
 
 use std::io::{BufRead as _, Write as _};
-use std::path::Path;
 use std::sync::mpsc;
 
 use bx_protocol::{Answer, Body, Envelope, ErrorCode};
+use bx_state::StateDir;
 use clap::Args;
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_TURN, EXIT_UNAVAILABLE};
 use crate::client::Conn;
+use crate::term;
 
 /// `bx chat`
 #[derive(Debug, Args)]
@@ -32,26 +34,30 @@ pub(crate) struct ChatArgs {
 
 enum Input {
     Line(Option<String>),
-    Frame(Option<Envelope>),
+    /// A frame from the reader of connection number `.0`; `None` when it closed.
+    Frame(u64, Option<Envelope>),
     Interrupt,
 }
 
-pub(crate) fn run(state_dir: &Path, args: &ChatArgs) -> anyhow::Result<u8> {
-    let conn = Conn::connect_or_start(state_dir)?;
-    let (tx, rx) = mpsc::channel::<Input>();
-    {
-        let mut reader = conn.reader()?;
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            loop {
-                let frame = reader.recv().ok().flatten();
-                let end = frame.is_none();
-                if tx.send(Input::Frame(frame)).is_err() || end {
-                    break;
-                }
+/// Starts the thread that reads connection number `generation` into `tx`.
+fn read_into(conn: &Conn, generation: u64, tx: mpsc::Sender<Input>) -> anyhow::Result<()> {
+    let mut reader = conn.reader()?;
+    std::thread::spawn(move || {
+        loop {
+            let frame = reader.recv().ok().flatten();
+            let end = frame.is_none();
+            if tx.send(Input::Frame(generation, frame)).is_err() || end {
+                break;
             }
-        });
-    }
+        }
+    });
+    Ok(())
+}
+
+pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
+    let conn = Conn::connect_or_start(state)?;
+    let (tx, rx) = mpsc::channel::<Input>();
+    read_into(&conn, 1, tx.clone())?;
     {
         let tx = tx.clone();
         std::thread::spawn(move || {
@@ -70,11 +76,15 @@ pub(crate) fn run(state_dir: &Path, args: &ChatArgs) -> anyhow::Result<u8> {
             let _ = tx.send(Input::Interrupt);
         })?;
     }
-    let mut chat = Chat { conn, rx, args, stdin_open: true };
+    let mut chat = Chat { state, conn: Some(conn), generation: 1, tx, rx, args, stdin_open: true };
     if let Some(text) = &args.say {
         return chat.turn(text);
     }
-    eprintln!("bx chat: session {} (Ctrl-C cancels a turn, Ctrl-D quits)", args.session);
+    eprintln!(
+        "bx chat: session {} ({}; Ctrl-C cancels a turn, Ctrl-D leaves; approve a call by typing its id, or `bx approve ID` from another terminal)",
+        term::one_line(&args.session),
+        state.root().display()
+    );
     loop {
         if !chat.stdin_open {
             // Input ended during the last turn.
@@ -89,35 +99,58 @@ pub(crate) fn run(state_dir: &Path, args: &ChatArgs) -> anyhow::Result<u8> {
                 let _ = chat.turn(&line)?;
             }
             Ok(Input::Line(None)) | Err(_) => return Ok(EXIT_OK),
-            Ok(Input::Frame(None)) => {
-                eprintln!("bx: the daemon closed the connection");
-                return Ok(EXIT_UNAVAILABLE);
+            Ok(Input::Frame(generation, None)) if generation == chat.generation => {
+                // The daemon let an idle connection go (or stopped): the next message
+                // connects again.
+                chat.conn = None;
+                eprintln!();
             }
-            Ok(Input::Frame(Some(_)) | Input::Interrupt) => eprintln!(),
+            Ok(Input::Frame(..) | Input::Interrupt) => eprintln!(),
         }
     }
 }
 
 struct Chat<'a> {
-    conn: Conn,
+    state: &'a StateDir,
+    conn: Option<Conn>,
+    generation: u64,
+    tx: mpsc::Sender<Input>,
     rx: mpsc::Receiver<Input>,
     args: &'a ChatArgs,
     stdin_open: bool,
 }
 
-fn untrusted(text: &str) -> String {
-    bx_broker::escape_untrusted(text, true)
-}
-
 impl Chat<'_> {
+    /// The connection, made again (starting a daemon if needed) when the last one closed.
+    fn conn(&mut self) -> anyhow::Result<&mut Conn> {
+        if self.conn.is_none() {
+            let conn = Conn::connect_or_start(self.state)?;
+            self.generation += 1;
+            read_into(&conn, self.generation, self.tx.clone())?;
+            self.conn = Some(conn);
+        }
+        self.conn.as_mut().ok_or_else(|| anyhow::anyhow!("no connection to the daemon"))
+    }
+
+    /// Prints `msg` as one JSON line when `--json` is on.
+    fn print_json(&self, msg: &Body) -> anyhow::Result<()> {
+        if self.args.json {
+            println!("{}", term::json(msg)?);
+            let _ = std::io::stdout().flush();
+        }
+        Ok(())
+    }
+
     /// Runs one turn; returns the exit status it deserves.
     fn turn(&mut self, text: &str) -> anyhow::Result<u8> {
         let session = self.args.session.clone();
-        let id = self.conn.send(Body::Send {
+        let require_tool = self.args.require_tool;
+        let id = self.conn()?.send(Body::Send {
             session: session.clone(),
             text: text.to_owned(),
-            require_tool: self.args.require_tool,
+            require_tool,
         })?;
+        let generation = self.generation;
         let mut approval: Option<String> = None;
         let mut wrote_text = false;
         loop {
@@ -125,7 +158,7 @@ impl Chat<'_> {
             let envelope = match input {
                 Input::Interrupt => {
                     eprintln!("\nbx: cancelling the turn");
-                    self.conn.send(Body::Cancel { session: session.clone() })?;
+                    self.conn()?.send(Body::Cancel { session: session.clone() })?;
                     continue;
                 }
                 Input::Line(None) => {
@@ -140,20 +173,26 @@ impl Chat<'_> {
                     }
                     continue;
                 }
-                Input::Frame(None) => {
+                Input::Frame(g, _) if g != generation => continue,
+                Input::Frame(_, None) => {
+                    self.conn = None;
+                    // Every way a turn ends has one final event, this one too.
+                    let lost = Body::Error {
+                        code: ErrorCode::Internal,
+                        message: "the daemon closed the connection mid-turn".into(),
+                        runbook: "docs/runbook.md#internal-error".into(),
+                    };
+                    self.print_json(&lost)?;
                     eprintln!("bx: the daemon closed the connection mid-turn");
                     return Ok(EXIT_UNAVAILABLE);
                 }
-                Input::Frame(Some(envelope)) => envelope,
+                Input::Frame(_, Some(envelope)) => envelope,
             };
-            if self.args.json {
-                println!("{}", serde_json::to_string(&envelope.msg)?);
-                let _ = std::io::stdout().flush();
-            }
-            if envelope.id != id {
+            self.print_json(&envelope.msg)?;
+            if envelope.id != id && envelope.id != 0 {
                 // The reply to an approval answer or a cancel.
                 if let Body::Refused { reason } = &envelope.msg {
-                    eprintln!("bx: {reason}");
+                    eprintln!("bx: {}", term::shown(reason));
                 }
                 continue;
             }
@@ -168,14 +207,20 @@ impl Chat<'_> {
                     if wrote_text && !self.args.json {
                         println!();
                     }
-                    eprintln!("bx: {message}\n    runbook: {runbook}");
+                    eprintln!(
+                        "bx: {}\n    runbook: {}{}",
+                        term::shown(&message),
+                        term::one_line(&runbook),
+                        next_step(code)
+                    );
                     return Ok(match code {
                         ErrorCode::TurnLimit | ErrorCode::Cancelled => EXIT_TURN,
                         ErrorCode::AuditUnavailable
                         | ErrorCode::PolicyInvalid
                         | ErrorCode::InferenceUnreachable
                         | ErrorCode::InferenceBusy
-                        | ErrorCode::SessionBusy => EXIT_UNAVAILABLE,
+                        | ErrorCode::SessionBusy
+                        | ErrorCode::DaemonBusy => EXIT_UNAVAILABLE,
                         ErrorCode::SessionDamaged
                         | ErrorCode::CoreUnreadable
                         | ErrorCode::InferenceFailed
@@ -185,30 +230,38 @@ impl Chat<'_> {
                 }
                 _ if self.args.json => {}
                 Body::ContentDelta { text, .. } => {
-                    print!("{}", untrusted(&text));
+                    print!("{}", term::shown(&text));
                     let _ = std::io::stdout().flush();
                     wrote_text = true;
                 }
-                Body::ReasoningDelta { text, .. } => eprint!("{}", untrusted(&text)),
+                Body::ReasoningDelta { text, .. } => eprint!("{}", term::shown(&text)),
                 Body::ToolCallProposed { tool, args, .. } => {
-                    eprintln!("\n[tool] {} {}", untrusted(&tool), untrusted(&args));
+                    eprintln!("\n[tool] {} {}", term::one_line(&tool), term::one_line(&args));
                 }
                 Body::ApprovalNeeded { approval: waiting, block, .. } => {
-                    eprint!("{block}");
+                    eprint!("{}", term::shown(&block));
                     if self.stdin_open {
-                        eprint!("type {waiting} to approve, or a reason to refuse: ");
+                        eprint!(
+                            "type {} to approve, or a reason to refuse: ",
+                            term::one_line(&waiting)
+                        );
                         let _ = std::io::stderr().flush();
                         approval = Some(waiting);
                     } else {
-                        eprintln!("answer with `bx approve {waiting}` or `bx refuse {waiting}`");
+                        let w = term::one_line(&waiting);
+                        eprintln!("answer with `bx approve {w}` or `bx refuse {w}`");
                     }
                 }
                 Body::ToolStarted { .. } => {}
                 Body::ToolResult { status, label, bytes, .. } => {
-                    eprintln!("[tool] {status}: {bytes} bytes, label {label}");
+                    eprintln!(
+                        "[tool] {}: {bytes} bytes, label {}",
+                        term::one_line(&status),
+                        term::one_line(&label)
+                    );
                 }
                 Body::ToolDenied { reason, .. } => {
-                    eprintln!("[tool] refused: {}", untrusted(&reason));
+                    eprintln!("[tool] refused: {}", term::shown(&reason));
                 }
                 Body::ModelUsage { thinking_capped: true, .. } => {
                     eprintln!("\n[thinking capped: the model was made to answer]");
@@ -225,7 +278,29 @@ impl Chat<'_> {
             // typed_answer never times out; an expiry is the daemon's to decide.
             bx_broker::Answer::Expired => return Ok(()),
         };
-        self.conn.send(Body::AnswerApproval { approval: approval.to_owned(), answer })?;
+        self.conn()?.send(Body::AnswerApproval { approval: approval.to_owned(), answer })?;
         Ok(())
+    }
+}
+
+/// What the owner can do next after a turn failed with `code`, as one more line.
+fn next_step(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::TurnLimit => "\n    next: rephrase, or raise the [loop] limit in config.toml",
+        ErrorCode::Cancelled => "\n    next: send the next message",
+        ErrorCode::InferenceUnreachable | ErrorCode::InferenceFailed => {
+            "\n    next: `bx doctor` checks the model server; the chat goes on"
+        }
+        ErrorCode::InferenceBusy | ErrorCode::SessionBusy | ErrorCode::DaemonBusy => {
+            "\n    next: wait for the other turn, or talk in another --session"
+        }
+        ErrorCode::PolicyInvalid => "\n    next: `bx policy check` shows what to fix",
+        ErrorCode::AuditUnavailable => {
+            "\n    next: fix the cause, run `bx audit verify`, restart the daemon"
+        }
+        ErrorCode::SessionDamaged | ErrorCode::CoreUnreadable => {
+            "\n    next: fix or move the file named, or talk in another --session"
+        }
+        ErrorCode::BadRequest | ErrorCode::Internal => "",
     }
 }

@@ -1,39 +1,40 @@
-//! `bx doctor`: the daemon and its inference self-test, the policy, the audit log and the
-//! installed tools, each with ok or what is wrong.
-
-use std::path::Path;
+//! `bx doctor`: the daemon and its inference self-test, the policy (and any grant over
+//! bx's own state), the audit log and the installed tools, each with ok or what is wrong.
 
 use bx_protocol::Body;
-use bx_store::{PolicyFile, PolicyStatus, Store};
+use bx_state::{PolicyStatus, StateDir};
+use bx_store::Store;
 use clap::Args;
 
 use super::{EXIT_ERROR, EXIT_OK};
 use crate::client::Conn;
+use crate::term;
 
 /// `bx doctor`
 #[derive(Debug, Args)]
 pub(crate) struct DoctorArgs {}
 
-pub(crate) fn run(state_dir: &Path, _args: &DoctorArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
     let mut healthy = true;
     let mut check = |ok: bool, line: String| {
         healthy &= ok;
-        println!("{} {line}", if ok { "ok  " } else { "FAIL" });
+        println!("{} {}", if ok { "ok  " } else { "FAIL" }, term::shown(&line));
     };
 
-    let config = crate::daemon::load_config(state_dir);
+    let config = bx_daemon::load_config(state);
     match &config {
         Ok(_) => check(true, "config.toml".into()),
         Err(e) => check(false, format!("config.toml: {e:#}")),
     }
 
-    let answering = Conn::connect(state_dir)
+    let answering = Conn::connect(state)
         .ok()
         .and_then(|mut c| c.request(Body::ListSessions {}).ok())
-        .is_some();
-    let status = std::fs::read_to_string(state_dir.join(crate::daemon::STATUS))
+        .is_some_and(|reply| matches!(reply, Body::Sessions { .. }));
+    let status = bx_state::read_own(&state.status_file(), bx_state::MAX_OWN_FILE_BYTES)
         .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+        .flatten()
+        .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok());
     match (answering, status) {
         (true, Some(s)) => {
             check(true, format!("daemon: pid {} serving {}", s["pid"], s["url"]));
@@ -42,7 +43,7 @@ pub(crate) fn run(state_dir: &Path, _args: &DoctorArgs) -> anyhow::Result<u8> {
                     let ok = report.completion_ok && report.problems.is_empty();
                     check(ok, "inference self-test (at daemon start):".into());
                     for line in report.to_string().lines() {
-                        println!("       {line}");
+                        println!("       {}", term::one_line(line));
                     }
                 }
                 Err(e) => {
@@ -54,7 +55,9 @@ pub(crate) fn run(state_dir: &Path, _args: &DoctorArgs) -> anyhow::Result<u8> {
         (false, _) => println!("-    daemon: not running (`bx chat` or `bx serve` starts one)"),
     }
 
-    let policy = PolicyFile::open(&state_dir.join("policy.toml"));
+    // With an invalid config, the default places are still worth checking.
+    let config = config.unwrap_or_default();
+    let policy = state.watch_policy(&config);
     match policy.status() {
         PolicyStatus::Valid => check(true, "policy: valid".into()),
         PolicyStatus::Missing => check(
@@ -63,10 +66,13 @@ pub(crate) fn run(state_dir: &Path, _args: &DoctorArgs) -> anyhow::Result<u8> {
         ),
         other => check(false, format!("policy: {other:?} (see docs/runbook.md#policy-invalid)")),
     }
+    if let Some(p) = policy.in_force() {
+        for line in bx_daemon::own_state_lines(&p) {
+            println!("warn {}", term::shown(&line));
+        }
+    }
 
-    // With an invalid config, the default place is still worth checking.
-    let audit_dir = config.unwrap_or_default().audit_dir(state_dir);
-    match bx_audit::verify(&audit_dir) {
+    match bx_audit::verify(&state.audit_dir(&config)) {
         Ok(r) if r.is_clean() => check(
             true,
             format!("audit: {} records in {} files, chain intact", r.records, r.files.len()),
@@ -75,17 +81,17 @@ pub(crate) fn run(state_dir: &Path, _args: &DoctorArgs) -> anyhow::Result<u8> {
             false,
             format!(
                 "audit: {} problems (run `bx audit verify`; see docs/runbook.md#audit-broken)",
-                r.problems.len()
+                r.problems.len() as u64 + r.problems_more
             ),
         ),
         Err(e) => check(false, format!("audit: {e}")),
     }
 
-    let store = Store::open(state_dir)?;
+    let store = Store::open(state, &config)?;
     let installed = store.installed()?;
     check(true, format!("tools: {} installed, epoch {}", installed.tools.len(), installed.epoch));
     for (name, tool) in &installed.tools {
-        println!("       {name} {}", tool.digest);
+        println!("       {} {}", term::one_line(name), term::one_line(&tool.digest));
     }
     Ok(if healthy { EXIT_OK } else { EXIT_ERROR })
 }

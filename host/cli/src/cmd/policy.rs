@@ -1,14 +1,16 @@
 //! `bx policy`: write the example, check a file, explain a decision.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use bx_broker::{CallRequest, Decision, Policy};
+use bx_broker::{Decision, Policy};
 use bx_runtime::{Limits, Runtime};
-use bx_store::{Sessions, Store};
+use bx_state::StateDir;
+use bx_store::Store;
 use clap::Subcommand;
 
 use super::{EXIT_ERROR, EXIT_OK};
+use crate::term;
 
 /// `bx policy …`
 #[derive(Debug, Subcommand)]
@@ -19,7 +21,8 @@ pub(crate) enum PolicyCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Check a policy file (default: the state directory's policy.toml) and its examples.
+    /// Check a policy file (default: the state directory's policy.toml) and its
+    /// examples, and warn about any grant over bx's own state.
     Check {
         /// The file to check.
         file: Option<PathBuf>,
@@ -38,8 +41,8 @@ pub(crate) enum PolicyCommand {
     },
 }
 
-pub(crate) fn run(state_dir: &Path, command: PolicyCommand) -> anyhow::Result<u8> {
-    let default = state_dir.join("policy.toml");
+pub(crate) fn run(state: &StateDir, command: PolicyCommand) -> anyhow::Result<u8> {
+    let default = state.policy_file();
     match command {
         PolicyCommand::Init { force } => {
             if default.exists() && !force {
@@ -52,10 +55,14 @@ pub(crate) fn run(state_dir: &Path, command: PolicyCommand) -> anyhow::Result<u8
         }
         PolicyCommand::Check { file } => {
             let path = file.unwrap_or(default);
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading {}", path.display()))?;
+            let bytes = bx_state::read_own(&path, bx_state::MAX_POLICY_BYTES)?
+                .with_context(|| format!("{} does not exist", path.display()))?;
+            let text = String::from_utf8(bytes)
+                .with_context(|| format!("{} is not UTF-8", path.display()))?;
             match Policy::parse(&path.display().to_string(), &text) {
                 Ok(p) => {
+                    let config = bx_daemon::load_config(state).unwrap_or_default();
+                    let p = p.protect_own(state.own_paths(&config))?;
                     println!(
                         "{}: ok: {} grants, {} deny rules, {} examples hold",
                         path.display(),
@@ -63,43 +70,45 @@ pub(crate) fn run(state_dir: &Path, command: PolicyCommand) -> anyhow::Result<u8
                         p.denies().len(),
                         p.examples().len()
                     );
+                    for line in bx_daemon::own_state_lines(&p) {
+                        println!("{}", term::shown(&line));
+                    }
                     Ok(EXIT_OK)
                 }
                 Err(errors) => {
-                    eprintln!("{errors}");
+                    eprintln!("{}", term::shown(&errors.to_string()));
                     Ok(EXIT_ERROR)
                 }
             }
         }
-        PolicyCommand::Explain { tool, args, session } => {
-            explain(state_dir, &tool, &args, &session)
-        }
+        PolicyCommand::Explain { tool, args, session } => explain(state, &tool, &args, &session),
     }
 }
 
-fn explain(state_dir: &Path, tool_name: &str, args: &str, session: &str) -> anyhow::Result<u8> {
-    let policy = super::run::policy_in_force(state_dir)?;
+fn explain(state: &StateDir, tool_name: &str, args: &str, session: &str) -> anyhow::Result<u8> {
+    let config = bx_daemon::load_config(state)?;
+    let policy = super::run::policy_in_force(state, &config)?;
     let call_args: serde_json::Value =
         serde_json::from_str(args).context("--args is not valid JSON")?;
-    let store = Store::open(state_dir)?;
+    let store = Store::open(state, &config)?;
     let runtime = Runtime::new(Limits::default())?;
-    let tool = store.open_tool(&runtime, tool_name)?;
-    let call = CallRequest {
-        tool: tool_name.to_owned(),
-        digest: tool.digest().to_owned(),
-        resources: bx_agent::call::resources(&tool, &call_args).map_err(anyhow::Error::msg)?,
-    };
-    let (taint, damage) = Sessions::open(state_dir)?.taint(session)?;
-    println!("tool:     {tool_name} {}", tool.digest());
+    let (tool, _) = store.open_tool(&runtime, tool_name)?;
+    let files = bx_state::Sessions::open(&state.sessions_dir())?;
+    let ledger = bx_agent::Ledger::open(files, &state.audit_dir(&config))?;
+    let (taint, damage) = ledger.peek(session)?;
+    let (resources, decision) =
+        bx_agent::call::explain(&policy, taint, &tool, &call_args).map_err(anyhow::Error::msg)?;
+    println!("tool:     {} {}", term::one_line(tool_name), tool.digest());
     println!(
-        "session:  {session}, taint {taint}{}",
-        damage.map(|d| format!(" ({d})")).unwrap_or_default()
+        "session:  {}, taint {taint}{}",
+        term::one_line(session),
+        damage.map(|d| format!(" ({})", term::one_line(&d))).unwrap_or_default()
     );
     println!("resources:");
-    for r in &call.resources {
-        println!("  {}", bx_broker::escape_untrusted(&r.to_string(), false));
+    for r in &resources {
+        println!("  {}", term::one_line(&r.to_string()));
     }
-    match bx_broker::decide(&policy, taint, &call) {
+    match decision {
         Decision::Allow(grant) => {
             println!("decision: allow");
             for (root, kind) in grant.roots() {
@@ -111,23 +120,28 @@ fn explain(state_dir: &Path, tool_name: &str, args: &str, session: &str) -> anyh
                     grant.host_label(&host.to_string()).map(|l| l.to_string()).unwrap_or_default();
                 println!("  reaches {host}, label {label}");
             }
+            for denied in grant.denied() {
+                println!("  never reaches {}", denied.display());
+            }
         }
         Decision::Ask(ask) => {
             println!("decision: ask");
             for m in &ask.matched {
                 println!(
                     "  {} -> {}, label {}, {}",
-                    m.resource,
+                    term::one_line(&m.resource.to_string()),
                     m.grant,
                     m.label,
                     if m.clean { "clean" } else { "tainted" }
                 );
             }
             for r in &ask.reasons {
-                println!("  why: {r}");
+                println!("  why: {}", term::one_line(r));
             }
         }
-        Decision::Deny(reason) => println!("decision: deny\n  why: {reason}"),
+        Decision::Deny(reason) => {
+            println!("decision: deny\n  why: {}", term::one_line(&reason.message))
+        }
     }
     Ok(EXIT_OK)
 }

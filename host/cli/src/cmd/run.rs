@@ -1,25 +1,35 @@
 //! `bx tool run`: one call by hand, through the whole trust path: the request on the
-//! audit log, the broker's decision against the policy and the session's taint, the
-//! owner's approval at the prompt when the policy asks, the call under its grant, the
-//! result on the log before anyone sees it, and the session's taint raised.
+//! audit log, the broker's decision against the policy (with any `--allow` flags on top)
+//! and the session's taint, the owner's approval at the prompt when the policy asks, the
+//! call under its grant, the result on the log before anyone sees it, and the session's
+//! taint raised. Through the daemon when one runs (one writer of the log); otherwise
+//! here, holding the log's lock for the length of the call.
 
 use std::io::{BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use bx_agent::{call, now_ms};
+use bx_agent::call::{self, Decided, Overlay, Trust};
+use bx_agent::{Ledger, now_ms};
 use bx_audit::AuditLog;
-use bx_broker::{AllowList, Answer, Answered, ApprovalTable, CallRequest, Decision};
-use bx_runtime::{CallError, Limits, Output, RunError, Runtime};
-use bx_store::{PolicyFile, PolicyStatus, Sessions, Store};
+use bx_broker::{Answer, Answered, ApprovalTable};
+use bx_protocol::{Body, RunOutcome};
+use bx_runtime::{CacheOutcome, Limits, Runtime};
+use bx_state::{Config, PolicyStatus, StateDir};
+use bx_store::Store;
 use clap::Args;
 
 use super::{EXIT_DENIED, EXIT_ERROR, EXIT_LIMIT, EXIT_OK, EXIT_UNAVAILABLE};
+use crate::client::Conn;
+use crate::term;
 
 /// How long an approval waits at the prompt before it counts as a refusal.
 const DEFAULT_APPROVAL_SECS: u64 = 120;
+/// How long a one-shot command waits for the audit log's lock (another command's call).
+const LOG_LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// `bx tool run`
 #[derive(Debug, Args)]
@@ -56,8 +66,11 @@ fn absolute(path: &Path) -> anyhow::Result<String> {
 
 /// Loads the policy in force for a one-shot command: an invalid file refuses (a one-shot
 /// command has no earlier valid policy to fall back on).
-pub(crate) fn policy_in_force(state_dir: &Path) -> anyhow::Result<Arc<bx_broker::Policy>> {
-    let file = PolicyFile::open(&state_dir.join("policy.toml"));
+pub(crate) fn policy_in_force(
+    state: &StateDir,
+    config: &Config,
+) -> anyhow::Result<Arc<bx_broker::Policy>> {
+    let file = state.watch_policy(config);
     match (file.status(), file.in_force()) {
         (PolicyStatus::Valid | PolicyStatus::Missing, Some(p)) => Ok(p),
         (PolicyStatus::Invalid(errors), _) => {
@@ -74,95 +87,191 @@ pub(crate) fn policy_in_force(state_dir: &Path) -> anyhow::Result<Arc<bx_broker:
     }
 }
 
-/// Asks the owner at the terminal: the whole block, then the id to approve.
-fn ask_owner(block: &str, id: &str, timeout: Duration) -> Answer {
-    eprint!("{block}");
-    eprint!("type {id} to approve, or a reason to refuse: ");
-    let _ = std::io::stderr().flush();
-    let (tx, rx) = std::sync::mpsc::channel();
+/// A line read from standard input on a thread of its own, so the wait for it can end.
+fn read_line_in_background() -> mpsc::Receiver<std::io::Result<(usize, String)>> {
+    let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
         let read = std::io::stdin().lock().read_line(&mut line);
         let _ = tx.send(read.map(|n| (n, line)));
     });
-    match rx.recv_timeout(timeout) {
+    rx
+}
+
+/// Shows the owner the whole block, then the prompt.
+fn prompt(block: &str, id: &str) {
+    eprint!("{}", term::shown(block));
+    eprint!("type {} to approve, or a reason to refuse: ", term::one_line(id));
+    let _ = std::io::stderr().flush();
+}
+
+/// Asks the owner at the terminal: the whole block, then the id to approve.
+fn ask_owner(block: &str, id: &str, timeout: Duration) -> Answer {
+    prompt(block, id);
+    match read_line_in_background().recv_timeout(timeout) {
         Ok(Ok((0, _))) => Answer::Expired, // end of input: nobody is there to answer
         Ok(Ok((_, line))) => bx_broker::typed_answer(id, &line),
         Ok(Err(_)) | Err(_) => Answer::Expired,
     }
 }
 
-pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Result<u8> {
-    let call_args: serde_json::Value =
-        serde_json::from_str(&args.args).context("--args is not valid JSON")?;
-    if !call_args.is_object() {
-        bail!("--args must be a JSON object");
+fn overlay(args: &RunArgs) -> anyhow::Result<Overlay> {
+    let abs =
+        |paths: &[PathBuf]| paths.iter().map(|p| absolute(p)).collect::<anyhow::Result<Vec<_>>>();
+    Ok(Overlay {
+        read: abs(&args.allow_read)?,
+        write: abs(&args.allow_write)?,
+        hosts: args.allow_host.clone(),
+        deny: abs(&args.deny)?,
+    })
+}
+
+pub(crate) fn run(state: &StateDir, args: &RunArgs) -> anyhow::Result<u8> {
+    let overlay = overlay(args)?;
+    // Catch a bad flag here, before anything is recorded.
+    overlay.apply(&bx_broker::Policy::empty()).map_err(anyhow::Error::msg)?;
+    match Conn::connect(state) {
+        Ok(conn) => via_daemon(conn, args, &overlay),
+        Err(_) => here(state, args, &overlay),
     }
+}
+
+/// The call through the running daemon, the log's one writer.
+fn via_daemon(mut conn: Conn, args: &RunArgs, overlay: &Overlay) -> anyhow::Result<u8> {
+    let (tx, frames) = mpsc::channel();
+    let mut reader = conn.reader()?;
+    std::thread::spawn(move || {
+        while let Ok(Some(envelope)) = reader.recv() {
+            if tx.send(envelope).is_err() {
+                break;
+            }
+        }
+    });
+    let id = conn.send(Body::RunTool {
+        session: args.session.clone(),
+        tool: args.name.clone(),
+        args: args.args.clone(),
+        overlay: bx_protocol::Overlay {
+            read: overlay.read.clone(),
+            write: overlay.write.clone(),
+            hosts: overlay.hosts.clone(),
+            deny: overlay.deny.clone(),
+        },
+    })?;
+    loop {
+        let Ok(envelope) = frames.recv() else {
+            eprintln!("bx: the daemon closed the connection before the call ended");
+            return Ok(EXIT_UNAVAILABLE);
+        };
+        if envelope.id != id && envelope.id != 0 {
+            continue;
+        }
+        match envelope.msg {
+            Body::ApprovalNeeded { approval, block, .. } => {
+                prompt(&block, &approval);
+                let timeout = Duration::from_secs(args.approval_timeout);
+                let answer = match read_line_in_background().recv_timeout(timeout) {
+                    Ok(Ok((n, line))) if n > 0 => match bx_broker::typed_answer(&approval, &line) {
+                        Answer::Approve => bx_protocol::Answer::Approve {},
+                        Answer::Refuse(reason) => bx_protocol::Answer::Refuse { reason },
+                        Answer::Expired => bx_protocol::Answer::Refuse { reason: "expired".into() },
+                    },
+                    _ => bx_protocol::Answer::Refuse {
+                        reason: "no answer at the prompt before it timed out".into(),
+                    },
+                };
+                conn.send(Body::AnswerApproval { approval, answer })?;
+            }
+            Body::ToolOutput { outcome, text, stderr, .. } => {
+                return Ok(print(outcome, &text, &stderr));
+            }
+            Body::Error { message, runbook, code } => {
+                eprintln!(
+                    "bx: {}\n    runbook: {}",
+                    term::shown(&message),
+                    term::one_line(&runbook)
+                );
+                return Ok(match code {
+                    bx_protocol::ErrorCode::AuditUnavailable
+                    | bx_protocol::ErrorCode::PolicyInvalid
+                    | bx_protocol::ErrorCode::DaemonBusy => EXIT_UNAVAILABLE,
+                    _ => EXIT_ERROR,
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Checkpoints the log however the call ends, so its records are covered.
+struct Closing<'a>(&'a AuditLog);
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.checkpoint() {
+            eprintln!("bx: {e}");
+        }
+    }
+}
+
+/// The call here, holding the audit log's lock for its length.
+fn here(state: &StateDir, args: &RunArgs, overlay: &Overlay) -> anyhow::Result<u8> {
+    let config = bx_daemon::load_config(state)?;
+    let audit_dir = state.audit_dir(&config);
     // The log first: if it cannot record, nothing runs.
-    let log = match AuditLog::open(&crate::state_dir::audit_dir(state_dir)?) {
-        Ok(log) => log,
+    let log = match AuditLog::open_waiting(&audit_dir, LOG_LOCK_WAIT) {
+        Ok(log) => Arc::new(log),
         Err(e) => {
             eprintln!("bx: {e}");
             return Ok(EXIT_UNAVAILABLE);
         }
     };
-    let policy = match policy_in_force(state_dir) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("bx: {e:#}");
-            return Ok(EXIT_UNAVAILABLE);
-        }
-    };
-    let mut allow = AllowList::on_top_of((*policy).clone());
-    for p in &args.allow_read {
-        allow = allow.read(&absolute(p)?).map_err(anyhow::Error::msg)?;
-    }
-    for p in &args.allow_write {
-        allow = allow.write(&absolute(p)?).map_err(anyhow::Error::msg)?;
-    }
-    for p in &args.deny {
-        allow = allow.deny(&absolute(p)?).map_err(anyhow::Error::msg)?;
-    }
-    for h in &args.allow_host {
-        allow = allow.host(h).map_err(anyhow::Error::msg)?;
-    }
-    let sessions = Sessions::open(state_dir)?;
-    let session = args.session.as_str();
+    let _closing = Closing(&log);
+    let files = bx_state::Sessions::open(&state.sessions_dir())?;
+    let ledger = Ledger::open(files, &audit_dir)?;
+    let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config));
+    let store = Store::open(state, &config)?;
     let runtime = Runtime::new(Limits::default())?;
-    let tool = store.open_tool(&runtime, &args.name)?;
-    let call = CallRequest {
-        tool: args.name.clone(),
-        digest: tool.digest().to_owned(),
-        resources: call::resources(&tool, &call_args).map_err(anyhow::Error::msg)?,
+    let tool = match store.open_tool(&runtime, &args.name) {
+        Ok((tool, outcome)) => {
+            if let CacheOutcome::Replaced(why) = outcome {
+                eprintln!(
+                    "bx: warning: the precompiled code of {} was refused and compiled again: {} (see docs/runbook.md#precompiled-cache)",
+                    term::one_line(&args.name),
+                    term::one_line(&why)
+                );
+            }
+            Some(tool)
+        }
+        Err(bx_store::StoreError::NotInstalled(_)) => None,
+        Err(e) => return Err(e.into()),
     };
     let call_id = format!("c{:x}{:x}", now_ms(), std::process::id());
-    let recorded = call::record_request(
-        &log,
-        session,
-        &call_id,
-        &call.tool,
-        &call.digest,
-        &args.args,
-        &call.resources,
-    );
-    if let Err(e) = recorded {
-        eprintln!("bx: {e}");
-        return Ok(EXIT_UNAVAILABLE);
-    }
-    let (taint, damage) = call::session_taint(&log, &sessions, session, &call_id)?;
-    if let Some(why) = &damage {
-        eprintln!("bx: session state damaged: {why} (see docs/runbook.md#session-state-damaged)");
-    }
-
-    let decision = bx_broker::decide(allow.policy(), taint, &call);
-    call::record_decision(&log, session, &call_id, &decision, taint)?;
-    let decision = match decision {
-        Decision::Ask(ask) => {
+    let (value, refusal) = call::parse_args(&args.args);
+    let unavailable = |e: bx_agent::AgentError| {
+        eprintln!("bx: {}", term::shown(&e.to_string()));
+        Ok(EXIT_UNAVAILABLE)
+    };
+    let requested = match trust.propose(&args.session, &call_id, &args.name, tool.as_ref(), &value)
+    {
+        Ok(r) => r,
+        Err(e) => return unavailable(e),
+    };
+    let decided = match requested.decide(overlay, refusal) {
+        Ok(d) => d,
+        Err(e) => return unavailable(e),
+    };
+    let decided = match decided {
+        Decided::Asking(asking) => {
             let table = ApprovalTable::new();
             let timeout = Duration::from_secs(args.approval_timeout);
-            let pending =
-                table.insert(ask.clone(), args.args.clone(), now_ms(), timeout.as_millis() as u64);
-            let block = bx_broker::render_block(&pending, tool.digest(), now_ms());
+            let pending = table.insert(
+                asking.request().clone(),
+                asking.args().to_owned(),
+                now_ms(),
+                timeout.as_millis() as u64,
+            );
+            let block = bx_broker::render_block(&pending, &asking.request().call.digest, now_ms());
             // The answer comes from standard input: a terminal, or a pipe the owner set
             // up; end of input is no answer.
             let answer = ask_owner(&block, &pending.id, timeout);
@@ -173,78 +282,95 @@ pub(crate) fn run(state_dir: &Path, store: &Store, args: &RunArgs) -> anyhow::Re
                     Answer::Expired
                 }
             };
-            let decided = bx_broker::redecide(allow.policy(), taint, &ask, &answer);
-            call::record_answer(&log, session, &call_id, &pending.id, &answer, &decided)?;
-            decided
+            match asking.answer(&pending.id, &answer) {
+                Ok(d) => d,
+                Err(e) => return unavailable(e),
+            }
         }
         other => other,
     };
-    let grant = match decision {
-        Decision::Allow(grant) => grant,
-        Decision::Deny(reason) => {
-            eprintln!("bx: denied: {reason} (see docs/runbook.md#tool-denied)");
-            return Ok(EXIT_DENIED);
+    let allowed = match decided {
+        Decided::Allowed(allowed) => allowed,
+        Decided::Refused(r) if r.unavailable => {
+            return Ok(print(RunOutcome::Unavailable, &r.reason, ""));
         }
-        Decision::Ask(_) => {
-            eprintln!("bx: the call still asks after the owner's answer; refused");
-            return Ok(EXIT_DENIED);
+        Decided::Refused(r) => return Ok(print(RunOutcome::Refused, &r.reason, "")),
+        Decided::Asking(_) => {
+            return Ok(print(
+                RunOutcome::Refused,
+                "the call still asks after the owner's answer",
+                "",
+            ));
         }
     };
-
-    let finished =
-        match call::run_and_record(&log, &runtime, &tool, grant, &args.args, session, &call_id) {
-            Ok(finished) => finished,
-            Err(e) => {
-                // Nobody sees a result that is not on the log.
-                eprintln!("bx: {e}");
-                return Ok(EXIT_UNAVAILABLE);
-            }
-        };
-    sessions.observe(session, finished.label)?;
-    log.close()?;
-    let outcome = finished.outcome;
-
-    let report = match outcome {
-        Ok(report) => report,
-        Err(e @ RunError::Limit { .. }) => {
-            eprintln!("bx: {e}");
-            return Ok(EXIT_LIMIT);
-        }
-        Err(e) => return Err(e.into()),
+    let executor = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let finished = match executor.block_on(allowed.run(&runtime)) {
+        Ok(f) => f,
+        // Nobody sees a result that is not on the log.
+        Err(e) => return unavailable(e),
     };
-    if !report.stderr.is_empty() {
-        eprintln!("{}", String::from_utf8_lossy(&report.stderr));
+    match call::output_of(&call_id, &finished) {
+        Body::ToolOutput { outcome, text, stderr, .. } => Ok(print(outcome, &text, &stderr)),
+        _ => Ok(EXIT_ERROR),
     }
-    match report.result {
-        Ok(Output::Json(text)) => {
-            let pretty = serde_json::from_str::<serde_json::Value>(&text)
-                .and_then(|v| serde_json::to_string_pretty(&v))
-                .unwrap_or(text);
+}
+
+/// Prints what a call produced, escaped for the terminal, and returns its exit status.
+fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
+    if !stderr.is_empty() {
+        eprintln!("{}", term::shown(stderr));
+    }
+    match outcome {
+        RunOutcome::Json => {
+            let pretty = serde_json::from_str::<serde_json::Value>(text)
+                .ok()
+                .and_then(|v| term::json_pretty(&v).ok())
+                .unwrap_or_else(|| term::shown(text));
             println!("{pretty}");
-            Ok(EXIT_OK)
+            EXIT_OK
         }
-        Ok(Output::Text(text)) => {
-            print!("{text}");
-            if !text.ends_with('\n') {
+        RunOutcome::Text => {
+            let shown = term::shown(text);
+            print!("{shown}");
+            if !shown.ends_with('\n') {
                 println!();
             }
-            Ok(EXIT_OK)
+            EXIT_OK
         }
-        Err(CallError::Denied(reason)) => {
-            eprintln!("bx: denied by the host: {reason} (see docs/runbook.md#tool-denied)");
-            Ok(EXIT_DENIED)
+        RunOutcome::Refused => {
+            eprintln!("bx: denied: {} (see docs/runbook.md#tool-denied)", term::shown(text));
+            EXIT_DENIED
         }
-        Err(CallError::InvalidArgs(m)) => {
-            eprintln!("bx: invalid arguments: {m}");
-            Ok(EXIT_ERROR)
+        RunOutcome::Unavailable => {
+            eprintln!("bx: {}", term::shown(text));
+            EXIT_UNAVAILABLE
         }
-        Err(CallError::Failed(m)) => {
-            eprintln!("bx: tool failed: {m}");
-            Ok(EXIT_ERROR)
+        RunOutcome::HostDenied => {
+            eprintln!(
+                "bx: denied by the host: {} (see docs/runbook.md#tool-denied)",
+                term::shown(text)
+            );
+            EXIT_DENIED
         }
-        Err(CallError::OutputTooLarge(m)) => {
-            eprintln!("bx: tool output too large: {m}");
-            Ok(EXIT_ERROR)
+        RunOutcome::InvalidArgs => {
+            eprintln!("bx: invalid arguments: {}", term::shown(text));
+            EXIT_ERROR
+        }
+        RunOutcome::Failed => {
+            eprintln!("bx: tool failed: {}", term::shown(text));
+            EXIT_ERROR
+        }
+        RunOutcome::OutputTooLarge => {
+            eprintln!("bx: tool output too large: {}", term::shown(text));
+            EXIT_ERROR
+        }
+        RunOutcome::Limit => {
+            eprintln!("bx: {}", term::shown(text));
+            EXIT_LIMIT
+        }
+        RunOutcome::Stopped => {
+            eprintln!("bx: {}", term::shown(text));
+            EXIT_ERROR
         }
     }
 }

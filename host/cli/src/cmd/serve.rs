@@ -1,7 +1,6 @@
 //! `bx serve`: runs the daemon in the foreground until SIGTERM or SIGINT.
 
-use std::path::Path;
-
+use bx_state::StateDir;
 use clap::Args;
 
 use super::EXIT_OK;
@@ -10,8 +9,8 @@ use super::EXIT_OK;
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {}
 
-pub(crate) fn run(state_dir: &Path, _args: &ServeArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(state: &StateDir, _args: &ServeArgs) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(crate::daemon::serve(state_dir.to_path_buf()))?;
+    runtime.block_on(bx_daemon::serve(state.clone()))?;
     Ok(EXIT_OK)
 }

@@ -1,69 +1,76 @@
 //! `bx session`: show a session's taint, rebuild it from the audit log.
 
-use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
-use bx_audit::{Kind, Record};
-use bx_broker::{Label, parse_label};
-use bx_store::Sessions;
+use bx_agent::Ledger;
+use bx_audit::AuditLog;
+use bx_protocol::Body;
+use bx_state::{Sessions, StateDir};
 use clap::Subcommand;
 
-use super::EXIT_OK;
+use super::{EXIT_ERROR, EXIT_OK};
+use crate::client::Conn;
+use crate::term;
 
 /// `bx session …`
 #[derive(Debug, Subcommand)]
 pub(crate) enum SessionCommand {
-    /// Print a session's taint.
+    /// Print a session's taint: its state file's, joined with what the audit log shows.
     Show {
         /// The session id.
         id: String,
     },
-    /// Recompute a session's taint from the audit log (the join of its results' labels)
-    /// and write it.
+    /// Recompute a session's taint from the audit log alone (the join of its results'
+    /// labels), write it and record the rebuild. Through the daemon when one runs.
     Rebuild {
         /// The session id.
         id: String,
     },
 }
 
-pub(crate) fn run(state_dir: &Path, command: SessionCommand) -> anyhow::Result<u8> {
-    let sessions = Sessions::open(state_dir)?;
+pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u8> {
+    let config = bx_daemon::load_config(state)?;
+    let audit_dir = state.audit_dir(&config);
     match command {
         SessionCommand::Show { id } => {
-            let (taint, damage) = sessions.taint(&id)?;
-            println!("{id}: {taint}");
+            let ledger = Ledger::open(Sessions::open(&state.sessions_dir())?, &audit_dir)?;
+            let (taint, damage) = ledger.peek(&id)?;
+            println!("{}: {taint}", term::one_line(&id));
             if let Some(d) = damage {
-                println!("  {d} (see docs/runbook.md#session-state-damaged)");
+                println!("  {} (see docs/runbook.md#session-state-damaged)", term::one_line(&d));
             }
         }
         SessionCommand::Rebuild { id } => {
-            let audit_dir = crate::state_dir::audit_dir(state_dir)?;
             let report = bx_audit::verify(&audit_dir)?;
             if !report.is_clean() {
                 anyhow::bail!(
                     "the audit log does not verify; rebuild refused (run `bx audit verify`, see docs/runbook.md#audit-broken)"
                 );
             }
-            let mut taint = Label::CLEAN;
-            let mut results = 0;
-            for line in super::audit::all_records(&audit_dir)? {
-                let Ok(r) = Record::parse(&line) else { continue };
-                if r.kind != Kind::Result
-                    || r.fields.get("session").and_then(|s| s.as_str()) != Some(id.as_str())
-                {
-                    continue;
+            let (taint, results) = match Conn::connect(state) {
+                Ok(mut conn) => match conn.request(Body::RebuildSession { session: id.clone() })? {
+                    Body::Rebuilt { taint, results, .. } => (taint, results),
+                    Body::Error { message, runbook, .. } => {
+                        eprintln!(
+                            "bx: {}\n    runbook: {}",
+                            term::shown(&message),
+                            term::one_line(&runbook)
+                        );
+                        return Ok(EXIT_ERROR);
+                    }
+                    other => anyhow::bail!("unexpected reply: {}", other.type_name()),
+                },
+                Err(_) => {
+                    let log =
+                        Arc::new(AuditLog::open_waiting(&audit_dir, Duration::from_secs(60))?);
+                    let ledger = Ledger::open(Sessions::open(&state.sessions_dir())?, &audit_dir)?;
+                    let (taint, results) = ledger.rebuild(&log, &audit_dir, &id)?;
+                    log.checkpoint()?;
+                    (taint.to_string(), results)
                 }
-                // A result whose label cannot be read counts as the top label.
-                let label = r
-                    .fields
-                    .get("label")
-                    .and_then(|l| l.as_str())
-                    .and_then(|l| parse_label(l).ok())
-                    .unwrap_or(Label::TOP);
-                taint = taint.join(label);
-                results += 1;
-            }
-            sessions.write(&id, taint)?;
-            println!("{id}: {taint} (from {results} results)");
+            };
+            println!("{}: {taint} (from {results} results)", term::one_line(&id));
         }
     }
     Ok(EXIT_OK)

@@ -1,13 +1,13 @@
 //! `bx tool`: install by digest, list, inspect, remove, and run a tool by hand.
 
-use std::path::Path;
-
 use anyhow::bail;
 use bx_runtime::{Limits, Runtime};
+use bx_state::StateDir;
 use bx_store::{Digest, InstallSource, Store};
 use clap::{Args, Subcommand};
 
 use super::EXIT_OK;
+use crate::term;
 
 /// `bx tool …`
 #[derive(Debug, Subcommand)]
@@ -53,8 +53,12 @@ pub(crate) struct ListArgs {
     json: bool,
 }
 
-pub(crate) fn run(state_dir: &Path, command: ToolCommand) -> anyhow::Result<u8> {
-    let store = Store::open(state_dir)?;
+pub(crate) fn run(state: &StateDir, command: ToolCommand) -> anyhow::Result<u8> {
+    if let ToolCommand::Run(args) = &command {
+        return super::run::run(state, args);
+    }
+    let config = bx_daemon::load_config(state)?;
+    let store = Store::open(state, &config)?;
     match command {
         ToolCommand::Install(args) => install(&store, args),
         ToolCommand::List(args) => list(&store, &args),
@@ -64,7 +68,7 @@ pub(crate) fn run(state_dir: &Path, command: ToolCommand) -> anyhow::Result<u8> 
             println!("removed {name} ({})", removed.digest);
             Ok(EXIT_OK)
         }
-        ToolCommand::Run(args) => super::run::run(state_dir, &store, &args),
+        ToolCommand::Run(args) => super::run::run(state, &args),
     }
 }
 
@@ -137,25 +141,32 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
 
 fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
     let runtime = runtime()?;
-    let tool = store.open_tool(&runtime, name)?;
+    let (tool, cache) = store.open_tool(&runtime, name)?;
+    if let bx_runtime::CacheOutcome::Replaced(why) = cache {
+        eprintln!(
+            "bx: warning: its precompiled code was refused and compiled again: {} (see docs/runbook.md#precompiled-cache)",
+            term::one_line(&why)
+        );
+    }
+    // What a tool says about itself is the tool's text: escaped like any.
     let d = tool.description();
-    println!("name:     {}", d.name);
+    println!("name:     {}", term::one_line(&d.name));
     println!("digest:   {}", tool.digest());
-    println!("summary:  {}", d.summary);
+    println!("summary:  {}", term::one_line(&d.summary));
     println!("resources:");
     for r in &d.resources {
-        println!("  {} ({})", r.arg, bx_runtime::resource_kind_name(r.kind));
+        println!("  {} ({})", term::one_line(&r.arg), bx_runtime::resource_kind_name(r.kind));
     }
     let schema: serde_json::Value = serde_json::from_str(&d.args_schema)
         .unwrap_or(serde_json::Value::String(d.args_schema.clone()));
-    println!("arguments schema:\n{}", serde_json::to_string_pretty(&schema)?);
+    println!("arguments schema:\n{}", term::json_pretty(&schema)?);
     println!("imports:");
     for i in &tool.world().imports {
-        println!("  {i}");
+        println!("  {}", term::one_line(i));
     }
     println!("exports:");
     for e in &tool.world().exports {
-        println!("  {e}");
+        println!("  {}", term::one_line(e));
     }
     Ok(EXIT_OK)
 }

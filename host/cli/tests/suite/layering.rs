@@ -10,21 +10,61 @@ use super::*;
 /// Every workspace crate must appear here, so a new crate forces a decision.
 fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
     let runtimes = ["tokio", "wasmtime", "wasmtime-wasi", "reqwest", "hyper"];
-    let all_bx =
-        ["bx-audit", "bx-protocol", "bx-runtime", "bx-store", "bx-infer", "bx-agent", "bx-cli"];
+    let all_bx = [
+        "bx-audit",
+        "bx-protocol",
+        "bx-runtime",
+        "bx-state",
+        "bx-store",
+        "bx-infer",
+        "bx-agent",
+        "bx-daemon",
+        "bx-cli",
+    ];
     let mut m = BTreeMap::new();
     m.insert("bx-broker", [all_bx.as_slice(), &runtimes].concat());
     m.insert("bx-audit", [all_bx.as_slice(), &runtimes, &["bx-broker"]].concat());
     m.insert("bx-protocol", [all_bx.as_slice(), &runtimes, &["bx-broker"]].concat());
     m.insert(
         "bx-runtime",
-        vec!["bx-audit", "bx-protocol", "bx-store", "bx-infer", "bx-agent", "bx-cli"],
+        vec![
+            "bx-audit",
+            "bx-protocol",
+            "bx-state",
+            "bx-store",
+            "bx-infer",
+            "bx-agent",
+            "bx-daemon",
+            "bx-cli",
+        ],
+    );
+    // The state directory's files: the broker's policy and labels, nothing that runs.
+    m.insert(
+        "bx-state",
+        [
+            &[
+                "bx-audit",
+                "bx-protocol",
+                "bx-runtime",
+                "bx-store",
+                "bx-infer",
+                "bx-agent",
+                "bx-daemon",
+                "bx-cli",
+            ][..],
+            &runtimes,
+        ]
+        .concat(),
     );
     // The inference client and the component runtime do not know each other.
     m.insert("bx-infer", [all_bx.as_slice(), &["bx-broker", "wasmtime", "wasmtime-wasi"]].concat());
-    m.insert("bx-store", vec!["bx-audit", "bx-protocol", "bx-infer", "bx-agent", "bx-cli"]);
-    // The loop sees everything below it; only the CLI sits above it.
-    m.insert("bx-agent", vec!["bx-cli"]);
+    m.insert(
+        "bx-store",
+        vec!["bx-audit", "bx-protocol", "bx-infer", "bx-agent", "bx-daemon", "bx-cli"],
+    );
+    // The loop sees everything below it; the daemon and the CLI sit above it.
+    m.insert("bx-agent", vec!["bx-daemon", "bx-cli"]);
+    m.insert("bx-daemon", vec!["bx-cli"]);
     m.insert("bx-cli", vec![]);
     m
 }

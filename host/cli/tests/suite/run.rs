@@ -45,8 +45,17 @@ fn runs_under_the_allow_flags_and_refuses_outside_them() {
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("a grant of / is invalid"), "{}", r.stderr);
 
+    // Arguments that are not an object are recorded, then refused, as in the loop.
     let r = bx(st, &["tool", "run", "fs.read", "--args", "[1]", "--allow-read", dir]);
-    assert!(r.code == 1 && r.stderr.contains("--args must be a JSON object"), "{}", r.stderr);
+    assert!(
+        r.code == 3 && r.stderr.contains("must be a JSON object, not an array"),
+        "{}",
+        r.stderr
+    );
+    let r = bx(st, &["tool", "run", "fs.read", "--args", "{nope", "--allow-read", dir]);
+    assert!(r.code == 3 && r.stderr.contains("not JSON"), "{}", r.stderr);
+    let requests = audit_records(st).iter().filter(|r| r["kind"] == "request").count();
+    assert_eq!(requests, 5, "every call, refused or not, has its request record");
 }
 
 #[test]

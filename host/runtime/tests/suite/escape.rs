@@ -222,7 +222,7 @@ fn grant_for_another_digest_is_refused() {
     let hostile = tool("test_hostile");
     let other = tool("fs_read");
     let g = grant(other, AllowList::new());
-    match runtime().call(hostile, g, r#"{"mode":"echo","text":"x"}"#) {
+    match runtime().call_blocking(hostile, g, r#"{"mode":"echo","text":"x"}"#) {
         Err(RunError::GrantMismatch { .. }) => {}
         other => panic!("expected a grant mismatch, got {other:?}"),
     }

@@ -115,11 +115,12 @@ fn http_fetch_cuts_body_at_response_cap() {
     let server = TinyServer::start(move |_| http_ok(&body));
     let rt = Runtime::new(Limits { response_bytes: 1000, ..test_limits() }).unwrap();
     let bytes = component_bytes("http_fetch");
-    let t = rt.load(&rt.compile(&bytes).unwrap(), &digest_of(&bytes)).unwrap();
+    let t = rt.load_blocking(&rt.compile(&bytes).unwrap(), &digest_of(&bytes)).unwrap();
     let allow = AllowList::new().host(&format!("127.0.0.1:{}", server.port)).unwrap();
     let g = grant(&t, allow);
     let args = json!({"url": format!("http://127.0.0.1:{}/", server.port)}).to_string();
-    let out: serde_json::Value = serde_json::from_str(&ok_text(rt.call(&t, g, &args))).unwrap();
+    let out: serde_json::Value =
+        serde_json::from_str(&ok_text(rt.call_blocking(&t, g, &args))).unwrap();
     assert_eq!(out["truncated"], json!(true));
     assert_eq!(out["text"].as_str().unwrap().len(), 1000);
 }

@@ -1,8 +1,11 @@
 //! Shared helpers: the built components, a runtime, grants, a tiny HTTP server.
 
+mod cache;
+mod deadline;
 mod escape;
 mod http;
 mod limits;
+mod reach;
 mod tools;
 
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -13,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bx_broker::{AllowList, CallRequest, Decision, Grant, Label};
-use bx_runtime::{CallError, CallReport, Limits, LoadedTool, Output, RunError, Runtime};
+use bx_runtime::{CallError, CallReport, Limits, LoadedTool, Output, RunError, Runtime, Touched};
 use sha2::Digest as _;
 
 /// The directory `make tools` writes components to.
@@ -56,7 +59,7 @@ pub fn tool(crate_name: &'static str) -> &'static LoadedTool {
         let bytes = component_bytes(crate_name);
         let rt = runtime();
         let component = rt.compile(&bytes).unwrap();
-        Box::leak(Box::new(rt.load(&component, &digest_of(&bytes)).unwrap()))
+        Box::leak(Box::new(rt.load_blocking(&component, &digest_of(&bytes)).unwrap()))
     })
 }
 
@@ -80,7 +83,7 @@ pub fn call(
     allow: AllowList,
     args: serde_json::Value,
 ) -> Result<CallReport, RunError> {
-    runtime().call(tool, grant(tool, allow), &args.to_string())
+    runtime().call_blocking(tool, grant(tool, allow), &args.to_string())
 }
 
 /// The tool's text or JSON output; panics on an error result.

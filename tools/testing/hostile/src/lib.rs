@@ -16,6 +16,10 @@ enum Args {
     Echo { text: String },
     /// Loops forever.
     Spin,
+    /// Sleeps `ms` milliseconds in WASI (a host call the guest waits in), then returns.
+    Sleep { ms: u64 },
+    /// Fails with an error text of `bytes` bytes.
+    BigError { bytes: usize },
     /// Allocates 1 MiB blocks and keeps them, without end.
     Alloc,
     /// Writes `bytes` to stdout in 64 KiB chunks.
@@ -66,6 +70,11 @@ impl Tool for Hostile {
                     n = std::hint::black_box(n.wrapping_add(1));
                 }
             }
+            Args::Sleep { ms } => {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok(Output::Text(format!("slept {ms} ms")))
+            }
+            Args::BigError { bytes } => Err(CallError::Failed("e".repeat(bytes))),
             Args::Alloc => {
                 let mut kept: Vec<Vec<u8>> = Vec::new();
                 loop {

@@ -13,15 +13,14 @@ pub(crate) struct Launched {
 }
 
 impl Launched {
-    /// Starts `argv` with `{port}` replaced, its output going to `llama-server.log` in
-    /// the state directory.
-    pub(crate) fn start(argv: &[String], state_dir: &Path) -> anyhow::Result<Launched> {
+    /// Starts `argv` with `{port}` replaced, its output going to `log_path` (the state
+    /// directory's `llama-server.log`).
+    pub(crate) fn start(argv: &[String], log_path: &Path) -> anyhow::Result<Launched> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let argv: Vec<String> =
             argv.iter().map(|a| a.replace("{port}", &port.to_string())).collect();
         let Some((program, args)) = argv.split_first() else { bail!("inference.launch is empty") };
-        let log_path = state_dir.join("llama-server.log");
-        let log = std::fs::File::create(&log_path)
+        let log = std::fs::File::create(log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
         let child = Command::new(program)
             .args(args)
@@ -32,7 +31,8 @@ impl Launched {
             .with_context(|| {
                 format!("starting {program} (see docs/runbook.md#inference-unreachable)")
             })?;
-        eprintln!("bx serve: started {program} (pid {}) on port {port}", child.id());
+        let shown = bx_broker::escape_untrusted(program, false);
+        eprintln!("bx serve: started {shown} (pid {}) on port {port}", child.id());
         Ok(Launched { child, port })
     }
 

@@ -6,7 +6,8 @@
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::Path;
 
-use crate::error::StoreError;
+use crate::error::StateError;
+use crate::read::{MAX_CONFIG_BYTES, read_own};
 
 /// The state directory's configuration file.
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
@@ -143,26 +144,22 @@ pub struct ToolsConfig {
 }
 
 impl Config {
-    /// The audit log's directory: `[audit] dir`, or `audit/` in `state_dir`.
-    pub fn audit_dir(&self, state_dir: &Path) -> std::path::PathBuf {
-        self.audit.dir.clone().unwrap_or_else(|| state_dir.join("audit"))
-    }
-
-    /// Reads `path`; a missing file is the default configuration.
-    pub fn load(path: &Path) -> Result<Config, StoreError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-            Err(e) => return Err(StoreError::io(path, e)),
+    /// Reads `path` (a regular file of at most 64 KiB); a missing file is the default
+    /// configuration.
+    pub fn load(path: &Path) -> Result<Config, StateError> {
+        let Some(bytes) = read_own(path, MAX_CONFIG_BYTES)? else {
+            return Ok(Config::default());
         };
+        let text = String::from_utf8(bytes)
+            .map_err(|e| StateError::parse_at(path, "", 0, format!("not UTF-8: {e}")))?;
         Config::parse(path, &text)
     }
 
     /// Parses configuration text read from `path`.
-    pub fn parse(path: &Path, text: &str) -> Result<Config, StoreError> {
+    pub fn parse(path: &Path, text: &str) -> Result<Config, StateError> {
         let config: Config = toml::from_str(text).map_err(|e| {
             let offset = e.span().map_or(0, |s| s.start);
-            StoreError::parse_at(path, text, offset, e.message().to_owned())
+            StateError::parse_at(path, text, offset, e.message().to_owned())
         })?;
         // Points at the line that sets `key` (not a comment or value that mentions it).
         let at = |key: &str, message: String| {
@@ -171,11 +168,11 @@ impl Config {
                 let rest = line.trim_start();
                 if rest.strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('=')) {
                     offset += line.len() - rest.len();
-                    return StoreError::parse_at(path, text, offset, message);
+                    return StateError::parse_at(path, text, offset, message);
                 }
                 offset += line.len();
             }
-            StoreError::parse_at(path, text, 0, message)
+            StateError::parse_at(path, text, 0, message)
         };
         if !config.inference.launch.is_empty()
             && !config.inference.launch.iter().any(|a| a.contains("{port}"))
@@ -196,7 +193,7 @@ impl Config {
             let is_url = mirror.starts_with("https://");
             if !is_url && !Path::new(mirror).is_absolute() {
                 let offset = text.find(mirror.as_str()).unwrap_or(0);
-                return Err(StoreError::parse_at(
+                return Err(StateError::parse_at(
                     path,
                     text,
                     offset,

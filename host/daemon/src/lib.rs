@@ -1,12 +1,16 @@
 //! The daemon behind `bx serve`: one per state directory (a lock), the agent, the audit
 //! writer and the runtime in one process, behind a Unix socket of mode 0600 in the state
-//! directory. A `select!` accept loop, one task per connection under a semaphore cap,
-//! shutdown by signal: cancel the turns, drain, write the audit checkpoint.
+//! directory. A `select!` accept loop, one task per connection, admission bounded by
+//! `[loop] max_connections` with the longest-idle connection evicted for a newcomer and
+//! a little headroom kept for the owner's approvals; shutdown by signal: cancel the
+//! turns, drain, write the audit checkpoint.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
+mod admit;
 mod conn;
 mod launch;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,22 +19,24 @@ use bx_agent::{Agent, AgentParts};
 use bx_audit::AuditLog;
 use bx_infer::{Client, EndThinking, InferConfig, RetryPolicy, ToolMode};
 use bx_runtime::{Limits, Runtime};
-use bx_store::{Config, EndThinkingName, Store, ToolModeName};
+use bx_state::{Config, EndThinkingName, StateDir, ToolModeName};
+use bx_store::Store;
 use tokio::net::UnixListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
-/// The socket's file name in the state directory.
-pub(crate) const SOCKET: &str = "bx.sock";
-/// What the daemon tells `bx doctor` about itself, in the state directory.
-pub(crate) const STATUS: &str = "daemon.json";
+pub use conn::{FRAME_SECS, IDLE_SECS, MAX_QUEUED_BYTES};
+
 /// How long shutdown waits for cancelled turns to record their ends.
 const DRAIN: Duration = Duration::from_secs(10);
+/// How long the daemon waits for the audit log's lock at start: a one-shot command that
+/// was writing when the daemon started finishes first.
+const AUDIT_LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// Takes `serve.lock`, held for as long as the returned file is open (the kernel drops
-/// the lock when the file closes, however the process ends): a second daemon on the same
-/// state directory would interleave two writers on one audit chain.
-fn take_lock(state_dir: &Path) -> anyhow::Result<std::fs::File> {
-    let path = state_dir.join("serve.lock");
+/// the lock when the file closes, however the process ends): one daemon per state
+/// directory.
+fn take_lock(state: &StateDir) -> anyhow::Result<std::fs::File> {
+    let path = state.serve_lock();
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -41,7 +47,7 @@ fn take_lock(state_dir: &Path) -> anyhow::Result<std::fs::File> {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => bail!(
             "another bx serve is running for {} (see docs/runbook.md#daemon-running)",
-            state_dir.display()
+            state.root().display()
         ),
         Err(std::fs::TryLockError::Error(e)) => {
             Err(e).with_context(|| format!("locking {}", path.display()))
@@ -58,27 +64,35 @@ fn tool_mode(name: ToolModeName) -> ToolMode {
 }
 
 /// Loads `config.toml`; an invalid file stops the daemon with file:line:column.
-pub(crate) fn load_config(state_dir: &Path) -> anyhow::Result<Config> {
-    Config::load(&state_dir.join("config.toml"))
-        .map_err(|e| anyhow::anyhow!("{e}\n(see docs/runbook.md#config-invalid)"))
+pub fn load_config(state: &StateDir) -> anyhow::Result<Config> {
+    state.config().map_err(|e| anyhow::anyhow!("{e}\n(see docs/runbook.md#config-invalid)"))
 }
 
-/// Runs the daemon until SIGTERM or SIGINT.
-pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
+/// Writes `text` to stderr with every character that could steer a terminal escaped:
+/// the daemon's log carries what the inference server and the tools said.
+fn say(text: &str) {
+    eprintln!("{}", bx_broker::escape_untrusted(text, true));
+}
+
+/// Runs the daemon for `state` until SIGTERM or SIGINT.
+pub async fn serve(state: StateDir) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("making {} private", state_dir.display()))?;
-    let _lock = take_lock(&state_dir)?;
-    let config = load_config(&state_dir)?;
-    let audit_dir = config.audit_dir(&state_dir);
-    let audit = Arc::new(AuditLog::open(&audit_dir).map_err(|e| anyhow::anyhow!("{e}"))?);
+    std::fs::set_permissions(state.root(), std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", state.root().display()))?;
+    let _lock = take_lock(&state)?;
+    let config = load_config(&state)?;
+    let audit_dir = state.audit_dir(&config);
+    let audit = Arc::new(
+        AuditLog::open_waiting(&audit_dir, AUDIT_LOCK_WAIT).map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
 
     // The model server: launched from the configuration, or reached at its URL.
     let mut server = None;
     let url = if config.inference.launch.is_empty() {
         config.inference.url.clone()
     } else {
-        let launched = launch::Launched::start(&config.inference.launch, &state_dir)?;
+        let launched =
+            launch::Launched::start(&config.inference.launch, &state.model_server_log())?;
         let url = launched.url();
         server = Some(launched);
         url
@@ -96,13 +110,14 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
         ..RetryPolicy::default()
     };
     infer.connect_window = Duration::from_secs(config.inference.connect_secs);
-    eprintln!("bx serve: connecting to {url}");
+    say(&format!("bx serve: connecting to {url}"));
     let client = Client::connect(infer).await.map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let runtime = Runtime::new(Limits::default())?;
-    let store = Store::open(&state_dir)?;
+    let store = Store::open(&state, &config)?;
     let agent = Arc::new(Agent::new(AgentParts {
-        state_dir: state_dir.clone(),
+        state: state.clone(),
+        config: config.clone(),
         audit: Arc::clone(&audit),
         store,
         runtime,
@@ -113,22 +128,26 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
     })?);
 
     for problem in agent.toolset()?.problems() {
-        eprintln!("bx serve: tool left out of the model's tools: {problem}");
+        say(&format!("bx serve: tool: {problem}"));
+    }
+    for warning in own_state_warnings(&agent) {
+        say(&format!("bx serve: {warning}"));
     }
 
     // The self-test runs after the agent put known sessions back on their slots, so
     // its short completion lands on the least-loaded slot, not on a warm session's.
     let report = agent.client().self_test().await;
-    eprint!("bx serve: inference self-test\n{report}");
+    say(&format!("bx serve: inference self-test\n{report}"));
     let status = serde_json::json!({
         "pid": std::process::id(),
         "url": url,
         "self_test": report,
     });
-    std::fs::write(state_dir.join(STATUS), format!("{status:#}\n"))
-        .with_context(|| format!("writing {STATUS}"))?;
+    let status_file = state.status_file();
+    std::fs::write(&status_file, format!("{status:#}\n"))
+        .with_context(|| format!("writing {}", status_file.display()))?;
 
-    let socket = state_dir.join(SOCKET);
+    let socket = state.socket();
     // We hold the lock, so a socket file left here is from a daemon that died.
     let _ = std::fs::remove_file(&socket);
     let listener =
@@ -138,17 +157,12 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
     eprintln!("bx serve: listening on {}", socket.display());
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let limit = Arc::new(Semaphore::new(config.turn.max_connections.get()));
+    let conns = Arc::new(admit::Conns::default());
+    let max = config.turn.max_connections.get();
     let mut tasks = tokio::task::JoinSet::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
-        // A permit first: past the cap, connections wait in the kernel's backlog.
-        let permit = tokio::select! {
-            p = Arc::clone(&limit).acquire_owned() => p?,
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -160,11 +174,16 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
             _ = term.recv() => break,
             _ = int.recv() => break,
         };
+        let (ticket, control_only) = match conns.admit(max) {
+            admit::Admission::Full(t) => (t, false),
+            admit::Admission::ControlOnly(t) => (t, true),
+            admit::Admission::Refused => {
+                tasks.spawn(refuse_busy(stream, max));
+                continue;
+            }
+        };
         let (agent, shutdown) = (Arc::clone(&agent), shutdown_rx.clone());
-        tasks.spawn(async move {
-            conn::handle(agent, stream, shutdown).await;
-            drop(permit);
-        });
+        tasks.spawn(conn::handle(agent, stream, ticket, control_only, shutdown));
         // Reap finished connections so the set does not grow with every client.
         while tasks.try_join_next().is_some() {}
     }
@@ -181,7 +200,49 @@ pub(crate) async fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
     if let Err(e) = audit.checkpoint() {
         eprintln!("bx serve: {e}");
     }
-    let _ = std::fs::remove_file(state_dir.join(STATUS));
+    let _ = std::fs::remove_file(&status_file);
     drop(server);
     Ok(())
 }
+
+/// Tells a connection past every bound that the daemon is busy, then closes it.
+async fn refuse_busy(mut stream: tokio::net::UnixStream, max: usize) {
+    use tokio::io::AsyncWriteExt as _;
+    let msg = bx_protocol::Body::Error {
+        code: bx_protocol::ErrorCode::DaemonBusy,
+        message: format!(
+            "the daemon is serving {max} busy connections and its control headroom; try again"
+        ),
+        runbook: "docs/runbook.md#daemon-busy".into(),
+    };
+    if let Ok(frame) =
+        bx_protocol::encode(&bx_protocol::Envelope { v: bx_protocol::VERSION, id: 0, msg })
+    {
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&frame)).await;
+    }
+}
+
+/// A warning for each grant of the policy in force that covers bx's own state.
+pub fn own_state_warnings(agent: &Agent) -> Vec<String> {
+    match agent.policy() {
+        Ok(policy) => own_state_lines(&policy),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// One line per grant that covers or lies inside bx's own state: it never reaches it.
+pub fn own_state_lines(policy: &bx_broker::Policy) -> Vec<String> {
+    policy
+        .grants_over_own()
+        .into_iter()
+        .map(|(g, own)| {
+            format!(
+                "warning: {} covers bx's own state {}; no tool reaches it whatever the grant says (see docs/runbook.md#own-state)",
+                g,
+                own.display()
+            )
+        })
+        .collect()
+}
+
+pub use admit::CONTROL_HEADROOM;

@@ -1,0 +1,319 @@
+//! The typed content of each kind of record: what the writer puts in `fields`, what
+//! verify checks every record against, and what `bx session rebuild` reads back. One
+//! struct per kind, each refusing unknown fields, so a record read back is exactly a
+//! record that could have been written.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::record::Kind;
+use crate::verify::Problem;
+
+/// The most bytes one record's line may have (256 KiB). The writer refuses a longer one
+/// and verify reports one, so the log the writer reopens and the log verify reads agree
+/// on what is valid. Without it one field from a tool or the model could make a line
+/// that the next open cannot read back.
+pub const MAX_RECORD_BYTES: usize = 256 << 10;
+
+/// The most bytes of one text field that came from outside bx (a tool's error, the
+/// model's arguments, a path) kept in a record (16 KiB); [`bounded`] cuts the rest and
+/// says how much, and the whole text's size and hash are kept beside it where it
+/// matters (the arguments).
+pub const MAX_FIELD_BYTES: usize = 16 << 10;
+
+/// `text` cut to at most `max` bytes on a character boundary, ending with a note of how
+/// many bytes were cut when it was.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} bytes cut]", &text[..end], text.len() - end)
+}
+
+/// Hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A tool call was proposed: on disk before anything is decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// The session.
+    pub session: String,
+    /// The call's id.
+    pub call: String,
+    /// The tool's name as proposed.
+    pub tool: String,
+    /// The installed tool's digest (empty when no such tool is installed).
+    pub digest: String,
+    /// The arguments as JSON text, cut at [`MAX_FIELD_BYTES`].
+    pub args: String,
+    /// Bytes of the whole arguments.
+    #[serde(default)]
+    pub args_bytes: u64,
+    /// SHA-256 of the whole arguments.
+    #[serde(default)]
+    pub args_sha256: String,
+    /// The resources the arguments name, as the broker read them.
+    pub resources: Vec<String>,
+}
+
+impl Request {
+    /// A request for `args`, with its size and hash, and the text bounded.
+    pub fn new(
+        session: &str,
+        call: &str,
+        tool: &str,
+        digest: &str,
+        args: &str,
+        resources: Vec<String>,
+    ) -> Request {
+        Request {
+            session: bounded(session, MAX_FIELD_BYTES),
+            call: call.to_owned(),
+            tool: bounded(tool, 256),
+            digest: digest.to_owned(),
+            args: bounded(args, MAX_FIELD_BYTES),
+            args_bytes: args.len() as u64,
+            args_sha256: sha256_hex(args.as_bytes()),
+            resources: resources.iter().take(64).map(|r| bounded(r, 4096)).collect(),
+        }
+    }
+}
+
+/// The broker decided a call (or it was refused before the broker was asked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decision {
+    /// The session.
+    pub session: String,
+    /// The call's id.
+    pub call: String,
+    /// `allow`, `ask` or `deny`.
+    pub decision: String,
+    /// The session's taint it was decided at.
+    pub taint: String,
+    /// Why (empty for allow).
+    pub why: String,
+}
+
+/// The owner answered an `ask` (or it expired), and what that decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    /// The session.
+    pub session: String,
+    /// The call's id.
+    pub call: String,
+    /// The approval's id.
+    pub id: String,
+    /// `approve`, `refuse` or `expired`.
+    pub answer: String,
+    /// The owner's reason for a refusal.
+    pub reason: String,
+    /// `allow` or `deny`: the decision after the answer.
+    pub decision: String,
+}
+
+/// A call that ran finished: on disk before anyone sees its output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outcome {
+    /// The session.
+    pub session: String,
+    /// The call's id.
+    pub call: String,
+    /// `ok`, `error` (the tool returned an error) or `stopped` (a limit or a fault).
+    pub status: String,
+    /// The result's label.
+    pub label: String,
+    /// What the call reached (at most 64 entries).
+    pub touched: Vec<String>,
+    /// How many more things it reached than `touched` lists.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub touched_more: u64,
+    /// SHA-256 of the output, when there was one (the output itself is not kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_sha256: Option<String>,
+    /// Bytes of the output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<u64>,
+    /// The error the model was told, cut at [`MAX_FIELD_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Something happened to a session's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Session {
+    /// The session.
+    pub session: String,
+    /// The call that found it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    /// `state-damaged` (unreadable: counted as the top label), `state-rebuilt` (missing
+    /// or lower than the log: rebuilt from it).
+    pub event: String,
+    /// What was found.
+    #[serde(default)]
+    pub detail: String,
+    /// The taint the session has after the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taint: Option<String>,
+}
+
+/// A torn last line found at open, moved aside.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recovered {
+    /// The day file it was in.
+    pub file: String,
+    /// Its byte offset there.
+    pub offset: u64,
+    /// Its length.
+    pub bytes: u64,
+    /// SHA-256 of the bytes moved.
+    pub sha256: String,
+    /// Where they are now, relative to the log directory.
+    pub moved_to: String,
+}
+
+/// The owner accepted a break after verifying the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Break {
+    /// The owner's reason.
+    pub reason: String,
+    /// Exactly the problems accepted.
+    pub problems: Vec<Problem>,
+}
+
+/// What one record says happened, typed by its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// See [`Request`].
+    Request(Request),
+    /// See [`Decision`].
+    Decision(Decision),
+    /// See [`Approval`].
+    Approval(Approval),
+    /// See [`Outcome`].
+    Result(Outcome),
+    /// See [`Session`].
+    Session(Session),
+    /// See [`Recovered`].
+    Recovered(Recovered),
+    /// See [`Break`].
+    Break(Break),
+}
+
+impl Entry {
+    /// The record kind this entry is written as.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Entry::Request(_) => Kind::Request,
+            Entry::Decision(_) => Kind::Decision,
+            Entry::Approval(_) => Kind::Approval,
+            Entry::Result(_) => Kind::Result,
+            Entry::Session(_) => Kind::Session,
+            Entry::Recovered(_) => Kind::Recovered,
+            Entry::Break(_) => Kind::Break,
+        }
+    }
+
+    /// The session the entry belongs to, when it belongs to one.
+    pub fn session(&self) -> Option<&str> {
+        match self {
+            Entry::Request(r) => Some(&r.session),
+            Entry::Decision(d) => Some(&d.session),
+            Entry::Approval(a) => Some(&a.session),
+            Entry::Result(r) => Some(&r.session),
+            Entry::Session(s) => Some(&s.session),
+            Entry::Recovered(_) | Entry::Break(_) => None,
+        }
+    }
+
+    /// The call the entry belongs to, when it belongs to one.
+    pub fn call(&self) -> Option<&str> {
+        match self {
+            Entry::Request(r) => Some(&r.call),
+            Entry::Decision(d) => Some(&d.call),
+            Entry::Approval(a) => Some(&a.call),
+            Entry::Result(r) => Some(&r.call),
+            Entry::Session(s) => s.call.as_deref(),
+            Entry::Recovered(_) | Entry::Break(_) => None,
+        }
+    }
+
+    /// The `fields` object of the record.
+    pub fn fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        let value = match self {
+            Entry::Request(e) => serde_json::to_value(e),
+            Entry::Decision(e) => serde_json::to_value(e),
+            Entry::Approval(e) => serde_json::to_value(e),
+            Entry::Result(e) => serde_json::to_value(e),
+            Entry::Session(e) => serde_json::to_value(e),
+            Entry::Recovered(e) => serde_json::to_value(e),
+            Entry::Break(e) => serde_json::to_value(e),
+        };
+        // Structs of strings, numbers and lists always serialise to an object.
+        match value {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        }
+    }
+
+    /// Reads the `fields` of a record of `kind` (JSON text) strictly as that kind's
+    /// struct.
+    pub fn parse(kind: Kind, fields: &str) -> Result<Entry, String> {
+        fn typed<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+            serde_json::from_str(text).map_err(|e| e.to_string())
+        }
+        Ok(match kind {
+            Kind::Request => Entry::Request(typed(fields)?),
+            Kind::Decision => Entry::Decision(typed(fields)?),
+            Kind::Approval => Entry::Approval(typed(fields)?),
+            Kind::Result => Entry::Result(typed(fields)?),
+            Kind::Session => Entry::Session(typed(fields)?),
+            Kind::Recovered => Entry::Recovered(typed(fields)?),
+            Kind::Break => Entry::Break(typed(fields)?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_refuse_unknown_fields() {
+        let e = Entry::Request(Request::new("s", "c", "fs.read", "sha256:00", "{}", vec![]));
+        let text = serde_json::to_string(&e.fields()).unwrap();
+        assert_eq!(Entry::parse(Kind::Request, &text).unwrap(), e);
+        let extra = text.replacen('{', "{\"extra\":1,", 1);
+        assert!(Entry::parse(Kind::Request, &extra).unwrap_err().contains("unknown field"));
+        assert!(
+            Entry::parse(Kind::Result, &text).is_err(),
+            "a request's fields are not a result's"
+        );
+    }
+
+    #[test]
+    fn bounded_cuts_on_a_character_boundary_and_says_how_much() {
+        assert_eq!(bounded("abc", 3), "abc");
+        assert_eq!(bounded("aé", 2), "a… [2 bytes cut]");
+        let r = Request::new("s", "c", "t", "", &"x".repeat(MAX_FIELD_BYTES + 10), vec![]);
+        assert_eq!(r.args_bytes, (MAX_FIELD_BYTES + 10) as u64);
+        assert!(r.args.ends_with("[10 bytes cut]"));
+    }
+}

@@ -1,0 +1,150 @@
+//! Bounds on what a record may hold and on what verify builds, and the things verify
+//! must catch beyond the chain: stray day files, impossible times, moved-aside bytes
+//! that were edited or deleted.
+
+use bx_audit::{AuditError, AuditLog, Entry, MAX_RECORD_BYTES, Request, Session, verify};
+
+use super::*;
+
+fn kinds(report: &bx_audit::Report) -> Vec<&str> {
+    report.problems.iter().map(|p| p.kind.as_str()).collect()
+}
+
+/// Regression: a 1.5 MiB error went whole into a record; the next open read only the
+/// last 1 MiB and declared the log damaged while verify said it was intact. A record
+/// over the bound is refused, the log stays available, and open and verify agree.
+#[test]
+fn an_oversize_record_is_refused_and_the_log_stays_available() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    let big = Entry::Session(Session {
+        session: "s".into(),
+        call: None,
+        event: "note".into(),
+        detail: "e".repeat(MAX_RECORD_BYTES),
+        taint: None,
+    });
+    assert!(matches!(log.append(&big), Err(AuditError::TooLarge { .. })));
+    assert!(log.failure().is_none());
+    // Fields from outside are bounded before they reach a record.
+    let r = Request::new("s", "c", "t", "", &"a".repeat(3 << 20), vec![]);
+    assert_eq!(log.append(&Entry::Request(r)).unwrap().seq, 1);
+    log.close().unwrap();
+    assert!(verify(dir.path()).unwrap().is_clean());
+    let reopened = AuditLog::open(dir.path()).unwrap();
+    assert_eq!(reopened.head().seq, 1);
+}
+
+/// A line longer than any record (written by something other than bx) is reported by
+/// verify, which reads it in bounded memory and follows the chain through it.
+#[test]
+fn verify_reports_an_oversize_line_and_follows_the_chain_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    small_log(dir.path());
+    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[2] = lines[2]
+        .replace("\"fields\":{", &format!("\"fields\":{{\"pad\":\"{}\",", "p".repeat(2 << 20)));
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let report = verify(dir.path()).unwrap();
+    assert_eq!(kinds(&report), vec!["oversize", "chain"]);
+    assert_eq!(report.records, 6);
+}
+
+/// Regression: 3 MB of blank lines made verify --json list 3 million problems. The list
+/// is capped and the rest counted.
+#[test]
+fn problems_are_capped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    small_log(dir.path());
+    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend(std::iter::repeat_n(b'\n', 100_000));
+    std::fs::write(&file, bytes).unwrap();
+    let report = verify(dir.path()).unwrap();
+    assert_eq!(report.problems.len(), bx_audit::MAX_PROBLEMS);
+    assert!(report.problems_more > 98_000, "{}", report.problems_more);
+    assert!(!report.is_clean());
+}
+
+/// Regression: day files named `9999-99-99.jsonl` or `x.jsonl` were accepted, and a
+/// record time of `08:256:31` was not flagged.
+#[test]
+fn stray_day_files_and_impossible_times_are_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    small_log(dir.path());
+    std::fs::write(dir.path().join("9999-99-99.jsonl"), "").unwrap();
+    std::fs::write(dir.path().join("x.jsonl"), "").unwrap();
+    let report = verify(dir.path()).unwrap();
+    assert_eq!(kinds(&report), vec!["stray-file", "stray-file"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    small_log(dir.path());
+    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let last = text.lines().last().unwrap();
+    let time = serde_json::from_str::<serde_json::Value>(last).unwrap()["time"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bad = format!("{}08:256:31Z", &time[..11]);
+    std::fs::write(&file, text.replace(&time, &bad)).unwrap();
+    let report = verify(dir.path()).unwrap();
+    assert!(kinds(&report).contains(&"time"), "{:?}", report.problems);
+}
+
+/// Regression: an edited or deleted `recovered/*.torn` went unnoticed.
+#[test]
+fn moved_aside_bytes_must_be_as_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    small_log(dir.path());
+    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend_from_slice(br#"{"seq":7,"ti"#);
+    std::fs::write(&file, bytes).unwrap();
+    AuditLog::open(dir.path()).unwrap().close().unwrap();
+    assert!(verify(dir.path()).unwrap().is_clean());
+    let torn =
+        std::fs::read_dir(dir.path().join("recovered")).unwrap().next().unwrap().unwrap().path();
+    std::fs::write(&torn, b"{\"seq\":7,\"tX").unwrap();
+    assert_eq!(kinds(&verify(dir.path()).unwrap()), vec!["recovered"]);
+    std::fs::remove_file(&torn).unwrap();
+    assert_eq!(kinds(&verify(dir.path()).unwrap()), vec!["recovered"]);
+}
+
+/// Fields that do not fit their kind's struct are a problem, even with the chain
+/// intact (a record read back must be one that could have been written).
+#[test]
+fn fields_are_checked_against_their_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    log.append(&request("s", "c1", "{}")).unwrap();
+    log.close().unwrap();
+    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    // Relabel the request as a result: the chain breaks too, but the fields problem
+    // is what says what is wrong with the record itself.
+    std::fs::write(&file, text.replace("\"kind\":\"request\"", "\"kind\":\"result\"")).unwrap();
+    assert!(kinds(&verify(dir.path()).unwrap()).contains(&"fields"));
+}
+
+/// Regression: calls_without_result listed every denied call as well as the calls a
+/// crash left open. A denied call is complete.
+#[test]
+fn denied_calls_are_complete_and_only_allowed_ones_are_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    for (call, d) in [("denied", "deny"), ("open", "allow"), ("asked", "ask")] {
+        log.append(&request("s", call, "{}")).unwrap();
+        log.append(&decision("s", call, d)).unwrap();
+    }
+    log.append(&request("s", "done", "{}")).unwrap();
+    log.append(&decision("s", "done", "allow")).unwrap();
+    log.append(&result("s", "done")).unwrap();
+    log.close().unwrap();
+    let report = verify(dir.path()).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(report.calls_without_result, vec!["open".to_owned()]);
+    assert_eq!(report.calls_denied, 1);
+}

@@ -1,0 +1,134 @@
+//! `fixtures/audit/`: logs that are good, torn, tampered, forked, cut and
+//! checkpoint-mismatched, each with the report verify must give. The logs are made here
+//! with a fixed clock, so a change to the writer's format shows as drift; the reports
+//! are golden. `BX_BLESS=1 cargo test -p bx-audit --test all fixtures` rewrites both.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bx_audit::{AuditLog, verify};
+
+use super::*;
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audit")
+}
+
+/// The good log: two calls, one refused, at a fixed time.
+fn good(dir: &Path) {
+    let clock = ManualClock(Arc::new(AtomicU64::new(BEFORE_MIDNIGHT - 60_000)));
+    let log = AuditLog::open_with_clock(dir, Box::new(clock)).unwrap();
+    log.append(&request("s1", "c1", r#"{"path":"/home/o/notes/todo.md"}"#)).unwrap();
+    log.append(&decision("s1", "c1", "allow")).unwrap();
+    log.append(&result("s1", "c1")).unwrap();
+    log.append(&request("s1", "c2", r#"{"path":"/home/o/.ssh/id"}"#)).unwrap();
+    log.append(&decision("s1", "c2", "deny")).unwrap();
+    log.append(&note("s1", "end")).unwrap();
+    log.close().unwrap();
+    let _ = std::fs::remove_file(dir.join(".lock"));
+}
+
+fn day_file(dir: &Path) -> PathBuf {
+    bx_audit::day_files(dir).unwrap().pop().unwrap()
+}
+
+fn lines(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(day_file(dir)).unwrap().lines().map(str::to_owned).collect()
+}
+
+fn write_lines(dir: &Path, lines: &[String]) {
+    std::fs::write(day_file(dir), lines.join("\n") + "\n").unwrap();
+}
+
+/// How a fixture is made from the good log.
+type Make = fn(&Path);
+
+/// Each fixture: its name and how it is made from the good log.
+fn cases() -> Vec<(&'static str, Make)> {
+    vec![
+        ("good", |_| {}),
+        ("torn", |d| {
+            let mut bytes = std::fs::read(day_file(d)).unwrap();
+            bytes.extend_from_slice(br#"{"seq":7,"time":"2026-11-29T23:59"#);
+            std::fs::write(day_file(d), bytes).unwrap();
+        }),
+        ("tampered", |d| {
+            let mut l = lines(d);
+            l[3] = l[3].replace("/home/o/.ssh/id", "/home/o/notes/id");
+            write_lines(d, &l);
+        }),
+        ("forked", |d| {
+            // A second writer appended its own seq 6 after the first's seq 6.
+            let mut l = lines(d);
+            let other = l[5].replace("\"detail\":\"end\"", "\"detail\":\"other writer\"");
+            l.push(other);
+            write_lines(d, &l);
+        }),
+        ("cut", |d| {
+            let mut l = lines(d);
+            l.truncate(4);
+            write_lines(d, &l);
+        }),
+        ("checkpoint-mismatched", |d| {
+            let cp = std::fs::read_to_string(d.join("checkpoint.json")).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&cp).unwrap();
+            let hash = v["hash"].as_str().unwrap();
+            std::fs::write(d.join("checkpoint.json"), cp.replace(hash, &"0".repeat(64))).unwrap();
+        }),
+    ]
+}
+
+/// Every file in `dir`, by name, with its bytes.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .filter(|(n, _)| n != "report.json" && n != ".lock")
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn fixtures_are_what_the_writer_makes_and_verify_reports_them_as_recorded() {
+    let bless = std::env::var_os("BX_BLESS").is_some();
+    let root = fixtures_dir();
+    for (name, make) in cases() {
+        let made = tempfile::tempdir().unwrap();
+        good(made.path());
+        make(made.path());
+        let fixture = root.join(name);
+        if bless {
+            let _ = std::fs::remove_dir_all(&fixture);
+            std::fs::create_dir_all(&fixture).unwrap();
+            for (file, bytes) in contents(made.path()) {
+                std::fs::write(fixture.join(file), bytes).unwrap();
+            }
+        }
+        assert!(
+            fixture.is_dir(),
+            "{} is missing; run BX_BLESS=1 cargo test -p bx-audit --test all fixtures",
+            fixture.display()
+        );
+        assert_eq!(
+            contents(&fixture),
+            contents(made.path()),
+            "fixtures/audit/{name} drifted from what the writer makes; if that is intended, run BX_BLESS=1 cargo test -p bx-audit --test all fixtures and commit"
+        );
+        let report = serde_json::to_string_pretty(&verify(&fixture).unwrap()).unwrap() + "\n";
+        let golden = fixture.join("report.json");
+        if bless {
+            std::fs::write(&golden, &report).unwrap();
+        }
+        let expected = std::fs::read_to_string(&golden).unwrap_or_default();
+        assert_eq!(
+            report, expected,
+            "verify's report of fixtures/audit/{name} changed (BX_BLESS=1 to accept)"
+        );
+        assert_eq!(name == "good", verify(&fixture).unwrap().is_clean(), "{name}");
+    }
+}

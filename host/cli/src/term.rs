@@ -1,0 +1,81 @@
+//! The one place where text from outside bx (the model, a tool, the inference server, a
+//! socket client) is made safe before it reaches a terminal: every character that could
+//! steer the terminal or hide what is shown (C0 and C1 controls with escape among them,
+//! bidirectional overrides, zero-width characters) becomes a visible `\u{…}` escape.
+//! JSON output gets the same characters as JSON `\u` escapes: the same value, but no
+//! raw control byte on the terminal that shows it.
+
+use std::fmt::Write as _;
+
+/// `text` for a terminal, newlines and tabs kept (tool output, model text).
+pub(crate) fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '\n' || c == '\t' || !bx_broker::is_hidden(c) {
+            out.push(c);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    out
+}
+
+/// `text` on one line: newlines escaped too (a tool name, arguments, a reason).
+pub(crate) fn one_line(text: &str) -> String {
+    bx_broker::escape_untrusted(text, false)
+}
+
+/// `value` as one line of JSON with every hidden character written as a `\u` escape
+/// (serde_json leaves DEL, C1 controls, bidi and zero-width characters raw).
+pub(crate) fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {
+    Ok(json_escaped(&serde_json::to_string(value)?))
+}
+
+/// [`json`], pretty-printed.
+pub(crate) fn json_pretty(value: &impl serde::Serialize) -> anyhow::Result<String> {
+    Ok(json_escaped(&serde_json::to_string_pretty(value)?))
+}
+
+fn json_escaped(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        // Hidden characters occur only inside JSON strings, where `\u` escapes mean the
+        // same character.
+        if bx_broker::is_hidden(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOSTILE: &str = "a\u{1b}]0;pwned\u{7}b\u{9b}31mc\u{202e}d\u{200b}e\u{e0041}\t\nf";
+
+    #[test]
+    fn no_raw_control_reaches_the_terminal() {
+        let s = shown(HOSTILE);
+        assert!(!s.chars().any(bx_broker::is_hidden), "{s:?}");
+        assert_eq!(s, "a\\u{1b}]0;pwned\\u{7}b\\u{9b}31mc\\u{202e}d\\u{200b}e\\u{e0041}\t\nf");
+        assert_eq!(one_line("a\nb\tc"), "a\\u{a}b\\u{9}c");
+    }
+
+    #[test]
+    fn json_keeps_the_value_and_escapes_every_hidden_character() {
+        let text = json(&serde_json::json!({ "t": HOSTILE })).unwrap();
+        assert!(text.is_ascii() || !text.chars().any(bx_broker::is_hidden), "{text}");
+        assert!(
+            text.contains("\\u009b") && text.contains("\\u202e") && text.contains("\\udb40\\udc41"),
+            "{text}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back["t"], HOSTILE);
+    }
+}

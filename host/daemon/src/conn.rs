@@ -1,0 +1,362 @@
+//! One client connection: frames in, replies and turn events out. A `send` starts a turn
+//! (a `run_tool`, a one-shot call) whose events flow back on this connection while it
+//! keeps reading (an inline approval answer or a cancel arrives on the same socket).
+//!
+//! Every wait is bounded: a frame must arrive whole within [`FRAME_SECS`] of its first
+//! byte; a connection with nothing running may sit idle for [`IDLE_SECS`] (less when
+//! the daemon needs its place); replies wait in a queue of at most
+//! [`MAX_QUEUED_BYTES`], and a client that does not read them is dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bx_agent::{Agent, Overlay};
+use bx_broker::Answered;
+use bx_protocol::{
+    Answer, ApprovalSummary, Body, Envelope, ErrorCode, SessionSummary, ToolSummary, VERSION,
+};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedReadHalf;
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::admit::Ticket;
+
+/// Seconds a frame may take to arrive once its first byte has. Without it a client
+/// that sends half a frame holds its connection (and its place) for ever.
+pub const FRAME_SECS: u64 = 10;
+/// Seconds a connection with nothing running may wait for its next frame. Without it
+/// idle clients would hold every place; an interactive `bx chat` reconnects when it
+/// next has something to say.
+pub const IDLE_SECS: u64 = 600;
+/// Seconds one frame's write to the client may take. Without it a client that stops
+/// reading would hold the writer (and its queue) for ever.
+const WRITE_SECS: u64 = 30;
+/// Bytes of replies and events queued for one client (8 MiB). A client that sends
+/// requests and never reads is dropped at this bound instead of growing the daemon.
+pub const MAX_QUEUED_BYTES: usize = 8 << 20;
+
+/// The sending side of a connection: bounded by bytes queued, closed when the client
+/// falls too far behind.
+#[derive(Clone)]
+struct Out {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
+    overflow: Arc<AtomicBool>,
+    closed: Arc<Notify>,
+}
+
+impl Out {
+    fn send(&self, id: u64, msg: Body) {
+        let Ok(frame) = bx_protocol::encode(&Envelope { v: VERSION, id, msg }) else { return };
+        let len = frame.len();
+        if self.overflow.load(Ordering::Relaxed)
+            || self.queued.fetch_add(len, Ordering::AcqRel) + len > MAX_QUEUED_BYTES
+        {
+            self.overflow.store(true, Ordering::Relaxed);
+            self.closed.notify_one();
+            return;
+        }
+        if self.tx.send(frame).is_err() {
+            self.closed.notify_one();
+        }
+    }
+}
+
+fn error(code: ErrorCode, message: String, runbook: &str) -> Body {
+    Body::Error { code, message, runbook: runbook.to_owned() }
+}
+
+/// Reads the rest of a frame whose first byte is `first`, within [`FRAME_SECS`]; `Err`
+/// says why the bytes are not a frame (or not whole in time), after which the connection
+/// cannot go on.
+async fn rest_of_frame(rd: &mut OwnedReadHalf, first: u8) -> Result<Envelope, String> {
+    let read = async {
+        let mut head = [first, 0, 0, 0];
+        rd.read_exact(&mut head[1..]).await.map_err(|e| format!("truncated frame head: {e}"))?;
+        let len = bx_protocol::body_len(head).map_err(|e| e.to_string())?;
+        let mut body = vec![0; len];
+        rd.read_exact(&mut body).await.map_err(|e| format!("truncated frame: {e}"))?;
+        bx_protocol::parse_body(&body).map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(Duration::from_secs(FRAME_SECS), read).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("a frame did not arrive whole within {FRAME_SECS} s")),
+    }
+}
+
+/// Messages a control-only connection may send: none of them starts work.
+fn is_control(msg: &Body) -> bool {
+    matches!(
+        msg,
+        Body::Cancel { .. }
+            | Body::AnswerApproval { .. }
+            | Body::ListApprovals {}
+            | Body::ListSessions {}
+            | Body::ReportGrants { .. }
+            | Body::ListTools {}
+    )
+}
+
+pub(crate) async fn handle(
+    agent: Arc<Agent>,
+    stream: UnixStream,
+    ticket: Ticket,
+    control_only: bool,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut queue) = mpsc::unbounded_channel::<Vec<u8>>();
+    let out = Out {
+        tx,
+        queued: Arc::new(AtomicUsize::new(0)),
+        overflow: Arc::new(AtomicBool::new(false)),
+        closed: Arc::new(Notify::new()),
+    };
+    let writer = {
+        let (queued, closed) = (Arc::clone(&out.queued), Arc::clone(&out.closed));
+        tokio::spawn(async move {
+            while let Some(frame) = queue.recv().await {
+                let wrote =
+                    tokio::time::timeout(Duration::from_secs(WRITE_SECS), wr.write_all(&frame))
+                        .await;
+                queued.fetch_sub(frame.len(), Ordering::AcqRel);
+                if !matches!(wrote, Ok(Ok(()))) {
+                    closed.notify_one();
+                    break;
+                }
+            }
+        })
+    };
+    let ticket = Arc::new(ticket);
+    let mut turns = tokio::task::JoinSet::new();
+    loop {
+        // Nothing running: the wait for the next frame is bounded.
+        let idle = !ticket.is_busy() && turns.is_empty();
+        let first = tokio::select! {
+            b = rd.read_u8() => b,
+            () = ticket.evict.notified() => break,
+            () = out.closed.notified() => break,
+            () = tokio::time::sleep(Duration::from_secs(IDLE_SECS)), if idle => break,
+            Some(_) = turns.join_next(), if !turns.is_empty() => continue,
+            _ = shutdown.changed() => break,
+        };
+        let first = match first {
+            Ok(b) => b,
+            Err(_) => break, // closed between frames
+        };
+        let envelope = {
+            let _reading = ticket.busy();
+            match rest_of_frame(&mut rd, first).await {
+                Ok(envelope) => envelope,
+                Err(why) => {
+                    // A bad frame ends the connection: the stream cannot be resynchronised.
+                    out.send(0, error(ErrorCode::BadRequest, why, "docs/wire.md"));
+                    break;
+                }
+            }
+        };
+        let id = envelope.id;
+        if control_only && !is_control(&envelope.msg) {
+            let why = format!(
+                "the daemon is serving its {} connections, all busy; this one may only answer approvals, cancel and list",
+                agent.max_connections()
+            );
+            out.send(id, error(ErrorCode::DaemonBusy, why, "docs/runbook.md#daemon-busy"));
+            continue;
+        }
+        match envelope.msg {
+            Body::Send { session, text, require_tool } => {
+                let (agent, out, busy) = (Arc::clone(&agent), out.clone(), ticket.busy());
+                turns.spawn(async move {
+                    turn(agent, out, id, session, text, require_tool).await;
+                    drop(busy);
+                });
+            }
+            Body::RunTool { session, tool, args, overlay } => {
+                let (agent, out, busy) = (Arc::clone(&agent), out.clone(), ticket.busy());
+                turns.spawn(async move {
+                    run_tool(agent, out, id, session, tool, args, overlay).await;
+                    drop(busy);
+                });
+            }
+            Body::RebuildSession { session } => {
+                let msg = match agent.rebuild_session(&session) {
+                    Ok(body) => body,
+                    Err(e) => error(e.code(), e.to_string(), e.runbook()),
+                };
+                out.send(id, msg);
+            }
+            Body::Cancel { session } => {
+                let msg = if agent.cancel(&session) {
+                    Body::Ok {}
+                } else {
+                    Body::Refused { reason: format!("session {session} has no turn running") }
+                };
+                out.send(id, msg);
+            }
+            Body::AnswerApproval { approval, answer } => {
+                let answer = match answer {
+                    Answer::Approve {} => bx_broker::Answer::Approve,
+                    Answer::Refuse { reason } => bx_broker::Answer::Refuse(reason),
+                };
+                let msg = match agent.approvals().answer(&approval, answer) {
+                    Answered::Taken(_) => Body::Ok {},
+                    Answered::AlreadyAnswered => {
+                        Body::Refused { reason: format!("approval {approval} already answered") }
+                    }
+                    Answered::Expired(_) => Body::Refused {
+                        reason: format!("approval {approval} expired; the call was refused"),
+                    },
+                    Answered::Unknown => {
+                        Body::Refused { reason: format!("no approval {approval} is pending") }
+                    }
+                };
+                out.send(id, msg);
+            }
+            Body::ListApprovals {} => {
+                let now = bx_agent::now_ms();
+                let items = agent
+                    .approvals()
+                    .list()
+                    .into_iter()
+                    .map(|w| ApprovalSummary {
+                        approval: w.pending.id.clone(),
+                        session: w.session,
+                        tool: w.pending.request.call.tool.clone(),
+                        expires_in_s: w.pending.expires_ms.saturating_sub(now) / 1000,
+                        block: w.block,
+                    })
+                    .collect();
+                out.send(id, Body::Approvals { items });
+            }
+            Body::ListSessions {} => out.send(id, sessions(&agent)),
+            Body::ReportGrants { session } => out.send(id, grants(&agent, session)),
+            Body::ListTools {} => {
+                let msg = match agent.toolset() {
+                    Ok(set) => Body::Tools {
+                        items: set
+                            .defs()
+                            .iter()
+                            .filter_map(|d| {
+                                let tool = set.get(&d.name)?;
+                                Some(ToolSummary {
+                                    name: d.name.clone(),
+                                    digest: tool.digest().to_owned(),
+                                })
+                            })
+                            .collect(),
+                    },
+                    Err(e) => error(ErrorCode::Internal, e.to_string(), e.runbook()),
+                };
+                out.send(id, msg);
+            }
+            other => {
+                let why = format!(
+                    "{} is a message the daemon sends, not one it takes",
+                    other.type_name()
+                );
+                out.send(id, error(ErrorCode::BadRequest, why, "docs/wire.md"));
+            }
+        }
+    }
+    // The client went away, fell behind, idled out or was evicted, or the daemon is
+    // stopping: running turns finish (or are cancelled by the shutdown) and record
+    // their ends; their events go nowhere.
+    drop(rd);
+    while turns.join_next().await.is_some() {}
+    drop(out);
+    let _ = writer.await;
+}
+
+/// Forwards a turn's events to `out` as replies to request `id`.
+fn forwarder(out: &Out, id: u64) -> (bx_agent::Events, tokio::task::JoinHandle<()>) {
+    let (events, mut rx) = mpsc::unbounded_channel::<Body>();
+    let out = out.clone();
+    let forward = tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            out.send(id, msg);
+        }
+    });
+    (events, forward)
+}
+
+async fn turn(
+    agent: Arc<Agent>,
+    out: Out,
+    id: u64,
+    session: String,
+    text: String,
+    require_tool: bool,
+) {
+    let (events, forward) = forwarder(&out, id);
+    let result = agent.turn(&session, &text, require_tool, &events).await;
+    drop(events);
+    let _ = forward.await;
+    if let Err(e) = result {
+        out.send(id, error(e.code(), e.to_string(), e.runbook()));
+    }
+}
+
+async fn run_tool(
+    agent: Arc<Agent>,
+    out: Out,
+    id: u64,
+    session: String,
+    tool: String,
+    args: String,
+    overlay: bx_protocol::Overlay,
+) {
+    let (events, forward) = forwarder(&out, id);
+    let overlay = Overlay {
+        read: overlay.read,
+        write: overlay.write,
+        hosts: overlay.hosts,
+        deny: overlay.deny,
+    };
+    let result = agent.run_tool(&session, &tool, &args, &overlay, &events).await;
+    drop(events);
+    let _ = forward.await;
+    match result {
+        Ok(output) => out.send(id, output),
+        Err(e) => out.send(id, error(e.code(), e.to_string(), e.runbook())),
+    }
+}
+
+fn sessions(agent: &Agent) -> Body {
+    match agent.trust().ledger().list() {
+        Ok(ids) => Body::Sessions {
+            items: ids
+                .into_iter()
+                .map(|id| {
+                    let taint = agent
+                        .trust()
+                        .ledger()
+                        .files()
+                        .taint(&id)
+                        .map_or(bx_broker::Label::TOP, |(t, _)| t);
+                    SessionSummary {
+                        busy: agent.is_busy(&id),
+                        taint: taint.to_string(),
+                        session: id,
+                    }
+                })
+                .collect(),
+        },
+        Err(e) => error(ErrorCode::Internal, e.to_string(), "docs/runbook.md#internal-error"),
+    }
+}
+
+fn grants(agent: &Agent, session: String) -> Body {
+    let policy = match agent.policy() {
+        Ok(p) => p,
+        Err(why) => return error(ErrorCode::PolicyInvalid, why, "docs/runbook.md#policy-invalid"),
+    };
+    let taint =
+        agent.trust().ledger().files().taint(&session).map_or(bx_broker::Label::TOP, |(t, _)| t);
+    let mut lines = vec![format!("session {session}: taint {taint}")];
+    lines.extend(policy.grants().iter().map(ToString::to_string));
+    lines.extend(policy.denies().iter().map(ToString::to_string));
+    Body::Grants { session, lines }
+}

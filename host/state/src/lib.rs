@@ -1,0 +1,22 @@
+//! bx's state directory: [`StateDir`], the one place its layout is spelled, and the files
+//! bx reads there as its own: `config.toml` ([`Config`]), the watched policy file
+//! ([`PolicyFile`]) and session state ([`Sessions`]). Everything here is bx's own: no
+//! tool reaches any of it, whatever the grants say ([`StateDir::own_paths`]).
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod config;
+mod dir;
+mod error;
+mod policy_file;
+mod read;
+mod sessions;
+
+pub use config::{
+    AuditConfig, Config, EndThinkingName, InferenceConfig, LoopConfig, ToolModeName, ToolsConfig,
+};
+pub use dir::StateDir;
+pub use error::StateError;
+pub use policy_file::{PolicyFile, PolicyStatus};
+pub use read::{MAX_CONFIG_BYTES, MAX_OWN_FILE_BYTES, MAX_POLICY_BYTES, read_own};
+pub use sessions::{SessionState, Sessions, valid_session_id, write_atomically};
