@@ -6,6 +6,11 @@ use bx_protocol::ErrorCode;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentError {
+    /// No model server is configured: tools work, turns do not.
+    #[error(
+        "no model is configured: set [inference] url or launch in config.toml to chat (tools and bx tool run work without one; see docs/runbook.md#no-model)"
+    )]
+    NoModel,
     /// The session already has a turn running.
     #[error("session {0} already has a turn running (see docs/runbook.md#session-busy)")]
     SessionBusy(String),
@@ -57,6 +62,7 @@ impl AgentError {
     /// The wire code for this error.
     pub fn code(&self) -> ErrorCode {
         match self {
+            AgentError::NoModel => ErrorCode::NoModel,
             AgentError::SessionBusy(_) => ErrorCode::SessionBusy,
             AgentError::BadSession(_) => ErrorCode::BadRequest,
             AgentError::SessionDamaged { .. } => ErrorCode::SessionDamaged,
@@ -89,6 +95,7 @@ impl AgentError {
             ErrorCode::Cancelled => "docs/runbook.md#turn-cancelled",
             ErrorCode::InferenceFailed => "docs/runbook.md#inference-failed",
             ErrorCode::DaemonBusy => "docs/runbook.md#daemon-busy",
+            ErrorCode::NoModel => "docs/runbook.md#no-model",
             ErrorCode::BadRequest | ErrorCode::Internal => "docs/runbook.md#internal-error",
         }
     }

@@ -43,8 +43,9 @@ pub struct AgentParts {
     pub store: Store,
     /// The component runtime.
     pub runtime: Runtime,
-    /// The inference client, connected.
-    pub client: Client,
+    /// The inference client, connected; `None` when no model is configured (tools and
+    /// one-shot calls work, turns are refused).
+    pub client: Option<Client>,
     /// Limits of a turn.
     pub limits: LoopConfig,
     /// Sampling temperature for every request, when set.
@@ -92,8 +93,9 @@ impl Agent {
         for id in files.list()? {
             if let Ok((state, None)) = files.state(&id)
                 && let Some(slot) = state.slot
+                && let Some(client) = &parts.client
             {
-                parts.client.gate().pin(&id, slot);
+                client.gate().pin(&id, slot);
             }
         }
         let ledger = Ledger::open(files, &parts.state.audit_dir(&parts.config))?;
@@ -115,9 +117,9 @@ impl Agent {
         &self.approvals
     }
 
-    /// The inference client.
-    pub fn client(&self) -> &Client {
-        &self.parts.client
+    /// The inference client, when a model is configured.
+    pub fn client(&self) -> Option<&Client> {
+        self.parts.client.as_ref()
     }
 
     /// Client connections the daemon serves at once (`[loop] max_connections`).
@@ -219,6 +221,9 @@ impl Agent {
         events: &Events,
     ) -> Result<TurnUsage, AgentError> {
         self.trust.available()?;
+        let Some(client) = &self.parts.client else {
+            return Err(AgentError::NoModel);
+        };
         let baseline = Baseline::load(&self.parts.state.core_file())?;
         let toolset = self.toolset()?;
         let mut transcript = Transcript::open(&self.trust.ledger().files().transcript(session))?;
@@ -251,9 +256,7 @@ impl Agent {
                 max_thinking_tokens: limits.max_thinking_tokens.map(NonZeroU32::get),
             };
             let (s, ev) = (session.to_owned(), events.clone());
-            let completion = self
-                .parts
-                .client
+            let completion = client
                 .chat(session, &req, move |e| {
                     let body = match e {
                         StreamEvent::Content(t) => {
@@ -311,7 +314,8 @@ impl Agent {
     /// Keeps the session's slot on disk, so a restarted daemon sends it back there. Asking
     /// the gate places a new session, as its first request would.
     fn remember_slot(&self, session: &str) {
-        let slot = self.parts.client.gate().slot_of(session);
+        let Some(client) = &self.parts.client else { return };
+        let slot = client.gate().slot_of(session);
         // Losing this only costs a cold cache after a restart; the turn goes on.
         let _ = self.trust.ledger().set_slot(session, slot);
     }

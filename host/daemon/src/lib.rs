@@ -74,30 +74,9 @@ fn say(text: &str) {
     eprintln!("{}", bx_broker::escape_untrusted(text, true));
 }
 
-/// Runs the daemon for `state` until SIGTERM or SIGINT.
-pub async fn serve(state: StateDir) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(state.root(), std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("making {} private", state.root().display()))?;
-    let _lock = take_lock(&state)?;
-    let config = load_config(&state)?;
-    let audit_dir = state.audit_dir(&config);
-    let audit = Arc::new(
-        AuditLog::open_waiting(&audit_dir, AUDIT_LOCK_WAIT).map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
-
-    // The model server: launched from the configuration, or reached at its URL.
-    let mut server = None;
-    let url = if config.inference.launch.is_empty() {
-        config.inference.url.clone()
-    } else {
-        let launched =
-            launch::Launched::start(&config.inference.launch, &state.model_server_log())?;
-        let url = launched.url();
-        server = Some(launched);
-        url
-    };
-    let mut infer = InferConfig::new(&url);
+/// Connects to the model server at `url` with the `[inference]` settings.
+async fn connect(config: &Config, url: &str) -> anyhow::Result<Client> {
+    let mut infer = InferConfig::new(url);
     infer.mode = tool_mode(config.inference.tool_mode);
     infer.end_thinking = match config.inference.end_thinking {
         EndThinkingName::Control => EndThinking::Control,
@@ -111,8 +90,41 @@ pub async fn serve(state: StateDir) -> anyhow::Result<()> {
     };
     infer.connect_window = Duration::from_secs(config.inference.connect_secs);
     say(&format!("bx serve: connecting to {url}"));
-    let client = Client::connect(infer).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Client::connect(infer).await.map_err(|e| anyhow::anyhow!("{e}"))
+}
 
+/// Runs the daemon for `state` until SIGTERM or SIGINT.
+pub async fn serve(state: StateDir) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(state.root(), std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", state.root().display()))?;
+    let _lock = take_lock(&state)?;
+    let config = load_config(&state)?;
+    let audit_dir = state.audit_dir(&config);
+    let audit = Arc::new(
+        AuditLog::open_waiting(&audit_dir, AUDIT_LOCK_WAIT).map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+
+    // The model server: launched from the configuration, reached at its URL, or none.
+    let mut server = None;
+    let url = if config.inference.launch.is_empty() {
+        config.inference.url.clone()
+    } else {
+        let launched =
+            launch::Launched::start(&config.inference.launch, &state.model_server_log())?;
+        let url = launched.url();
+        server = Some(launched);
+        Some(url)
+    };
+    let client = match &url {
+        Some(url) => Some(connect(&config, url).await?),
+        None => {
+            say(
+                "bx serve: no model is configured ([inference] url or launch); tools work, chat turns are refused (see docs/runbook.md#no-model)",
+            );
+            None
+        }
+    };
     let runtime = Runtime::new(Limits::default())?;
     let store = Store::open(&state, &config)?;
     let agent = Arc::new(Agent::new(AgentParts {
@@ -136,8 +148,14 @@ pub async fn serve(state: StateDir) -> anyhow::Result<()> {
 
     // The self-test runs after the agent put known sessions back on their slots, so
     // its short completion lands on the least-loaded slot, not on a warm session's.
-    let report = agent.client().self_test().await;
-    say(&format!("bx serve: inference self-test\n{report}"));
+    let report = match agent.client() {
+        Some(client) => {
+            let report = client.self_test().await;
+            say(&format!("bx serve: inference self-test\n{report}"));
+            Some(report)
+        }
+        None => None,
+    };
     let status = serde_json::json!({
         "pid": std::process::id(),
         "url": url,

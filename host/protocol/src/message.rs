@@ -58,6 +58,8 @@ pub enum ErrorCode {
     /// The daemon is at its connection bound with every connection busy; this one may
     /// only answer approvals and list things.
     DaemonBusy,
+    /// No model server is configured: tools work, turns do not.
+    NoModel,
     /// The request was malformed.
     BadRequest,
     /// Anything else.

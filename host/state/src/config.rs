@@ -31,9 +31,10 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct InferenceConfig {
-    /// Base URL of a running server. Default `http://127.0.0.1:8080`; ignored when
-    /// `launch` is set.
-    pub url: String,
+    /// Base URL of a running server; ignored when `launch` is set. With neither, no
+    /// model is configured: the daemon serves tools (`bx tool run`, MCP) and refuses
+    /// chat turns (`docs/runbook.md#no-model`).
+    pub url: Option<String>,
     /// A command that starts llama-server, as argv; `{port}` is replaced by a free
     /// loopback port that bx then connects to. The daemon stops it when it exits.
     pub launch: Vec<String>,
@@ -55,7 +56,7 @@ pub struct InferenceConfig {
 impl Default for InferenceConfig {
     fn default() -> InferenceConfig {
         InferenceConfig {
-            url: "http://127.0.0.1:8080".into(),
+            url: None,
             launch: Vec::new(),
             tool_mode: ToolModeName::Auto,
             connect_secs: 60,
@@ -144,6 +145,11 @@ pub struct ToolsConfig {
 }
 
 impl Config {
+    /// Whether a model server is configured (a URL or a command to launch one).
+    pub fn has_model(&self) -> bool {
+        self.inference.url.is_some() || !self.inference.launch.is_empty()
+    }
+
     /// Reads `path` (a regular file of at most 64 KiB); a missing file is the default
     /// configuration.
     pub fn load(path: &Path) -> Result<Config, StateError> {
@@ -174,6 +180,11 @@ impl Config {
             }
             StateError::parse_at(path, text, 0, message)
         };
+        if let Some(url) = &config.inference.url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(at("url", "inference.url: must be an http:// or https:// URL".into()));
+        }
         if !config.inference.launch.is_empty()
             && !config.inference.launch.iter().any(|a| a.contains("{port}"))
         {
@@ -229,6 +240,7 @@ mod tests {
     fn refuses_bad_values_in_each_table_with_location() {
         for (text, want) in [
             ("[inference]\ntool_mode = \"magic\"\n", "c.toml:2:13: unknown variant `magic`"),
+            ("[inference]\nurl = \"localhost:8080\"\n", "c.toml:2:1: inference.url"),
             ("[inference]\nlaunch = [\"llama-server\"]\n", "c.toml:2:1: inference.launch"),
             ("[loop]\nmax_tool_calls = 0\n", "c.toml:2:18: invalid value: integer `0`"),
             ("[audit]\ndir = \"rel\"\n", "c.toml:2:1: audit.dir"),

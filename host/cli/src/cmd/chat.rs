@@ -216,6 +216,7 @@ impl Chat<'_> {
                     return Ok(match code {
                         ErrorCode::TurnLimit | ErrorCode::Cancelled => EXIT_TURN,
                         ErrorCode::AuditUnavailable
+                        | ErrorCode::NoModel
                         | ErrorCode::PolicyInvalid
                         | ErrorCode::InferenceUnreachable
                         | ErrorCode::InferenceBusy
@@ -295,6 +296,9 @@ fn next_step(code: ErrorCode) -> &'static str {
             "\n    next: wait for the other turn, or talk in another --session"
         }
         ErrorCode::PolicyInvalid => "\n    next: `bx policy check` shows what to fix",
+        ErrorCode::NoModel => {
+            "\n    next: set [inference] url or launch in config.toml, then restart bx serve"
+        }
         ErrorCode::AuditUnavailable => {
             "\n    next: fix the cause, run `bx audit verify`, restart the daemon"
         }

@@ -36,6 +36,15 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
         .flatten()
         .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok());
     match (answering, status) {
+        (true, Some(s)) if s["url"].is_null() => {
+            check(
+                true,
+                format!(
+                    "daemon: pid {}, no model configured (tools only; see docs/runbook.md#no-model)",
+                    s["pid"]
+                ),
+            );
+        }
         (true, Some(s)) => {
             check(true, format!("daemon: pid {} serving {}", s["pid"], s["url"]));
             match serde_json::from_value::<bx_infer::SelfTest>(s["self_test"].clone()) {

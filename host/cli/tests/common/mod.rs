@@ -137,6 +137,11 @@ impl Daemon {
         }
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, then wait: the graceful path (turns cancelled, checkpoint written).
     pub fn stop(mut self) {
         let pid = self.child.id().to_string();

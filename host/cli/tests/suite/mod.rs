@@ -1,8 +1,10 @@
 //! Helpers to run `bx` against a state directory and to look at what it left there.
 
+mod bounds;
 mod chat;
 mod install;
 mod layering;
+mod reach;
 mod run;
 mod runbook;
 mod trust;
