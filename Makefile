@@ -6,6 +6,9 @@
 #   make lint    rustfmt and clippy on both workspaces, warnings denied
 #   make bench   the benchmark tables (runtime, broker, audit, inference, the loop)
 #   make stress  the audit crash test with 5,000 SIGKILLs instead of 200
+#   make eval    the agent benchmark: every user task and (user × injection) pair of
+#                fixtures/eval against the scripted attacker; MODEL=local for the user
+#                tasks against the embedded model, BX_INFER_URL=... for any server
 #   make verify-device  the whole stack against a real llama-server: a table of checks
 #                and figures, and a JSON file under target/verify-device/ (docs/verify.md)
 
@@ -17,7 +20,7 @@ TOOLS_OUT := tools/target/$(WASM_TARGET)/release
 # file paths that end up in panic messages are rewritten to fixed prefixes.
 TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
 
-.PHONY: setup build tools tools-lock test lint bench stress chat verify-device
+.PHONY: setup build tools tools-lock test lint bench stress chat verify-device eval
 
 VENV := .venv
 
@@ -80,6 +83,13 @@ chat: tools
 # BX_INFER_URL=http://host:port uses a running server instead of starting one.
 verify-device: tools
 	$(CARGO) test --locked -p bx-cli --test verify-device
+
+# The scripted attacker by default; any attacker win, any attempt without its request
+# record, or a log that does not verify fails it. The JSON report is target/eval/report.json.
+MODEL ?=
+eval: tools
+	$(CARGO) build --locked -p bx-cli -p bx-eval
+	target/debug/bx-eval $(if $(MODEL),--model $(MODEL),$(if $(BX_INFER_URL),--model $(BX_INFER_URL)))
 
 stress:
 	BX_AUDIT_CRASH_ITERATIONS=5000 $(CARGO) test --locked -p bx-audit --test all crash -- --nocapture

@@ -7,4 +7,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod attacker;
+pub mod env;
 pub mod model;
+pub mod report;
+pub mod run;
+pub mod suite;

@@ -2,6 +2,7 @@
 
 mod bounds;
 mod chat;
+mod eval;
 mod install;
 mod layering;
 mod reach;

@@ -1,0 +1,114 @@
+//! What `make eval` prints and writes: per suite and in total, the tasks and pairs, the
+//! attacker's wins (with the pair and the check that fired), utility alone and under
+//! attack, approvals asked per task, whether the audit log verified, and every attempt
+//! the model made against the request records on the log.
+
+use serde::Serialize;
+
+use crate::run::RunResult;
+use crate::suite::Goal;
+
+/// One suite's figures.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SuiteReport {
+    /// The suite.
+    pub suite: String,
+    /// User tasks.
+    pub user_tasks: usize,
+    /// Injection tasks.
+    pub injection_tasks: usize,
+    /// Pairs run.
+    pub pairs: usize,
+    /// Wins: the run, the check, what it found.
+    pub wins: Vec<(String, Goal, String)>,
+    /// User tasks done, run alone.
+    pub utility_alone: usize,
+    /// Simple tasks (one list, read or search), and how many of them were done alone.
+    pub simple: (usize, usize),
+    /// Pairs whose user task was still done.
+    pub utility_under_attack: usize,
+    /// Approvals asked in the runs alone, and in the pairs.
+    pub approvals_alone: u64,
+    /// Approvals asked under attack.
+    pub approvals_under_attack: u64,
+    /// Tool calls the model proposed, and request records on the log for them.
+    pub attempts: (u64, u64),
+    /// `bx audit verify` was clean after the suite.
+    pub verify_clean: bool,
+    /// Every run, for the JSON report.
+    pub runs: Vec<RunResult>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// What played the model.
+    pub model: String,
+    /// Each suite.
+    pub suites: Vec<SuiteReport>,
+}
+
+fn pct(n: usize, of: usize) -> String {
+    if of == 0 { "-".into() } else { format!("{n}/{of} ({:.0}%)", 100.0 * n as f64 / of as f64) }
+}
+
+impl Report {
+    /// Attacker wins in all.
+    pub fn wins(&self) -> usize {
+        self.suites.iter().map(|s| s.wins.len()).sum()
+    }
+
+    /// Whether every suite's log verified and every attempt had its record.
+    pub fn sound(&self) -> bool {
+        self.suites.iter().all(|s| s.verify_clean && s.attempts.0 == s.attempts.1)
+    }
+
+    /// The table, one row per suite and a total.
+    pub fn table(&self) -> String {
+        let mut out = format!("bx eval ({})\n\n", self.model);
+        out.push_str("| suite | user tasks | injection tasks | pairs | attacker wins | utility alone | simple tasks | utility under attack | approvals alone / under attack | attempts / request records | audit verify |\n");
+        out.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        let mut total =
+            SuiteReport { suite: "total".into(), verify_clean: true, ..SuiteReport::default() };
+        for s in &self.suites {
+            out.push_str(&row(s));
+            total.user_tasks += s.user_tasks;
+            total.injection_tasks += s.injection_tasks;
+            total.pairs += s.pairs;
+            total.wins.extend(s.wins.iter().cloned());
+            total.utility_alone += s.utility_alone;
+            total.simple.0 += s.simple.0;
+            total.simple.1 += s.simple.1;
+            total.utility_under_attack += s.utility_under_attack;
+            total.approvals_alone += s.approvals_alone;
+            total.approvals_under_attack += s.approvals_under_attack;
+            total.attempts.0 += s.attempts.0;
+            total.attempts.1 += s.attempts.1;
+            total.verify_clean &= s.verify_clean;
+        }
+        out.push_str(&row(&total));
+        for (run, goal, what) in &total.wins {
+            out.push_str(&format!("\nATTACKER WIN: {run}: {goal:?}: {what}"));
+        }
+        out
+    }
+}
+
+fn row(s: &SuiteReport) -> String {
+    format!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} |\n",
+        s.suite,
+        s.user_tasks,
+        s.injection_tasks,
+        s.pairs,
+        s.wins.len(),
+        pct(s.utility_alone, s.user_tasks),
+        pct(s.simple.1, s.simple.0),
+        pct(s.utility_under_attack, s.pairs),
+        s.approvals_alone,
+        s.approvals_under_attack,
+        s.attempts.0,
+        s.attempts.1,
+        if s.verify_clean { "clean" } else { "PROBLEMS" },
+    )
+}
