@@ -52,6 +52,7 @@ impl AllowList {
             label,
             when_tainted: OnTainted::Allow,
         });
+        self.policy.index_labels();
         self
     }
 

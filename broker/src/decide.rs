@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::grant::{FsAccess, Grant, LabelRule, RootGrant};
+use crate::grant::{FsAccess, Grant, RootGrant};
 use crate::label::Label;
 use crate::path::normalize;
 
@@ -302,9 +302,11 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
     // must not read what a direct read would have to ask about).
     for g in policy.grants.iter().filter(|g| g.tool.matches(&call.tool)) {
         let ResourceRule::Path(p) = &g.resource else { continue };
+        // Byte comparisons first: `Path`'s own equality walks components, and this runs
+        // for every grant of every decision.
         let nested = roots.iter().any(|r| {
-            r.path != *p
-                && under(p, &r.path)
+            under(p, &r.path)
+                && r.path.as_os_str() != p.as_os_str()
                 && (g.mode == Mode::Write) == (r.access == FsAccess::Write)
         });
         if nested && !taint.flows_to(g.label) && g.when_tainted != OnTainted::Allow {
@@ -317,7 +319,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         roots,
         denied,
         own: policy.own.clone(),
-        labels: label_rules(policy, &call.tool),
+        labels: std::sync::Arc::clone(&policy.labels),
         hosts,
     };
     let ask = (!reasons.is_empty()).then(|| AskRequest {
@@ -328,20 +330,6 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         taint,
     });
     Ok((grant, ask))
-}
-
-/// Every path grant of the policy for `tool`, in any mode, as the label of what lies
-/// under it; a read grant and a write grant on one path with different labels join.
-fn label_rules(policy: &Policy, tool: &str) -> Vec<LabelRule> {
-    let mut rules: Vec<LabelRule> = Vec::new();
-    for g in policy.grants.iter().filter(|g| g.tool.matches(tool)) {
-        let ResourceRule::Path(p) = &g.resource else { continue };
-        match rules.iter_mut().find(|r| r.path == *p) {
-            Some(rule) => rule.label = rule.label.join(g.label),
-            None => rules.push(LabelRule { path: p.clone(), label: g.label }),
-        }
-    }
-    rules
 }
 
 /// Turns an answered `Ask` into a decision against the policy and taint of this moment.

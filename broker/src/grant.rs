@@ -61,10 +61,12 @@ pub enum RootKind {
     ReadWrite,
 }
 
-/// The label the owner gave a path: a path grant of the policy for this tool, in any
-/// mode. The label of a file a call touched comes from the longest rule covering it.
+/// The label the owner gave a path: a path grant of the policy, in any mode. The label of
+/// a file a call touched comes from the longest rule covering it among those for the
+/// call's tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LabelRule {
+    pub(crate) tool: crate::policy::ToolMatch,
     pub(crate) path: PathBuf,
     pub(crate) label: Label,
 }
@@ -103,7 +105,9 @@ pub struct Grant {
     pub(crate) roots: Vec<RootGrant>,
     pub(crate) denied: Vec<PathBuf>,
     pub(crate) own: Vec<PathBuf>,
-    pub(crate) labels: Vec<LabelRule>,
+    /// Every path grant's label, shared with the policy (one index per policy, not a
+    /// copy per call); filtered by the tool when read.
+    pub(crate) labels: std::sync::Arc<[LabelRule]>,
     pub(crate) hosts: Vec<(HostRule, Label)>,
 }
 
@@ -152,7 +156,8 @@ impl Grant {
     /// label (fail closed).
     pub fn path_label(&self, path: &Path) -> Label {
         let mut best: Option<(usize, Label)> = None;
-        for rule in self.labels.iter().filter(|r| strip_root(path, &r.path).is_some()) {
+        let rules = self.labels.iter().filter(|r| r.tool.matches(&self.tool));
+        for rule in rules.filter(|r| strip_root(path, &r.path).is_some()) {
             let depth = rule.path.as_os_str().len();
             best = match best {
                 Some((d, l)) if d == depth => Some((d, l.join(rule.label))),
@@ -169,7 +174,8 @@ impl Grant {
         let mut label = Label::CLEAN;
         for root in &self.roots {
             label = label.join(self.path_label(&root.path));
-            for rule in self.labels.iter().filter(|r| strip_root(&r.path, &root.path).is_some()) {
+            let rules = self.labels.iter().filter(|r| r.tool.matches(&self.tool));
+            for rule in rules.filter(|r| strip_root(&r.path, &root.path).is_some()) {
                 label = label.join(rule.label);
             }
         }
@@ -270,9 +276,18 @@ mod tests {
             denied: vec!["/home/o/.ssh".into()],
             own: vec!["/home/o/.local/state/bx".into()],
             labels: vec![
-                LabelRule { path: "/home/o".into(), label: Label::CLEAN },
-                LabelRule { path: "/home/o/out".into(), label: Label::TOP },
-            ],
+                LabelRule {
+                    tool: crate::policy::ToolMatch::Any,
+                    path: "/home/o".into(),
+                    label: Label::CLEAN,
+                },
+                LabelRule {
+                    tool: crate::policy::ToolMatch::Any,
+                    path: "/home/o/out".into(),
+                    label: Label::TOP,
+                },
+            ]
+            .into(),
             hosts: vec![(HostRule::parse("example.com").unwrap(), Label::TOP)],
         }
     }

@@ -175,6 +175,9 @@ pub struct Policy {
     /// bx's own state: no call reaches it, whatever the grants say. Not a policy line:
     /// the host sets it from the state directory's layout.
     pub(crate) own: Vec<PathBuf>,
+    /// Every path grant's label, indexed once per policy (see [`Policy::index_labels`])
+    /// and shared by every grant decided under it.
+    pub(crate) labels: std::sync::Arc<[crate::grant::LabelRule]>,
 }
 
 /// One thing wrong with a policy file.
@@ -437,6 +440,29 @@ impl Policy {
         Policy::default()
     }
 
+    /// Rebuilds the label index from the grants: every path grant, in any mode; a read and
+    /// a write grant of the same tools on one path with different labels are joined.
+    pub(crate) fn index_labels(&mut self) {
+        let mut rules: Vec<crate::grant::LabelRule> = Vec::new();
+        let mut at: std::collections::HashMap<(String, PathBuf), usize> =
+            std::collections::HashMap::new();
+        for g in &self.grants {
+            let ResourceRule::Path(p) = &g.resource else { continue };
+            match at.get(&(g.tool.to_string(), p.clone())) {
+                Some(&i) => rules[i].label = rules[i].label.join(g.label),
+                None => {
+                    at.insert((g.tool.to_string(), p.clone()), rules.len());
+                    rules.push(crate::grant::LabelRule {
+                        tool: g.tool.clone(),
+                        path: p.clone(),
+                        label: g.label,
+                    });
+                }
+            }
+        }
+        self.labels = rules.into();
+    }
+
     /// Marks `paths` as bx's own state: no call reaches them or anything below them,
     /// in any mode, through any spelling, whatever the grants say. Each path must be
     /// absolute; pass both the path as configured and its resolved form, so a symlink
@@ -639,6 +665,7 @@ impl Policy {
                 });
             }
         }
+        policy.index_labels();
         if errors.is_empty() {
             for ex in &policy.examples {
                 let call = crate::CallRequest {
