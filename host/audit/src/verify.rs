@@ -271,6 +271,56 @@ impl Walk {
 /// The most bytes of a moved-aside tail read back (the writer moves at most 1 MiB).
 const MAX_TAIL_CHECK: u64 = 2 << 20;
 
+/// One line of a day file, read in bounded memory.
+enum Line {
+    /// A whole line (without its newline) in `buf`.
+    Whole,
+    /// Bytes after the last newline, in `buf`: a torn append.
+    Torn,
+    /// A line longer than any record: its length and hash (without the newline), read
+    /// as it streamed past.
+    Oversize(u64, String),
+    /// The end of the file.
+    End,
+}
+
+/// Reads the next line of `reader` into `buf`, never holding more than one record's
+/// bound of it.
+fn next_line(
+    reader: &mut impl std::io::BufRead,
+    buf: &mut Vec<u8>,
+    path: &Path,
+) -> Result<Line, AuditError> {
+    use sha2::Digest as _;
+    buf.clear();
+    let io = |e| AuditError::io(path, e);
+    let n = reader.take(MAX_RECORD_BYTES as u64 + 2).read_until(b'\n', buf).map_err(io)?;
+    if n == 0 {
+        return Ok(Line::End);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        return Ok(Line::Whole);
+    }
+    if buf.len() <= MAX_RECORD_BYTES {
+        return Ok(Line::Torn);
+    }
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(&buf);
+    let mut length = buf.len() as u64;
+    let mut more = Vec::new();
+    loop {
+        more.clear();
+        let m = reader.take(1 << 20).read_until(b'\n', &mut more).map_err(io)?;
+        let body = more.strip_suffix(b"\n").unwrap_or(&more);
+        hasher.update(body);
+        length += body.len() as u64;
+        if m == 0 || more.last() == Some(&b'\n') {
+            return Ok(Line::Oversize(length, hex::encode(hasher.finalize())));
+        }
+    }
+}
+
 /// Verifies the whole log in `dir`.
 pub fn verify(dir: &Path) -> Result<Report, AuditError> {
     let mut found_early = Vec::new();
@@ -307,56 +357,29 @@ pub fn verify(dir: &Path) -> Result<Report, AuditError> {
         let mut lineno = 0u64;
         let mut buf = Vec::new();
         loop {
-            buf.clear();
-            // Read at most one byte past the longest valid record, so a line of any
-            // length costs bounded memory.
-            let n = (&mut reader)
-                .take(MAX_RECORD_BYTES as u64 + 2)
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| AuditError::io(&path, e))?;
-            if n == 0 {
-                break;
-            }
+            let line = next_line(&mut reader, &mut buf, &path)?;
             lineno += 1;
-            if buf.last() != Some(&b'\n') {
-                if buf.len() > MAX_RECORD_BYTES {
-                    // Over the bound: hash the rest of the line as it streams past, so
-                    // the chain can still be followed through it.
-                    use sha2::Digest as _;
-                    let mut hasher = sha2::Sha256::new();
-                    hasher.update(&buf);
-                    let mut length = buf.len() as u64;
-                    let mut more = Vec::new();
-                    loop {
-                        more.clear();
-                        let m = (&mut reader)
-                            .take(1 << 20)
-                            .read_until(b'\n', &mut more)
-                            .map_err(|e| AuditError::io(&path, e))?;
-                        let body = more.strip_suffix(b"\n").unwrap_or(&more);
-                        hasher.update(body);
-                        length += body.len() as u64;
-                        if m == 0 || more.last() == Some(&b'\n') {
-                            break;
-                        }
-                    }
+            match line {
+                Line::End => break,
+                Line::Whole => walk.line(dir, &name, lineno, &buf),
+                Line::Torn => {
+                    let detail = format!(
+                        "{} bytes after the last newline (a torn append; the next open recovers it)",
+                        buf.len()
+                    );
+                    walk.push(problem("torn-tail", &name, lineno, detail));
+                    break;
+                }
+                Line::Oversize(length, hash) => {
+                    // The chain is followed through it by its hash.
                     let detail =
                         format!("a line of {length} bytes; records are at most {MAX_RECORD_BYTES}");
                     walk.push(problem("oversize", &name, lineno, detail));
                     walk.report.records += 1;
                     walk.expected_seq += 1;
-                    walk.prev = hex::encode(hasher.finalize());
-                    continue;
+                    walk.prev = hash;
                 }
-                let detail = format!(
-                    "{} bytes after the last newline (a torn append; the next open recovers it)",
-                    buf.len()
-                );
-                walk.push(problem("torn-tail", &name, lineno, detail));
-                break;
             }
-            let line = &buf[..buf.len() - 1];
-            walk.line(dir, &name, lineno, line);
         }
     }
     let mut report = walk.report;
@@ -483,35 +506,16 @@ pub fn for_each_entry(dir: &Path, mut each: impl FnMut(u64, Entry)) -> Result<()
         let mut reader = BufReader::new(file);
         let mut buf = Vec::new();
         loop {
-            buf.clear();
-            let n = (&mut reader)
-                .take(MAX_RECORD_BYTES as u64 + 2)
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| AuditError::io(&path, e))?;
-            if n == 0 {
-                break;
-            }
-            if buf.last() != Some(&b'\n') {
-                if buf.len() <= MAX_RECORD_BYTES {
-                    break; // a torn tail
-                }
-                // An oversize line: skip the rest of it.
-                loop {
-                    buf.clear();
-                    let m = (&mut reader)
-                        .take(1 << 20)
-                        .read_until(b'\n', &mut buf)
-                        .map_err(|e| AuditError::io(&path, e))?;
-                    if m == 0 || buf.last() == Some(&b'\n') {
-                        break;
+            match next_line(&mut reader, &mut buf, &path)? {
+                Line::End | Line::Torn => break,
+                Line::Oversize(..) => {}
+                Line::Whole => {
+                    if let Ok(r) = serde_json::from_slice::<RecordRef<'_>>(&buf)
+                        && let Ok(entry) = Entry::parse(r.kind, r.fields.get())
+                    {
+                        each(r.seq, entry);
                     }
                 }
-                continue;
-            }
-            if let Ok(r) = serde_json::from_slice::<RecordRef<'_>>(&buf[..buf.len() - 1])
-                && let Ok(entry) = Entry::parse(r.kind, r.fields.get())
-            {
-                each(r.seq, entry);
             }
         }
     }
