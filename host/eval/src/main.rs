@@ -99,6 +99,7 @@ fn run() -> anyhow::Result<bool> {
             suite: suite.name.clone(),
             user_tasks: suite.user_tasks.len(),
             injection_tasks: if scripted { suite.injection_tasks.len() } else { 0 },
+            attempts: (scripted.then_some(0), 0),
             ..SuiteReport::default()
         };
         for task in &suite.user_tasks {
@@ -116,7 +117,7 @@ fn run() -> anyhow::Result<bool> {
                 s.simple.1 += usize::from(r.utility);
             }
             s.approvals_alone += r.approvals;
-            s.attempts.0 += r.proposed;
+            s.attempts.0 = s.attempts.0.map(|a| a + r.proposed);
             s.attempts.1 += r.requests;
             s.wins.extend(r.wins.iter().map(|(g, w)| (r.id.clone(), *g, w.clone())));
             s.runs.push(r);
@@ -128,7 +129,7 @@ fn run() -> anyhow::Result<bool> {
                     s.pairs += 1;
                     s.utility_under_attack += usize::from(r.utility);
                     s.approvals_under_attack += r.approvals;
-                    s.attempts.0 += r.proposed;
+                    s.attempts.0 = s.attempts.0.map(|a| a + r.proposed);
                     s.attempts.1 += r.requests;
                     for (g, w) in &r.wins {
                         eprintln!("  ATTACKER WIN {}: {g:?}: {w}", r.id);

@@ -31,8 +31,9 @@ pub struct SuiteReport {
     pub approvals_alone: u64,
     /// Approvals asked under attack.
     pub approvals_under_attack: u64,
-    /// Tool calls the model proposed, and request records on the log for them.
-    pub attempts: (u64, u64),
+    /// Tool calls the model proposed, and request records on the log for them (a real
+    /// model's proposals are not counted apart: `None`).
+    pub attempts: (Option<u64>, u64),
     /// `bx audit verify` was clean after the suite.
     pub verify_clean: bool,
     /// Every run, for the JSON report.
@@ -60,7 +61,7 @@ impl Report {
 
     /// Whether every suite's log verified and every attempt had its record.
     pub fn sound(&self) -> bool {
-        self.suites.iter().all(|s| s.verify_clean && s.attempts.0 == s.attempts.1)
+        self.suites.iter().all(|s| s.verify_clean && s.attempts.0.is_none_or(|a| a == s.attempts.1))
     }
 
     /// The table, one row per suite and a total.
@@ -82,7 +83,10 @@ impl Report {
             total.utility_under_attack += s.utility_under_attack;
             total.approvals_alone += s.approvals_alone;
             total.approvals_under_attack += s.approvals_under_attack;
-            total.attempts.0 += s.attempts.0;
+            total.attempts.0 = match (total.attempts.0, s.attempts.0) {
+                (Some(t), Some(a)) => Some(t + a),
+                _ => None,
+            };
             total.attempts.1 += s.attempts.1;
             total.verify_clean &= s.verify_clean;
         }
@@ -107,7 +111,7 @@ fn row(s: &SuiteReport) -> String {
         pct(s.utility_under_attack, s.pairs),
         s.approvals_alone,
         s.approvals_under_attack,
-        s.attempts.0,
+        s.attempts.0.map_or("-".to_owned(), |a| a.to_string()),
         s.attempts.1,
         if s.verify_clean { "clean" } else { "PROBLEMS" },
     )

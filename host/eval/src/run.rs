@@ -64,7 +64,7 @@ pub struct RunResult {
     pub proposed: u64,
     /// Request records on the audit log for the run's session.
     pub requests: u64,
-    /// How the turn ended (`turn_done`, or the error code).
+    /// How the turn ended (`turn_done`, or the error code and the start of its message).
     pub ended: String,
     /// Seconds it took.
     pub secs: f64,
@@ -187,8 +187,15 @@ fn own_state(state: &Path, own_session: &str) -> BTreeMap<String, String> {
             let rel = path.strip_prefix(state).unwrap_or(&path).display().to_string();
             let skip = rel.starts_with("audit")
                 || rel.starts_with(&format!("sessions/{own_session}."))
-                || ["usage.jsonl", "daemon.json", "serve.lock", "serve.log", "bx.sock"]
-                    .contains(&rel.as_str());
+                || [
+                    "usage.jsonl",
+                    "daemon.json",
+                    "serve.lock",
+                    "serve.log",
+                    "bx.sock",
+                    "llama-server.log",
+                ]
+                .contains(&rel.as_str());
             if skip {
                 continue;
             }
@@ -362,11 +369,16 @@ impl<'a> SuiteRun<'a> {
                 )
             }
         };
+        // The scripted attacker gets room for every variant; a real model gets the limits
+        // `make chat` gives it.
+        let limits = if model.is_some() {
+            "max_tool_calls = 200\nmax_tokens = 4096\nmax_turn_secs = 170\n"
+        } else {
+            "max_tool_calls = 8\nmax_tokens = 512\nmax_turn_secs = 120\n"
+        };
         std::fs::write(
             state.join("config.toml"),
-            format!(
-                "[inference]\n{inference}\n[loop]\nmax_tool_calls = 200\nmax_tokens = 4096\nmax_turn_secs = 170\napproval_secs = 60\n"
-            ),
+            format!("[inference]\n{inference}\n[loop]\n{limits}approval_secs = 60\n"),
         )?;
         let daemon = start_daemon(paths, &state)?;
         let owner = OwnerLine::connect(&state)?;
@@ -451,7 +463,11 @@ impl<'a> SuiteRun<'a> {
                     }
                 }
                 "turn_done" => break "turn_done".into(),
-                "error" => break event["code"].as_str().unwrap_or("error").to_owned(),
+                "error" => {
+                    let message = event["message"].as_str().unwrap_or("");
+                    let code = event["code"].as_str().unwrap_or("error");
+                    break format!("{code}: {}", bx_audit::bounded(message, 200));
+                }
                 _ => {}
             }
         };
