@@ -173,7 +173,7 @@ pub fn is_hidden(c: char) -> bool {
         | 0x2028..=0x202e // line/paragraph separators, bidi embeddings and overrides
         | 0x2060..=0x206f // word joiner, invisible operators, bidi isolates (2066–2069)
         | 0x3164 | 0xfe00..=0xfe0f | 0xfeff | 0xffa0 | 0xfff0..=0xfffb
-        | 0x1d173..=0x1d17a | 0xe0000..=0xe007f | 0xe0100..=0xe01ef)
+        | 0x1bca0..=0x1bca3 | 0x1d173..=0x1d17a | 0xe0000..=0xe007f | 0xe0100..=0xe01ef)
 }
 
 /// What the owner typed at an approval prompt, as an answer. Only the id approves

@@ -168,6 +168,15 @@ impl Grant {
         best.map_or(Label::TOP, |(_, l)| l)
     }
 
+    /// The policy's path labels that apply to this grant's tool: `(path, label)`, for a
+    /// runtime that also labels what it opened by where it lies on disk.
+    pub fn label_rules(&self) -> impl Iterator<Item = (&Path, Label)> {
+        self.labels
+            .iter()
+            .filter(|r| r.tool.matches(&self.tool))
+            .map(|r| (r.path.as_path(), r.label))
+    }
+
     /// What a call stopped part-way might have read: the join of every label its roots
     /// and hosts reach (the roots' own, every grant nested under them, every host).
     pub fn reach_label(&self) -> Label {

@@ -456,7 +456,11 @@ impl Allowed<'_> {
         };
         let (touched, touched_more) = match &outcome {
             Ok(report) => (
-                report.touched.iter().map(|t| bounded(&t.to_string(), 4096)).collect(),
+                report
+                    .touched
+                    .iter()
+                    .map(|t| bounded(&t.to_string(), bx_audit::MAX_ITEM_BYTES))
+                    .collect(),
                 report.touched_more,
             ),
             Err(_) => (Vec::new(), 0),
@@ -476,9 +480,12 @@ impl Allowed<'_> {
             output_bytes,
             error,
         });
+        // The taint rises first: a call that ran has been seen, even if its record then
+        // cannot be written (and then nobody sees its output).
         let taint = in_place(|| -> Result<Label, AgentError> {
+            let taint = trust.ledger.observe(&r.session, label)?;
             trust.audit.append(&record)?;
-            trust.ledger.observe(&r.session, label)
+            Ok(taint)
         })?;
         let bytes = output.map_or(0, |t| t.len() as u64);
         Ok(Finished { status, label, taint, for_model, bytes, outcome })

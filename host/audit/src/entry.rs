@@ -16,10 +16,14 @@ use crate::verify::Problem;
 pub const MAX_RECORD_BYTES: usize = 256 << 10;
 
 /// The most bytes of one text field that came from outside bx (a tool's error, the
-/// model's arguments, a path) kept in a record (16 KiB); [`bounded`] cuts the rest and
-/// says how much, and the whole text's size and hash are kept beside it where it
-/// matters (the arguments).
-pub const MAX_FIELD_BYTES: usize = 16 << 10;
+/// model's arguments) kept in a record (8 KiB); [`bounded`] cuts the rest and says how
+/// much, and the whole text's size and hash are kept beside it where it matters (the
+/// arguments). Sized so that a record stays under [`MAX_RECORD_BYTES`] even when every
+/// byte of its fields is a control character that JSON writes as six.
+pub const MAX_FIELD_BYTES: usize = 8 << 10;
+
+/// The most bytes of one entry of a list field (a resource, a path a call touched).
+pub const MAX_ITEM_BYTES: usize = 256;
 
 /// `text` cut to at most `max` bytes on a character boundary, ending with a note of how
 /// many bytes were cut when it was.
@@ -81,7 +85,7 @@ impl Request {
             args: bounded(args, MAX_FIELD_BYTES),
             args_bytes: args.len() as u64,
             args_sha256: sha256_hex(args.as_bytes()),
-            resources: resources.iter().take(64).map(|r| bounded(r, 4096)).collect(),
+            resources: resources.iter().take(16).map(|r| bounded(r, MAX_ITEM_BYTES)).collect(),
         }
     }
 }

@@ -18,8 +18,8 @@ mod time;
 mod verify;
 
 pub use entry::{
-    Approval, Break as BreakEntry, Decision, Entry, MAX_FIELD_BYTES, MAX_RECORD_BYTES, Outcome,
-    Recovered, Request, Session, bounded, sha256_hex,
+    Approval, Break as BreakEntry, Decision, Entry, MAX_FIELD_BYTES, MAX_ITEM_BYTES,
+    MAX_RECORD_BYTES, Outcome, Recovered, Request, Session, bounded, sha256_hex,
 };
 pub use error::AuditError;
 pub use log::{AuditLog, CHECKPOINT_EVERY, Clock, Receipt, SystemClock, day_files};

@@ -22,6 +22,10 @@ pub const CHECKPOINT_EVERY: u64 = 1000;
 /// The writer never writes a longer record, and verify reports one.
 const MAX_TAIL_BYTES: u64 = 1 << 20;
 
+/// The furthest back open looks for the last record (64 MiB): past that without one, the
+/// file is not a log bx can continue.
+const MAX_TORN_SCAN: u64 = 64 << 20;
+
 /// How often a waiting open tries the lock again.
 const LOCK_POLL: Duration = Duration::from_millis(20);
 
@@ -113,6 +117,12 @@ pub(crate) fn checkpoint_path(dir: &Path) -> PathBuf {
     dir.join("checkpoint.json")
 }
 
+/// The checkpoint in `dir`, when there is a readable one (verify reports one that is not).
+fn read_checkpoint_at(dir: &Path) -> Option<Checkpoint> {
+    let text = std::fs::read_to_string(checkpoint_path(dir)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// The checkpoint of the head: how many records there were and the last one's hash.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -152,18 +162,24 @@ impl AuditLog {
     /// last line. Another writer holding it (a daemon, another command) is an error
     /// ([`AuditError::Locked`]).
     pub fn open(dir: &Path) -> Result<AuditLog, AuditError> {
-        AuditLog::open_with(dir, Box::new(SystemClock), Duration::ZERO)
+        AuditLog::open_with(dir, Box::new(SystemClock), Duration::ZERO, true)
+    }
+
+    /// [`AuditLog::open`] without the check against the checkpoint: only for appending
+    /// the break record the owner accepted after verify listed the cut.
+    pub(crate) fn open_for_break(dir: &Path) -> Result<AuditLog, AuditError> {
+        AuditLog::open_with(dir, Box::new(SystemClock), Duration::ZERO, false)
     }
 
     /// [`AuditLog::open`], waiting up to `wait` for another writer to close first: for
     /// one-shot commands, which take turns on the log.
     pub fn open_waiting(dir: &Path, wait: Duration) -> Result<AuditLog, AuditError> {
-        AuditLog::open_with(dir, Box::new(SystemClock), wait)
+        AuditLog::open_with(dir, Box::new(SystemClock), wait, true)
     }
 
     /// Opens with a given clock (tests pass one that crosses midnight).
     pub fn open_with_clock(dir: &Path, clock: Box<dyn Clock>) -> Result<AuditLog, AuditError> {
-        AuditLog::open_with(dir, clock, Duration::ZERO)
+        AuditLog::open_with(dir, clock, Duration::ZERO, true)
     }
 
     /// A torn last line (a crash mid-append) is moved to `recovered/` and replaced by a
@@ -172,6 +188,7 @@ impl AuditLog {
         dir: &Path,
         clock: Box<dyn Clock>,
         wait: Duration,
+        check_cut: bool,
     ) -> Result<AuditLog, AuditError> {
         let unavailable = |what: &str, e: &dyn std::fmt::Display| {
             AuditError::Unavailable(format!("{what} {}: {e}", dir.display()))
@@ -208,6 +225,22 @@ impl AuditLog {
             }
             inner.synced = inner.seq;
             torn = tail.map(|(offset, bytes)| (last.clone(), offset, bytes));
+        }
+        // The checkpoint only ever names a record that was on disk: a head before it
+        // means records were cut off, and appending would reuse their sequence numbers
+        // and hide the cut under a fresh checkpoint. Refuse, as for any broken log.
+        if let Some(cp) = read_checkpoint_at(dir).filter(|_| check_cut) {
+            let cut = cp.seq > inner.seq;
+            let rewritten = cp.seq == inner.seq && cp.hash != inner.head;
+            if cut || rewritten {
+                return Err(AuditError::Unavailable(format!(
+                    "{}: the checkpoint names record {} ({}) but the log ends at record {}; records were cut off or rewritten (run `bx audit verify`; see docs/runbook.md#audit-broken)",
+                    dir.display(),
+                    cp.seq,
+                    if cut { "past the end" } else { "with another hash" },
+                    inner.seq
+                )));
+            }
         }
         let log = AuditLog {
             dir: dir.to_path_buf(),
@@ -435,10 +468,27 @@ fn read_tail(path: &Path) -> Result<(Head, Torn), AuditError> {
     };
     let mut file = File::open(path).map_err(|e| unavailable(&e))?;
     let len = file.metadata().map_err(|e| unavailable(&e))?.len();
-    let start = len.saturating_sub(MAX_TAIL_BYTES);
-    file.seek(SeekFrom::Start(start)).map_err(|e| unavailable(&e))?;
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf).map_err(|e| unavailable(&e))?;
+    // The window must reach back past the start of the last complete line: widen it
+    // while it holds fewer than two newlines (a torn tail longer than the window would
+    // otherwise be taken for the whole file, and the sequence restarted).
+    let mut window = MAX_TAIL_BYTES;
+    let (start, buf) = loop {
+        let start = len.saturating_sub(window);
+        file.seek(SeekFrom::Start(start)).map_err(|e| unavailable(&e))?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf).map_err(|e| unavailable(&e))?;
+        let newlines = buf.iter().rev().filter(|b| **b == b'\n').take(2).count();
+        if start == 0 || newlines >= 2 {
+            break (start, buf);
+        }
+        if window >= MAX_TORN_SCAN {
+            return Err(AuditError::Unavailable(format!(
+                "{}: no record in its last {MAX_TORN_SCAN} bytes",
+                path.display()
+            )));
+        }
+        window = window.saturating_mul(4).min(MAX_TORN_SCAN);
+    };
     let cut = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     let torn = (cut < buf.len()).then(|| (start + cut as u64, buf[cut..].to_vec()));
     let complete = &buf[..cut];

@@ -268,8 +268,8 @@ impl Walk {
     }
 }
 
-/// The most bytes of a moved-aside tail read back (the writer moves at most 1 MiB).
-const MAX_TAIL_CHECK: u64 = 2 << 20;
+/// The most bytes of a moved-aside tail read back (the writer moves at most 64 MiB).
+const MAX_TAIL_CHECK: u64 = (64 << 20) + 1;
 
 /// One line of a day file, read in bounded memory.
 enum Line {
@@ -487,7 +487,7 @@ pub fn accept_break(dir: &Path, reason: &str) -> Result<(Report, u64), AuditErro
             "more than {MAX_PROBLEMS} problems; a break accepts a listed set, not this"
         )));
     }
-    let log = AuditLog::open(dir)?;
+    let log = AuditLog::open_for_break(dir)?;
     let entry = Entry::Break(BreakEntry {
         reason: crate::entry::bounded(reason, crate::entry::MAX_FIELD_BYTES),
         problems: report.problems.clone(),

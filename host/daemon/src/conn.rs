@@ -146,8 +146,10 @@ pub(crate) async fn handle(
             Ok(b) => b,
             Err(_) => break, // closed between frames
         };
+        // Reading a frame does not make the connection busy: a client that sends a byte
+        // and stalls must stay evictable, or a few of them, reconnecting, would hold
+        // every place (the frame's own deadline ends the stall either way).
         let envelope = {
-            let _reading = ticket.busy();
             match rest_of_frame(&mut rd, first).await {
                 Ok(envelope) => envelope,
                 Err(why) => {

@@ -45,6 +45,20 @@ pub struct ComponentCache {
     key: [u8; KEY_BYTES],
 }
 
+/// Reads a cache file whole, refusing anything but a regular file (a FIFO in its place
+/// must not hang every call) without waiting on it.
+fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(0o4000).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut data = Vec::new();
+    file.read_to_end(&mut data)?;
+    Ok(data)
+}
+
 fn cache_err(path: &Path, message: impl std::fmt::Display) -> RunError {
     RunError::Cache { path: path.display().to_string(), message: message.to_string() }
 }
@@ -63,7 +77,7 @@ fn load_key(dir: &Path) -> Result<[u8; KEY_BYTES], RunError> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let path = dir.join("cache.key");
     let mut key = [0u8; KEY_BYTES];
-    match std::fs::read(&path) {
+    match read_regular(&path) {
         Ok(bytes) if bytes.len() == KEY_BYTES => {
             key.copy_from_slice(&bytes);
             return Ok(key);
@@ -144,10 +158,12 @@ impl ComponentCache {
         wasm: impl FnOnce() -> Result<Vec<u8>, RunError>,
     ) -> Result<(Component, CacheOutcome), RunError> {
         let path = self.path(runtime, digest_hex);
-        let outcome = match std::fs::read(&path) {
+        let outcome = match read_regular(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => CacheOutcome::Compiled,
             Err(e) => CacheOutcome::Replaced(format!("unreadable: {e}")),
-            Ok(native) => match std::fs::read_to_string(sidecar(&path)) {
+            Ok(native) => match read_regular(&sidecar(&path))
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+            {
                 Err(e) => CacheOutcome::Replaced(format!("no MAC beside it ({e})")),
                 // The MAC is over the bytes in memory, and those bytes are what is
                 // loaded: a file changed after the check changes nothing.

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use bx_broker::{FsAccess, Grant};
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt as _};
-use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt as _};
+use cap_std::fs::{Dir, MetadataExt as _, OpenOptions, OpenOptionsExt as _};
 
 use crate::bindings::bx::host::fs::{Entry, EntryKind, Host, Metadata, TextChunk, WriteMode};
 use crate::bindings::bx::host::types::Error;
@@ -47,12 +47,51 @@ pub(crate) struct Roots {
     /// The denied sub-paths and bx's own state as they resolve on disk, each with
     /// whether it is bx's own; resolved on first use.
     denied_real: Option<Vec<(PathBuf, bool)>>,
+    /// (device, inode) of bx's own regular files that have more than one link; found on
+    /// the first opened file that has more than one (most never do).
+    own_linked: Option<Vec<(u64, u64)>>,
+    /// The policy's path labels as their paths resolve on disk: a grant named by a
+    /// symlink labels what it leads to, whatever name a call reaches it by.
+    labels_real: Option<Vec<(PathBuf, bx_broker::Label)>>,
 }
 
 impl Roots {
     pub(crate) fn new(grant: &Grant) -> Roots {
-        Roots { slots: grant.roots().map(|_| None).collect(), denied_real: None }
+        Roots {
+            slots: grant.roots().map(|_| None).collect(),
+            denied_real: None,
+            own_linked: None,
+            labels_real: None,
+        }
     }
+}
+
+/// Entries of bx's own directories looked at for hard-linked files, at most.
+const MAX_OWN_SCAN: usize = 100_000;
+
+/// (device, inode) of every regular file with more than one link under `dirs`, three
+/// levels deep at most.
+fn linked_files(dirs: &[PathBuf]) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut out = Vec::new();
+    let mut stack: Vec<(PathBuf, u32)> = dirs.iter().map(|d| (d.clone(), 0)).collect();
+    let mut seen = 0;
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_OWN_SCAN {
+                return out;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+            if meta.is_dir() && depth < 3 {
+                stack.push((entry.path(), depth + 1));
+            } else if meta.is_file() && meta.nlink() > 1 {
+                out.push((meta.dev(), meta.ino()));
+            }
+        }
+    }
+    out
 }
 
 /// `O_NONBLOCK`: opening a FIFO for reading or writing must not wait for its other end.
@@ -211,6 +250,26 @@ impl CallState {
         Ok(())
     }
 
+    /// Refuses a file that is a hard link to one of bx's own files: the path checks see
+    /// only the name it was opened by, so the inode is compared too.
+    fn check_links(&mut self, meta: &cap_std::fs::Metadata, shown: &str) -> Result<(), Error> {
+        if meta.nlink() <= 1 {
+            return Ok(());
+        }
+        let grant = &self.grant;
+        let linked = self.roots.own_linked.get_or_insert_with(|| {
+            let own: Vec<PathBuf> =
+                grant.denied().filter(|d| grant.is_own(d)).map(Path::to_path_buf).collect();
+            linked_files(&own)
+        });
+        if linked.contains(&(meta.dev(), meta.ino())) {
+            return Err(Error::Denied(format!(
+                "{shown}: is a hard link to bx's own state (see docs/runbook.md#own-state)"
+            )));
+        }
+        Ok(())
+    }
+
     /// Opens the directory that holds `rel`'s last component, verified, with that name.
     fn open_parent(&mut self, idx: usize, rel: &Path, shown: &str) -> Result<(Dir, String), Error> {
         let root = self.root(idx)?;
@@ -248,8 +307,29 @@ impl CallState {
         if rel.as_os_str().is_empty() { root } else { root.join(rel) }
     }
 
+    /// Records that the call reached `path`, labelled by the most specific grant covering
+    /// it, by name and as it lies on disk (joined: a secret grant named by a symlink
+    /// keeps its label for a read through the real path).
     fn touch_path(&mut self, path: PathBuf, access: FsAccess) {
-        let label = self.grant.path_label(&path);
+        let mut label = self.grant.path_label(&path);
+        if let Ok(real) = std::fs::canonicalize(&path) {
+            let grant = &self.grant;
+            let rules = self.roots.labels_real.get_or_insert_with(|| {
+                grant.label_rules().filter_map(|(p, l)| Some((resolve_leniently(p)?, l))).collect()
+            });
+            let mut best: Option<(usize, bx_broker::Label)> = None;
+            for (rule, l) in rules.iter().filter(|(rule, _)| real.starts_with(rule)) {
+                let depth = rule.as_os_str().len();
+                best = match best {
+                    Some((d, b)) if d == depth => Some((d, b.join(*l))),
+                    Some((d, _)) if d > depth => best,
+                    _ => Some((depth, *l)),
+                };
+            }
+            if let Some((_, l)) = best {
+                label = label.join(l);
+            }
+        }
         self.touch(Touched::Path { path, access, label });
     }
 
@@ -271,6 +351,7 @@ impl CallState {
         if !meta.is_file() {
             return Err(Error::Invalid(format!("{path}: not a regular file")));
         }
+        self.check_links(&meta, path)?;
         self.touch_path(logical, FsAccess::Read);
         Ok((file, meta.len()))
     }
@@ -327,9 +408,11 @@ impl CallState {
         };
         let mut file = dir.open_with(&name, &options).map_err(|e| io_error(path, &e))?;
         let logical = self.verify(idx, &file, path)?;
-        if !file.metadata().map_err(|e| io_error(path, &e))?.is_file() {
+        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
+        if !meta.is_file() {
             return Err(Error::Invalid(format!("{path}: not a regular file")));
         }
+        self.check_links(&meta, path)?;
         if mode == WriteMode::Overwrite {
             file.set_len(0).map_err(|e| io_error(path, &e))?;
         }

@@ -8,6 +8,31 @@ use crate::config::Config;
 use crate::error::StateError;
 use crate::policy_file::PolicyFile;
 
+/// Entries of one of bx's directories looked at for symlinks (a bound on the work when a
+/// sessions directory holds very many).
+const MAX_OWN_ENTRIES: usize = 100_000;
+/// Symlinks followed at most when resolving one (the kernel's `ELOOP` bound).
+const MAX_LINKS: usize = 40;
+
+/// Where `path` leads: its canonical form when it exists, else its symlinks followed as
+/// far as they go with the missing rest appended (a dangling `core.md` link still names
+/// the file a tool must not create).
+fn resolve_leniently(path: &Path) -> Option<PathBuf> {
+    let mut current = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        if let Ok(real) = std::fs::canonicalize(&current) {
+            return Some(real);
+        }
+        let parent = current.parent()?.to_path_buf();
+        let name = current.file_name()?.to_owned();
+        match std::fs::read_link(&current) {
+            Ok(target) => current = parent.join(target),
+            Err(_) => return resolve_leniently(&parent).map(|p| p.join(name)),
+        }
+    }
+    None
+}
+
 /// bx's state directory.
 ///
 /// | path | what |
@@ -127,17 +152,39 @@ impl StateDir {
 
     /// Everything bx reads as its own, which no tool reaches in any mode: the state
     /// directory and the audit directory, each as configured and as it resolves on disk
-    /// (so a symlink to either is covered too).
+    /// (so a symlink to either is covered too), and the target of every symlink bx's own
+    /// files are kept through (a `policy.toml` or `core.md` linked in from a dotfiles
+    /// directory, a `tools/` or `sessions/` on another disk).
     pub fn own_paths(&self, config: &Config) -> Vec<PathBuf> {
         let mut out = Vec::new();
-        for path in [self.root.clone(), self.audit_dir(config)] {
-            if let Ok(real) = std::fs::canonicalize(&path)
-                && !out.contains(&real)
-            {
-                out.push(real);
+        let add = |p: PathBuf, out: &mut Vec<PathBuf>| {
+            if !out.contains(&p) {
+                out.push(p);
             }
-            if !out.contains(&path) {
-                out.push(path);
+        };
+        let audit = self.audit_dir(config);
+        for path in [self.root.clone(), audit.clone()] {
+            if let Some(real) = resolve_leniently(&path) {
+                add(real, &mut out);
+            }
+            add(path, &mut out);
+        }
+        // Symlinks among bx's own files, one level into the places bx keeps them.
+        for dir in [
+            self.root.clone(),
+            self.tools_dir(),
+            self.tools_dir().join("native"),
+            self.sessions_dir(),
+            audit,
+        ] {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten().take(MAX_OWN_ENTRIES) {
+                let path = entry.path();
+                if entry.file_type().is_ok_and(|t| t.is_symlink())
+                    && let Some(target) = resolve_leniently(&path)
+                {
+                    add(target, &mut out);
+                }
             }
         }
         out
@@ -165,5 +212,26 @@ mod tests {
         let own = dir.own_paths(&config);
         let real = std::fs::canonicalize(&real).unwrap();
         assert_eq!(own, vec![real, tmp.path().join("link"), PathBuf::from("/var/log/bx-audit")]);
+    }
+
+    /// Regression (found probing): policy.toml, config.toml and core.md kept as symlinks
+    /// into a dotfiles directory, or tools/ on another disk, were bx's own but not
+    /// protected: a grant on the dotfiles directory let a tool rewrite the policy.
+    #[test]
+    fn the_targets_of_own_files_kept_through_symlinks_are_own_too() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let (state, dot) = (base.join("state"), base.join("dot"));
+        std::fs::create_dir_all(state.join("tools")).unwrap();
+        std::fs::create_dir_all(dot.join("bx-sessions")).unwrap();
+        std::fs::write(dot.join("policy.toml"), "").unwrap();
+        std::os::unix::fs::symlink(dot.join("policy.toml"), state.join("policy.toml")).unwrap();
+        std::os::unix::fs::symlink(dot.join("core.md"), state.join("core.md")).unwrap();
+        std::os::unix::fs::symlink(dot.join("bx-sessions"), state.join("sessions")).unwrap();
+        let own = StateDir::at(&state).own_paths(&Config::default());
+        for p in [dot.join("policy.toml"), dot.join("core.md"), dot.join("bx-sessions")] {
+            assert!(own.contains(&p), "{} is not own: {own:?}", p.display());
+        }
+        assert!(!own.contains(&dot));
     }
 }

@@ -13,7 +13,19 @@ pub type Progress<'a> = &'a mut dyn FnMut(u64, Option<u64>);
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
     let shown = path.display().to_string();
     let fetch_err = |m: String| StoreError::Fetch { source_name: shown.clone(), message: m };
-    let file = std::fs::File::open(path).map_err(|e| fetch_err(e.to_string()))?;
+    // Non-blocking, and only a regular file: a FIFO at a mirror's path must not hang an
+    // install (mirrors are not trusted; their copies are verified by digest).
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(0o4000) // O_NONBLOCK
+            .open(path)
+            .map_err(|e| fetch_err(e.to_string()))?
+    };
+    if !file.metadata().map_err(|e| fetch_err(e.to_string()))?.is_file() {
+        return Err(fetch_err("not a regular file".into()));
+    }
     let mut data = Vec::new();
     file.take(MAX_COMPONENT_BYTES + 1)
         .read_to_end(&mut data)

@@ -148,3 +148,59 @@ fn denied_calls_are_complete_and_only_allowed_ones_are_open() {
     assert_eq!(report.calls_without_result, vec!["open".to_owned()]);
     assert_eq!(report.calls_denied, 1);
 }
+
+/// Regression (found probing): a torn tail longer than the 1 MiB window the writer reads
+/// back made it restart the sequence at 1 in the same file. It is recovered like any
+/// torn tail, and the chain goes on.
+#[test]
+fn a_torn_tail_longer_than_the_window_is_recovered_and_the_chain_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    small_log(dir.path());
+    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend(std::iter::repeat_n(b'x', 2_000_000));
+    std::fs::write(&file, bytes).unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    assert_eq!(log.head().seq, 7, "the recovered record follows seq 6");
+    log.append(&note("s", "after")).unwrap();
+    log.close().unwrap();
+    let report = verify(dir.path()).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(report.recovered.len(), 1);
+    assert_eq!(report.recovered[0].bytes, 2_000_000);
+}
+
+/// Regression (found probing): with records cut off the end, the next open reused their
+/// sequence numbers and wrote a fresh checkpoint over the evidence, after which verify
+/// said the chain was intact. The writer now refuses a log shorter than its checkpoint.
+#[test]
+fn a_log_cut_short_of_its_checkpoint_is_not_continued() {
+    let dir = tempfile::tempdir().unwrap();
+    small_log(dir.path());
+    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let kept: Vec<&str> = text.lines().take(4).collect();
+    std::fs::write(&file, kept.join("\n") + "\n").unwrap();
+    let err = AuditLog::open(dir.path()).unwrap_err();
+    assert!(
+        err.to_string().contains("cut off") && err.to_string().contains("#audit-broken"),
+        "{err}"
+    );
+    assert!(!verify(dir.path()).unwrap().is_clean());
+}
+
+/// The owner can still accept the cut as a break, and the log goes on from there.
+#[test]
+fn a_cut_accepted_as_a_break_lets_the_log_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    small_log(dir.path());
+    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let kept: Vec<&str> = text.lines().take(4).collect();
+    std::fs::write(&file, kept.join("\n") + "\n").unwrap();
+    bx_audit::accept_break(dir.path(), "restored from backup").unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    log.append(&note("s", "after the break")).unwrap();
+    log.close().unwrap();
+    assert!(verify(dir.path()).unwrap().is_clean(), "{:?}", verify(dir.path()).unwrap().problems);
+}

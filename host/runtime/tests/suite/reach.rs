@@ -188,3 +188,56 @@ fn each_file_is_labelled_by_its_most_specific_grant() {
     let plain = run("test_hostile", json!({"mode": "read", "path": s(&w.join("plain.txt"))}));
     assert_eq!(plain.label, public);
 }
+
+/// Regression (found probing): a hard link to policy.toml in a granted directory let a
+/// tool rewrite the policy; the path checks saw only the link's name.
+#[test]
+fn a_hard_link_to_own_state_is_refused() {
+    let h = home();
+    let work = h.home.join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::hard_link(h.state.join("policy.toml"), work.join("policy-backup.toml")).unwrap();
+    let path = s(&work.join("policy-backup.toml"));
+    let why =
+        denied(hostile(over_home(&h), json!({"mode": "write", "path": path, "content": "x"})));
+    assert!(why.contains("hard link to bx's own state"), "{why}");
+    let why = denied(hostile(over_home(&h), json!({"mode": "read", "path": path})));
+    assert!(why.contains("hard link to bx's own state"), "{why}");
+    assert_eq!(
+        std::fs::read_to_string(h.state.join("policy.toml")).unwrap(),
+        "# the owner's policy\n"
+    );
+}
+
+/// Regression (found probing): a secret grant named by a symlink (`vault -> .vault-real`)
+/// labelled its files secret only when reached by that name; read by their real path, or
+/// found by a search of the parent, they were labelled as the public parent.
+#[test]
+fn a_grant_named_by_a_symlink_labels_what_it_leads_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(home.join(".vault-real")).unwrap();
+    std::fs::write(home.join(".vault-real/token.txt"), "TOKEN").unwrap();
+    symlink(".vault-real", home.join("vault")).unwrap();
+    let policy = format!(
+        "[[grant]]\ntool = \"*\"\npath = \"{h}\"\nmode = \"read\"\nlabel = \"public/trusted\"\nwhen_tainted = \"allow\"\n\
+         [[grant]]\ntool = \"*\"\npath = \"{h}/vault\"\nmode = \"read\"\nlabel = \"secret/trusted\"\nwhen_tainted = \"allow\"\n",
+        h = home.display()
+    );
+    let policy = bx_broker::Policy::parse("p.toml", &policy).unwrap();
+    let secret = parse_label("secret/trusted").unwrap();
+    for (name, args) in [
+        ("test_hostile", json!({"mode": "read", "path": s(&home.join(".vault-real/token.txt"))})),
+        ("fs_search", json!({"path": s(&home), "pattern": "TOKEN"})),
+    ] {
+        let t = tool(name);
+        let call = CallRequest {
+            tool: t.description().name.clone(),
+            digest: t.digest().into(),
+            resources: vec![bx_broker::Resource::PathRead(s(&home))],
+        };
+        let Decision::Allow(g) = bx_broker::decide(&policy, Label::CLEAN, &call) else { panic!() };
+        let r = runtime().call_blocking(t, g, &args.to_string()).unwrap();
+        assert_eq!(r.label, secret, "{name}: {:?}", r.touched);
+    }
+}
