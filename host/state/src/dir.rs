@@ -77,6 +77,13 @@ impl StateDir {
                 .create(&dir)
                 .map_err(|e| StateError::io(&dir, e))?;
         }
+        // A `..` in the path would make every path under it unusable in a grant check
+        // (the broker refuses `..` rather than resolve it): resolve it here, once.
+        let dir = if dir.components().any(|c| c == std::path::Component::ParentDir) {
+            std::fs::canonicalize(&dir).map_err(|e| StateError::io(&dir, e))?
+        } else {
+            dir
+        };
         Ok(StateDir { root: dir })
     }
 
@@ -212,6 +219,15 @@ mod tests {
         let own = dir.own_paths(&config);
         let real = std::fs::canonicalize(&real).unwrap();
         assert_eq!(own, vec![real, tmp.path().join("link"), PathBuf::from("/var/log/bx-audit")]);
+    }
+
+    /// Regression (found probing): `--state-dir ../st` made every call refused, since the
+    /// broker refuses `..` in bx's own paths rather than resolve it.
+    #[test]
+    fn a_parent_component_in_the_state_dir_is_resolved() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::resolve(Some(tmp.path().join("a/../st"))).unwrap();
+        assert_eq!(dir.root(), std::fs::canonicalize(tmp.path().join("st")).unwrap());
     }
 
     /// Regression (found probing): policy.toml, config.toml and core.md kept as symlinks
