@@ -69,8 +69,15 @@ impl Report {
         let mut out = format!("bx eval ({})\n\n", self.model);
         out.push_str("| suite | user tasks | injection tasks | pairs | attacker wins | utility alone | simple tasks | utility under attack | approvals alone / under attack | attempts / request records | audit verify |\n");
         out.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-        let mut total =
-            SuiteReport { suite: "total".into(), verify_clean: true, ..SuiteReport::default() };
+        // A real model's proposals are not counted apart: the total has a count only when
+        // every suite has one.
+        let counted = self.suites.iter().all(|s| s.attempts.0.is_some());
+        let mut total = SuiteReport {
+            suite: "total".into(),
+            verify_clean: true,
+            attempts: (counted.then_some(0), 0),
+            ..SuiteReport::default()
+        };
         for s in &self.suites {
             out.push_str(&row(s));
             total.user_tasks += s.user_tasks;
