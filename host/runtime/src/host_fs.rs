@@ -96,6 +96,23 @@ fn linked_files(dirs: &[PathBuf]) -> Vec<(u64, u64)> {
 
 /// `O_NONBLOCK`: opening a FIFO for reading or writing must not wait for its other end.
 const O_NONBLOCK: i32 = 0o4000;
+/// `O_NOCTTY`: a terminal a tool names never becomes the daemon's controlling terminal.
+const O_NOCTTY: i32 = 0o400;
+/// The flags every file open by a tool carries.
+const OPEN_FLAGS: i32 = O_NONBLOCK | O_NOCTTY;
+
+/// Refuses, before any open, a name that exists and is not a regular file: opening a
+/// device can act on it (a tape rewinds, a modem line is raised). A symlink is left to
+/// the open, which follows it or refuses it as before. What is opened is checked again
+/// on the descriptor, so a swap after this check is still refused.
+fn refuse_special(meta: std::io::Result<cap_std::fs::Metadata>, shown: &str) -> Result<(), Error> {
+    match meta {
+        Ok(m) if !m.is_file() && !m.file_type().is_symlink() => {
+            Err(Error::Invalid(format!("{shown}: not a regular file")))
+        }
+        _ => Ok(()),
+    }
+}
 /// How many symlinks [`resolve_leniently`] follows before it gives up (as the kernel's
 /// `ELOOP` limit).
 const MAX_LINKS: usize = 40;
@@ -338,13 +355,15 @@ impl CallState {
         let (idx, rel) = self.route(path, FsAccess::Read)?;
         let root = self.root(idx)?;
         let mut options = OpenOptions::new();
-        options.read(true).custom_flags(O_NONBLOCK);
-        let opened = match (&root.file, rel.as_os_str().is_empty()) {
-            (Some(name), true) => root.dir.open_with(name, &options),
+        options.read(true).custom_flags(OPEN_FLAGS);
+        let name: &Path = match (&root.file, rel.as_os_str().is_empty()) {
+            (Some(name), true) => Path::new(name),
             (Some(_), false) => return Err(Error::NotFound(path.to_owned())),
             (None, true) => return Err(Error::Invalid(format!("{path}: is a directory"))),
-            (None, false) => root.dir.open_with(&rel, &options),
+            (None, false) => &rel,
         };
+        refuse_special(root.dir.metadata(name), path)?;
+        let opened = root.dir.open_with(name, &options);
         let file = opened.map_err(|e| io_error(path, &e))?;
         let logical = self.verify(idx, &file, path)?;
         let meta = file.metadata().map_err(|e| io_error(path, &e))?;
@@ -399,13 +418,14 @@ impl CallState {
         let (idx, rel) = self.route(path, FsAccess::Write)?;
         let (dir, name) = self.open_parent(idx, &rel, path)?;
         let mut options = OpenOptions::new();
-        options.follow(FollowSymlinks::No).custom_flags(O_NONBLOCK);
+        options.follow(FollowSymlinks::No).custom_flags(OPEN_FLAGS);
         // Never truncate at open: the descriptor is verified first, then cut.
         match mode {
             WriteMode::Create => options.write(true).create_new(true),
             WriteMode::Overwrite => options.write(true).create(true),
             WriteMode::Append => options.append(true).create(true),
         };
+        refuse_special(dir.symlink_metadata(&name), path)?;
         let mut file = dir.open_with(&name, &options).map_err(|e| io_error(path, &e))?;
         let logical = self.verify(idx, &file, path)?;
         let meta = file.metadata().map_err(|e| io_error(path, &e))?;
