@@ -73,8 +73,10 @@ fn write_atomically(path: &Path, data: &[u8]) -> Result<(), RunError> {
 }
 
 /// Reads the cache's key, creating it (0600, from the OS's randomness) on first use.
+///
+/// The key is written whole to a temporary file and linked into place only if no key is
+/// there yet, so a process that starts beside this one reads either no key or all of it.
 fn load_key(dir: &Path) -> Result<[u8; KEY_BYTES], RunError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
     let path = dir.join("cache.key");
     let mut key = [0u8; KEY_BYTES];
     match read_regular(&path) {
@@ -92,17 +94,15 @@ fn load_key(dir: &Path) -> Result<[u8; KEY_BYTES], RunError> {
         Err(e) => return Err(cache_err(&path, e)),
     }
     getrandom::fill(&mut key).map_err(|e| cache_err(&path, format!("no randomness: {e}")))?;
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut f| f.write_all(&key).and_then(|()| f.sync_all()));
-    match created {
-        Ok(()) => Ok(key),
-        // Another process created it first: use theirs.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => load_key(dir),
-        Err(e) => Err(cache_err(&path, e)),
+    // tempfile creates its files 0600.
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| cache_err(&path, e))?;
+    tmp.write_all(&key).map_err(|e| cache_err(&path, e))?;
+    tmp.as_file().sync_all().map_err(|e| cache_err(&path, e))?;
+    match tmp.persist_noclobber(&path) {
+        Ok(_) => Ok(key),
+        // Another process put its key there first: use theirs.
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => load_key(dir),
+        Err(e) => Err(cache_err(&path, e.error)),
     }
 }
 

@@ -77,3 +77,38 @@ fn an_edited_or_unsigned_artifact_is_refused() {
     let (_, outcome) = other.load(rt, &hex, || Ok(read.clone())).unwrap();
     assert!(matches!(outcome, CacheOutcome::Replaced(_)), "{outcome:?}");
 }
+
+/// Regression: the key was created empty and then filled, so a process starting beside
+/// the first one could read a short key and fail (and a crash between the two left an
+/// empty key that failed every start). Processes that start together all open the
+/// cache, and they share one key: what one compiles, another loads as a hit.
+#[test]
+fn caches_opened_together_share_one_whole_key() {
+    const OPENERS: usize = 4;
+    let rt = runtime();
+    let read = component_bytes("fs_read");
+    let read_hex = hex_of(&read);
+    for round in 0..100 {
+        let dir = tempfile::tempdir().unwrap();
+        let start = std::sync::Barrier::new(OPENERS);
+        let caches: Vec<ComponentCache> = std::thread::scope(|scope| {
+            let openers: Vec<_> = (0..OPENERS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        ComponentCache::new(dir.path())
+                    })
+                })
+                .collect();
+            openers.into_iter().map(|o| o.join().unwrap().unwrap()).collect()
+        });
+        let key = std::fs::metadata(dir.path().join("cache.key")).unwrap();
+        assert_eq!(key.len(), 32);
+        if round % 10 != 0 {
+            continue; // the race is in the opening; a compile every round only costs time
+        }
+        caches[0].compile(rt, &read_hex, &read).unwrap();
+        let (_, outcome) = caches[OPENERS - 1].load(rt, &read_hex, || Ok(read.clone())).unwrap();
+        assert!(matches!(outcome, CacheOutcome::Hit), "{outcome:?}");
+    }
+}
