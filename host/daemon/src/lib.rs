@@ -162,8 +162,8 @@ pub async fn serve(state: StateDir) -> anyhow::Result<()> {
         "self_test": report,
     });
     let status_file = state.status_file();
-    std::fs::write(&status_file, format!("{status:#}\n"))
-        .with_context(|| format!("writing {}", status_file.display()))?;
+    // Whole or not at all: `bx doctor` may read it while it is written.
+    bx_state::write_atomically(&status_file, format!("{status:#}\n").as_bytes())?;
 
     let socket = state.socket();
     // We hold the lock, so a socket file left here is from a daemon that died.
