@@ -41,7 +41,7 @@ fn an_oversize_record_is_refused_and_the_log_stays_available() {
 fn verify_reports_an_oversize_line_and_follows_the_chain_past_it() {
     let dir = tempfile::tempdir().unwrap();
     small_log(dir.path());
-    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let file = last_day_file(dir.path());
     let text = std::fs::read_to_string(&file).unwrap();
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     lines[2] = lines[2]
@@ -58,10 +58,7 @@ fn verify_reports_an_oversize_line_and_follows_the_chain_past_it() {
 fn problems_are_capped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     small_log(dir.path());
-    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
-    let mut bytes = std::fs::read(&file).unwrap();
-    bytes.extend(std::iter::repeat_n(b'\n', 100_000));
-    std::fs::write(&file, bytes).unwrap();
+    append_to_log(dir.path(), &vec![b'\n'; 100_000]);
     let report = verify(dir.path()).unwrap();
     assert_eq!(report.problems.len(), bx_audit::MAX_PROBLEMS);
     assert!(report.problems_more > 98_000, "{}", report.problems_more);
@@ -81,7 +78,7 @@ fn stray_day_files_and_impossible_times_are_problems() {
 
     let dir = tempfile::tempdir().unwrap();
     small_log(dir.path());
-    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let file = last_day_file(dir.path());
     let text = std::fs::read_to_string(&file).unwrap();
     let last = text.lines().last().unwrap();
     let time = serde_json::from_str::<serde_json::Value>(last).unwrap()["time"]
@@ -99,10 +96,7 @@ fn stray_day_files_and_impossible_times_are_problems() {
 fn moved_aside_bytes_must_be_as_recorded() {
     let dir = tempfile::tempdir().unwrap();
     small_log(dir.path());
-    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
-    let mut bytes = std::fs::read(&file).unwrap();
-    bytes.extend_from_slice(br#"{"seq":7,"ti"#);
-    std::fs::write(&file, bytes).unwrap();
+    append_to_log(dir.path(), br#"{"seq":7,"ti"#);
     AuditLog::open(dir.path()).unwrap().close().unwrap();
     assert!(verify(dir.path()).unwrap().is_clean());
     let torn =
@@ -121,7 +115,7 @@ fn fields_are_checked_against_their_kind() {
     let log = AuditLog::open(dir.path()).unwrap();
     log.append(&request("s", "c1", "{}")).unwrap();
     log.close().unwrap();
-    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let file = last_day_file(dir.path());
     let text = std::fs::read_to_string(&file).unwrap();
     // Relabel the request as a result: the chain breaks too, but the fields problem
     // is what says what is wrong with the record itself.
@@ -156,10 +150,7 @@ fn denied_calls_are_complete_and_only_allowed_ones_are_open() {
 fn a_torn_tail_longer_than_the_window_is_recovered_and_the_chain_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     small_log(dir.path());
-    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
-    let mut bytes = std::fs::read(&file).unwrap();
-    bytes.extend(std::iter::repeat_n(b'x', 2_000_000));
-    std::fs::write(&file, bytes).unwrap();
+    append_to_log(dir.path(), &vec![b'x'; 2_000_000]);
     let log = AuditLog::open(dir.path()).unwrap();
     assert_eq!(log.head().seq, 7, "the recovered record follows seq 6");
     log.append(&note("s", "after")).unwrap();
@@ -177,7 +168,7 @@ fn a_torn_tail_longer_than_the_window_is_recovered_and_the_chain_goes_on() {
 fn a_log_cut_short_of_its_checkpoint_is_not_continued() {
     let dir = tempfile::tempdir().unwrap();
     small_log(dir.path());
-    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let file = last_day_file(dir.path());
     let text = std::fs::read_to_string(&file).unwrap();
     let kept: Vec<&str> = text.lines().take(4).collect();
     std::fs::write(&file, kept.join("\n") + "\n").unwrap();
@@ -194,7 +185,7 @@ fn a_log_cut_short_of_its_checkpoint_is_not_continued() {
 fn a_cut_accepted_as_a_break_lets_the_log_go_on() {
     let dir = tempfile::tempdir().unwrap();
     small_log(dir.path());
-    let file = bx_audit::day_files(dir.path()).unwrap().pop().unwrap();
+    let file = last_day_file(dir.path());
     let text = std::fs::read_to_string(&file).unwrap();
     let kept: Vec<&str> = text.lines().take(4).collect();
     std::fs::write(&file, kept.join("\n") + "\n").unwrap();
@@ -203,4 +194,16 @@ fn a_cut_accepted_as_a_break_lets_the_log_go_on() {
     log.append(&note("s", "after the break")).unwrap();
     log.close().unwrap();
     assert!(verify(dir.path()).unwrap().is_clean(), "{:?}", verify(dir.path()).unwrap().problems);
+}
+
+/// The newest day file of the log in `dir`.
+fn last_day_file(dir: &std::path::Path) -> std::path::PathBuf {
+    bx_audit::day_files(dir).unwrap().pop().unwrap()
+}
+
+/// Appends raw bytes to the newest day file, as a crash or an attacker would.
+fn append_to_log(dir: &std::path::Path, bytes: &[u8]) {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().append(true).open(last_day_file(dir)).unwrap();
+    f.write_all(bytes).unwrap();
 }

@@ -58,6 +58,23 @@ fn assert_one_chain(st: &Path, expected_records: usize) {
     assert_eq!(report["calls_without_result"], json!([]), "{report}");
 }
 
+/// Four threads, each running `bx tool run fs.read` ten times in its own session; every
+/// call must succeed and print the note.
+fn four_one_shot_writers(st: &std::path::Path, args: &str) {
+    std::thread::scope(|scope| {
+        for w in 0..4 {
+            scope.spawn(move || {
+                for _ in 0..10 {
+                    let session = format!("w{w}");
+                    let r =
+                        bx(st, &["tool", "run", "fs.read", "--args", args, "--session", &session]);
+                    assert_eq!((r.code, r.stdout.as_str()), (0, "note\n"), "{}", r.stderr);
+                }
+            });
+        }
+    });
+}
+
 /// Regression: four concurrent `bx tool run` loops of 50 calls left 172 duplicated
 /// `seq` values, and 3-17% of the calls failed after running on a shared checkpoint
 /// temporary file. With no daemon, the commands take turns on the log's lock.
@@ -65,20 +82,7 @@ fn assert_one_chain(st: &Path, expected_records: usize) {
 fn concurrent_one_shot_writers_leave_one_chain() {
     let s = setup();
     let st = s.state.path();
-    std::thread::scope(|scope| {
-        for w in 0..4 {
-            let args = s.read.clone();
-            scope.spawn(move || {
-                for _ in 0..10 {
-                    let r = bx(
-                        st,
-                        &["tool", "run", "fs.read", "--args", &args, "--session", &format!("w{w}")],
-                    );
-                    assert_eq!(r.code, 0, "{}", r.stderr);
-                }
-            });
-        }
-    });
+    four_one_shot_writers(st, &s.read);
     assert_one_chain(st, 4 * 10 * 3);
 }
 
@@ -89,20 +93,7 @@ fn one_shot_writers_beside_the_daemon_go_through_it() {
     let s = setup();
     let st = s.state.path();
     let daemon = Daemon::start(st);
-    std::thread::scope(|scope| {
-        for w in 0..4 {
-            let args = s.read.clone();
-            scope.spawn(move || {
-                for _ in 0..10 {
-                    let r = bx(
-                        st,
-                        &["tool", "run", "fs.read", "--args", &args, "--session", &format!("w{w}")],
-                    );
-                    assert_eq!((r.code, r.stdout.as_str()), (0, "note\n"), "{}", r.stderr);
-                }
-            });
-        }
-    });
+    four_one_shot_writers(st, &s.read);
     // A command that cannot go through the daemon is refused rather than fork the log.
     let r = bx(st, &["audit", "verify", "--accept-break", "no"]);
     assert_ne!(r.code, 0);
