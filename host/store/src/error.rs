@@ -44,24 +44,13 @@ pub enum StoreError {
         /// The digest installed under it now.
         installed: String,
     },
-    /// A file of the state directory could not be read (config, installed set).
+    /// A file of the state directory could not be read or is malformed (config, the
+    /// installed set).
     #[error("{0}")]
     State(#[from] bx_state::StateError),
     /// No tool by this name.
     #[error("no tool named {0} is installed (see `bx tool list`)")]
     NotInstalled(String),
-    /// A configuration or state file is malformed.
-    #[error("{path}:{line}:{column}: {message} (see docs/runbook.md#store-file-invalid)")]
-    Parse {
-        /// The file.
-        path: String,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        column: usize,
-        /// What is wrong.
-        message: String,
-    },
     /// Reading or writing the store failed.
     #[error("{path}: {message}")]
     Io {

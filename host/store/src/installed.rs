@@ -36,12 +36,12 @@ impl Installed {
         };
         serde_json::from_slice(&bytes).map_err(|e| {
             let (line, column) = (e.line(), e.column());
-            StoreError::Parse {
+            StoreError::State(bx_state::StateError::Parse {
                 path: path.display().to_string(),
                 line,
                 column,
                 message: e.to_string(),
-            }
+            })
         })
     }
 
@@ -50,5 +50,24 @@ impl Installed {
         let mut text = serde_json::to_string_pretty(self).map_err(|e| StoreError::io(path, e))?;
         text.push('\n');
         Ok(bx_state::write_atomically(path, text.as_bytes())?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A malformed installed set names the file, where in it, and the runbook entry; the
+    /// file is left as it was.
+    #[test]
+    fn a_malformed_installed_set_says_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("installed.json");
+        std::fs::write(&path, "{\"epoch\": 1,\n \"tools\": [}").unwrap();
+        let err = Installed::load(&path).unwrap_err().to_string();
+        let at = format!("{}:2:", path.display());
+        assert!(err.starts_with(&at), "{err}");
+        assert!(err.ends_with("(see docs/runbook.md#store-file-invalid)"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"epoch\": 1,\n \"tools\": [}");
     }
 }
