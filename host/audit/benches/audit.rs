@@ -1,12 +1,14 @@
 //! Audit log benchmark: appends with fdatasync at 1, 4 and 16 concurrent writers (group
-//! commit), against one writer syncing every record alone; and verify throughput against
-//! hashing the same bytes (the raw floor).
+//! commit), plain and anchored (the Merkle tree, a signed checkpoint exported every 1,000
+//! records); verify throughput, on its own and against the exported checkpoints, against
+//! hashing the same bytes (the raw floor); and inclusion proofs in a tree of a million
+//! records: size, prove and check time.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bx_audit::{AuditLog, Entry, Request, verify};
+use bx_audit::{Against, Anchor, AuditLog, Entry, FullTree, Request, leaf_hash, verify};
 use sha2::Digest as _;
 
 fn fields(i: u64) -> Entry {
@@ -19,16 +21,32 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn fmt(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+/// A signing key and an export directory in `dir`.
+fn anchor(dir: &std::path::Path) -> (Anchor, Against) {
+    let key = dir.join("bench.key");
+    let vkey = bx_audit::init_key(&key, "bx.bench/audit").unwrap();
+    let export = dir.join("export");
+    let against = Against { verifier: Some(vkey), exports: vec![export.clone()], files: vec![] };
+    (Anchor::load(&key, vec![export]).unwrap(), against)
+}
+
+fn open(dir: &std::path::Path, anchored: bool) -> AuditLog {
+    let log = AuditLog::open(&dir.join("audit")).unwrap();
+    if anchored { log.with_anchor(anchor(dir).0) } else { log }
 }
 
 fn main() {
     println!("bx audit benchmark (fdatasync on every append; group commit across writers)\n");
-    println!("| writers | records | records/s | p50 latency | p99 latency |");
-    println!("| --- | --- | --- | --- | --- |");
-    for writers in [1u64, 4, 16] {
+    println!("| writers | log | records | records/s | p50 latency | p99 latency |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for (writers, anchored) in
+        [(1u64, false), (1, true), (4, false), (4, true), (16, false), (16, true)]
+    {
         let dir = tempfile::tempdir_in(".").unwrap();
-        let log = Arc::new(AuditLog::open(dir.path()).unwrap());
+        let log = Arc::new(open(dir.path(), anchored));
         let per_writer = 4000 / writers;
         let start = Instant::now();
         let mut lat: Vec<Duration> = std::thread::scope(|s| {
@@ -52,7 +70,8 @@ fn main() {
         lat.sort();
         let n = lat.len() as f64;
         println!(
-            "| {writers} | {} | {:.0} | {} | {} |",
+            "| {writers} | {} | {} | {:.0} | {} | {} |",
+            if anchored { "anchored" } else { "plain" },
             lat.len(),
             n / elapsed.as_secs_f64(),
             fmt(pct(&lat, 0.5)),
@@ -60,10 +79,13 @@ fn main() {
         );
     }
 
-    // Verify throughput over a log of ~20 MB.
-    let dir = tempfile::tempdir_in(".").unwrap();
+    // Verify throughput over a log of ~20 MB, anchored.
+    let root = tempfile::tempdir_in(".").unwrap();
+    let (key, against) = anchor(root.path());
+    let dir = root.path().join("audit");
+    let dir = &dir;
     {
-        let log = Arc::new(AuditLog::open(dir.path()).unwrap());
+        let log = Arc::new(AuditLog::open(dir).unwrap().with_anchor(key));
         std::thread::scope(|s| {
             for w in 0..16u64 {
                 let log = Arc::clone(&log);
@@ -77,16 +99,24 @@ fn main() {
         Arc::try_unwrap(log).unwrap().close().unwrap();
     }
     let bytes: u64 =
-        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
-    let mut runs: Vec<Duration> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            assert!(verify(dir.path()).unwrap().is_clean());
-            t.elapsed()
-        })
-        .collect();
-    runs.sort();
-    let files: Vec<Vec<u8>> = std::fs::read_dir(dir.path())
+        bx_audit::day_files(dir).unwrap().iter().map(|f| std::fs::metadata(f).unwrap().len()).sum();
+    let time = |f: &dyn Fn()| -> Vec<Duration> {
+        let mut runs: Vec<Duration> = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect();
+        runs.sort();
+        runs
+    };
+    let runs = time(&|| assert!(verify(dir).unwrap().is_clean()));
+    let anchored = time(&|| {
+        let r = bx_audit::verify_against(dir, &against).unwrap();
+        assert!(r.is_clean() && r.anchor.state == "anchored", "{:?}", r.problems);
+    });
+    let files: Vec<Vec<u8>> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
@@ -105,14 +135,86 @@ fn main() {
         .collect();
     raw.sort();
     let mb = bytes as f64 / 1e6;
-    println!("\n| verify | log size | median | MB/s | raw hash-only MB/s | ratio |");
-    println!("| --- | --- | --- | --- | --- | --- |");
-    println!(
-        "| walk + parse + chain | {mb:.1} MB | {:.0} ms | {:.0} | {:.0} | {:.2}× |",
-        runs[2].as_secs_f64() * 1e3,
-        mb / runs[2].as_secs_f64(),
-        mb / raw[2].as_secs_f64(),
-        runs[2].as_secs_f64() / raw[2].as_secs_f64()
-    );
+    println!("\n| verify | log size | median | p90 | MB/s | raw hash-only MB/s | ratio |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for (what, runs) in
+        [("walk + parse + chain", &runs), ("… + against the exported checkpoints", &anchored)]
+    {
+        println!(
+            "| {what} | {mb:.1} MB | {:.0} ms | {:.0} ms | {:.0} | {:.0} | {:.2}× |",
+            runs[2].as_secs_f64() * 1e3,
+            runs[4].as_secs_f64() * 1e3,
+            mb / runs[2].as_secs_f64(),
+            mb / raw[2].as_secs_f64(),
+            runs[2].as_secs_f64() / raw[2].as_secs_f64()
+        );
+    }
+    proofs();
     println!("\ntargets: >= 20,000 records/s at 16 writers; verify >= 100 MB/s");
+}
+
+/// Inclusion proofs in a tree of a million records of a typical size, built in memory
+/// with the tree bx uses (writing a million records with fdatasync would measure the disk).
+fn proofs() {
+    const N: u64 = 1_000_000;
+    let line = String::from_utf8(vec![b'x'; 400]).unwrap();
+    let t = Instant::now();
+    let mut tree = FullTree::default();
+    for i in 0..N {
+        tree.push(leaf_hash(format!("{i}{line}").as_bytes()));
+    }
+    let build = t.elapsed();
+    let root = tree.root_at(N).unwrap();
+    let mut x = 12345u64;
+    let mut prove = Vec::new();
+    let mut check = Vec::new();
+    let mut floor = Vec::new();
+    let mut hashes = 0;
+    for _ in 0..1000 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let i = (x >> 11) % N;
+        let leaf = leaf_hash(format!("{i}{line}").as_bytes());
+        let t = Instant::now();
+        let proof = tree.prove(N, i).unwrap();
+        prove.push(t.elapsed());
+        let t = Instant::now();
+        assert!(bx_audit::check_inclusion(&proof, N, root, i, leaf));
+        check.push(t.elapsed());
+        // The floor: the hashing a check cannot avoid, one node hash per proof line.
+        let t = Instant::now();
+        let mut h = leaf.0;
+        for p in &proof {
+            h = sha2::Sha256::new()
+                .chain_update([1])
+                .chain_update(h)
+                .chain_update(p.0)
+                .finalize()
+                .into();
+        }
+        std::hint::black_box(h);
+        floor.push(t.elapsed());
+        hashes = proof.len();
+    }
+    for v in [&mut prove, &mut check, &mut floor] {
+        v.sort();
+    }
+    // Each proof line is a base64 hash and a newline; the signed checkpoint adds ~150 B.
+    let bytes = hashes * 45;
+    println!("\n| inclusion proof, {N} records | median | p90 |");
+    println!("| --- | --- | --- |");
+    println!(
+        "| prove (stored hashes in memory) | {} | {} |",
+        fmt(pct(&prove, 0.5)),
+        fmt(pct(&prove, 0.9))
+    );
+    println!("| check | {} | {} |", fmt(pct(&check, 0.5)), fmt(pct(&check, 0.9)));
+    println!(
+        "| raw floor: {hashes} node hashes | {} | {} |",
+        fmt(pct(&floor, 0.5)),
+        fmt(pct(&floor, 0.9))
+    );
+    println!(
+        "\nproof: {hashes} hashes, {bytes} bytes of proof lines (plus the record and the signed checkpoint); tree of {N} built in {:.1} s",
+        build.as_secs_f64()
+    );
 }

@@ -202,6 +202,18 @@ pub struct Break {
     pub problems: Vec<Problem>,
 }
 
+/// A signed checkpoint could not be written to an export directory; calls go on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportFailed {
+    /// The export directory, as configured.
+    pub dir: String,
+    /// The records the checkpoint covered.
+    pub size: u64,
+    /// What went wrong, cut at [`MAX_FIELD_BYTES`].
+    pub error: String,
+}
+
 /// What one record says happened, typed by its kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
@@ -219,6 +231,8 @@ pub enum Entry {
     Recovered(Recovered),
     /// See [`Break`].
     Break(Break),
+    /// See [`ExportFailed`].
+    ExportFailed(ExportFailed),
 }
 
 impl Entry {
@@ -232,6 +246,7 @@ impl Entry {
             Entry::Session(_) => Kind::Session,
             Entry::Recovered(_) => Kind::Recovered,
             Entry::Break(_) => Kind::Break,
+            Entry::ExportFailed(_) => Kind::ExportFailed,
         }
     }
 
@@ -243,7 +258,7 @@ impl Entry {
             Entry::Approval(a) => Some(&a.session),
             Entry::Result(r) => Some(&r.session),
             Entry::Session(s) => Some(&s.session),
-            Entry::Recovered(_) | Entry::Break(_) => None,
+            Entry::Recovered(_) | Entry::Break(_) | Entry::ExportFailed(_) => None,
         }
     }
 
@@ -255,7 +270,7 @@ impl Entry {
             Entry::Approval(a) => Some(&a.call),
             Entry::Result(r) => Some(&r.call),
             Entry::Session(s) => s.call.as_deref(),
-            Entry::Recovered(_) | Entry::Break(_) => None,
+            Entry::Recovered(_) | Entry::Break(_) | Entry::ExportFailed(_) => None,
         }
     }
 
@@ -269,6 +284,7 @@ impl Entry {
             Entry::Session(e) => serde_json::to_value(e),
             Entry::Recovered(e) => serde_json::to_value(e),
             Entry::Break(e) => serde_json::to_value(e),
+            Entry::ExportFailed(e) => serde_json::to_value(e),
         };
         // Structs of strings, numbers and lists always serialise to an object.
         match value {
@@ -291,6 +307,7 @@ impl Entry {
             Kind::Session => Entry::Session(typed(fields)?),
             Kind::Recovered => Entry::Recovered(typed(fields)?),
             Kind::Break => Entry::Break(typed(fields)?),
+            Kind::ExportFailed => Entry::ExportFailed(typed(fields)?),
         })
     }
 }

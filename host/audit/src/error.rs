@@ -37,6 +37,9 @@ pub enum AuditError {
     /// problem that is not a break.
     #[error("cannot accept a break: {0}")]
     NothingToAccept(String),
+    /// The signing key of the checkpoints (or a verifier key) could not be read or used.
+    #[error("audit key: {0} (see docs/runbook.md#audit-key)")]
+    Key(String),
 }
 
 impl AuditError {

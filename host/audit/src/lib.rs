@@ -7,22 +7,41 @@
 //! breaks the chain; cutting whole records off the end is caught against the checkpoint
 //! of the head. A failed write or sync makes the log unavailable for good (until the
 //! owner acts): bx refuses every later call rather than run one unrecorded.
+//!
+//! A chain can only prove that the log agrees with itself. Alongside it the records form
+//! an RFC 6962 Merkle tree ([`Tree`]); with the owner's key ([`Anchor`]) the writer signs
+//! checkpoints of it and exports them off the host, and [`verify_against`] proves the log
+//! consistent with them, naming the first record where they part. [`prove`] writes a
+//! C2SP `tlog-proof` of one record that anyone with the public key can check offline.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod anchor;
+mod anchored;
 mod entry;
 mod error;
 mod log;
+mod prove;
 mod record;
 mod time;
+mod tree;
 mod verify;
 
+pub use anchor::{
+    Anchor, SignedCheckpoint, init_key, is_valid_origin, open_note, origin_dir, read_verifier,
+    verifier_path,
+};
+pub use anchored::{Against, AnchorReport};
 pub use entry::{
-    Approval, Break as BreakEntry, Decision, Entry, MAX_FIELD_BYTES, MAX_ITEM_BYTES,
+    Approval, Break as BreakEntry, Decision, Entry, ExportFailed, MAX_FIELD_BYTES, MAX_ITEM_BYTES,
     MAX_RECORD_BYTES, Outcome, Recovered, Request, Session, bounded, sha256_hex,
 };
 pub use error::AuditError;
-pub use log::{AuditLog, CHECKPOINT_EVERY, Clock, Receipt, SystemClock, day_files};
+pub use log::{AuditLog, CHECKPOINT_EVERY, Clock, Exported, Receipt, SystemClock, day_files};
+pub use prove::{MAX_PROOF_BYTES, Proof, check_proof, prove};
 pub use record::{GENESIS, Kind, Record, line_hash};
 pub use time::{day_of, format_rfc3339, is_valid_day, is_valid_time};
-pub use verify::{Break, MAX_PROBLEMS, Problem, Report, accept_break, for_each_entry, verify};
+pub use tree::{FullTree, Hash, Tree, check_inclusion, leaf_hash};
+pub use verify::{
+    Break, MAX_PROBLEMS, Problem, Report, accept_break, for_each_entry, verify, verify_against,
+};

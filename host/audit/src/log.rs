@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::entry::{Entry, MAX_RECORD_BYTES, Recovered};
+use crate::anchor::{Anchor, origin_dir};
+use crate::entry::{Entry, ExportFailed, MAX_FIELD_BYTES, MAX_RECORD_BYTES, Recovered, bounded};
 use crate::error::AuditError;
 use crate::record::{GENESIS, Record, line_hash};
 use crate::time::{day_of, format_rfc3339};
+use crate::tree::{Hash, Tree, leaf_hash};
 
 /// Records between two checkpoints of the head. Without checkpoints, cutting whole
 /// records off the end of the log would go unnoticed; the checkpoint is also written at
@@ -25,6 +27,10 @@ const MAX_TAIL_BYTES: u64 = 1 << 20;
 /// The furthest back open looks for the last record (64 MiB): past that without one, the
 /// file is not a log bx can continue.
 const MAX_TORN_SCAN: u64 = 64 << 20;
+
+/// The most leaf hashes kept in memory for exports that have not caught up (1 Mi, 32
+/// MiB). Past it an export that lags reads its leaves back from the log.
+const MAX_RECENT_LEAVES: usize = 1 << 20;
 
 /// How often a waiting open tries the lock again.
 const LOCK_POLL: Duration = Duration::from_millis(20);
@@ -69,6 +75,33 @@ struct Inner {
     /// The newest day that has a file; the writer never goes back to an earlier one.
     newest_day: Option<String>,
     since_checkpoint: u64,
+    /// Bytes in the current day's file (where the next line starts).
+    offset: u64,
+    /// The Merkle tree over every line written.
+    tree: Tree,
+    /// Leaf hashes from `recent_start` on: what exports that lag need.
+    recent: Vec<Hash>,
+    recent_start: u64,
+}
+
+/// One export of a signed checkpoint: where, and what went wrong if it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exported {
+    /// The export directory, as configured or given.
+    pub dir: PathBuf,
+    /// Records the checkpoint covers.
+    pub size: u64,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+}
+
+/// A signed checkpoint waiting to be written to the export directories, taken under the
+/// log's lock and written after it.
+struct ExportJob {
+    size: u64,
+    note: Vec<u8>,
+    recent: Vec<Hash>,
+    recent_start: u64,
 }
 
 /// An open audit log. Share it behind an `Arc`; `append` may be called from many threads
@@ -78,6 +111,11 @@ pub struct AuditLog {
     clock: Box<dyn Clock>,
     inner: Mutex<Inner>,
     synced: Condvar,
+    /// The signing key and export directories, when the owner made a key.
+    anchor: Option<Anchor>,
+    /// One export at a time (they run outside `inner`, so appends go on meanwhile), and
+    /// the largest size exported: an older job that lost the race is not run after it.
+    exporting: Mutex<u64>,
     /// `.lock`, locked exclusively while this writer lives.
     _lock: File,
 }
@@ -123,12 +161,27 @@ fn read_checkpoint_at(dir: &Path) -> Option<Checkpoint> {
     serde_json::from_str(&text).ok()
 }
 
-/// The checkpoint of the head: how many records there were and the last one's hash.
+/// The checkpoint of the head: how many records there were and the last one's hash,
+/// and where the writer's tree stood (so that open need not rehash the whole log).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Checkpoint {
     pub(crate) seq: u64,
     pub(crate) hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tree: Option<TreeAt>,
+}
+
+/// The tree as it stood at a checkpoint: its size, its right edge (base64 hashes), and the
+/// day file and byte offset where the next line would start. Only a shortcut: open
+/// rebuilds the tree from every line when it does not fit, and verify never reads it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TreeAt {
+    pub(crate) size: u64,
+    pub(crate) edge: Vec<String>,
+    pub(crate) file: String,
+    pub(crate) offset: u64,
 }
 
 /// Takes `.lock` in `dir`, waiting up to `wait` for another writer to let go.
@@ -204,6 +257,10 @@ impl AuditLog {
             failed: None,
             newest_day: None,
             since_checkpoint: 0,
+            offset: 0,
+            tree: Tree::new(),
+            recent: Vec::new(),
+            recent_start: 0,
         };
         let mut torn = None;
         if let Some(last) = day_files(dir)?.pop() {
@@ -226,10 +283,15 @@ impl AuditLog {
             inner.synced = inner.seq;
             torn = tail.map(|(offset, bytes)| (last.clone(), offset, bytes));
         }
+        let checkpoint = read_checkpoint_at(dir);
+        let (tree, recent_start, recent) = rebuild_tree(dir, checkpoint.as_ref())?;
+        inner.tree = tree;
+        inner.recent_start = recent_start;
+        inner.recent = recent;
         // The checkpoint only ever names a record that was on disk: a head before it
         // means records were cut off, and appending would reuse their sequence numbers
         // and hide the cut under a fresh checkpoint. Refuse, as for any broken log.
-        if let Some(cp) = read_checkpoint_at(dir).filter(|_| check_cut) {
+        if let Some(cp) = checkpoint.filter(|_| check_cut) {
             let cut = cp.seq > inner.seq;
             let rewritten = cp.seq == inner.seq && cp.hash != inner.head;
             if cut || rewritten {
@@ -247,12 +309,45 @@ impl AuditLog {
             clock,
             inner: Mutex::new(inner),
             synced: Condvar::new(),
+            anchor: None,
+            exporting: Mutex::new(0),
             _lock: lock,
         };
         if let Some((file, offset, bytes)) = torn {
             log.recover(&file, offset, &bytes)?;
         }
         Ok(log)
+    }
+
+    /// Signs a checkpoint of the tree with `anchor`'s key at every checkpoint and close,
+    /// and exports it to its directories.
+    pub fn with_anchor(mut self, anchor: Anchor) -> AuditLog {
+        // The tree's right edge came from `checkpoint.json`, which anyone who can write
+        // the log can edit; the signed copy of the last checkpoint cannot be forged. When
+        // they cover the same records and disagree, rehash every line rather than sign
+        // a root the records do not have.
+        let signed = crate::anchor::read_note(&self.dir.join("checkpoint.note"))
+            .ok()
+            .and_then(|n| crate::anchor::open_note(&n, anchor.verifier()).ok());
+        {
+            let mut inner = self.lock();
+            if let Some(cp) = signed
+                && cp.size == inner.tree.size()
+                && cp.root != inner.tree.root()
+                && let Ok((tree, start, recent)) = rebuild_tree(&self.dir, None)
+            {
+                inner.tree = tree;
+                inner.recent_start = start;
+                inner.recent = recent;
+            }
+        }
+        self.anchor = Some(anchor);
+        self
+    }
+
+    /// The anchor, when there is one.
+    pub fn anchor(&self) -> Option<&Anchor> {
+        self.anchor.as_ref()
     }
 
     /// The directory of the log.
@@ -321,6 +416,7 @@ impl AuditLog {
             return Err(AuditError::TooLarge { bytes: line.len(), max: MAX_RECORD_BYTES });
         }
         let hash = line_hash(line.as_bytes());
+        let leaf = leaf_hash(line.as_bytes());
         line.push('\n');
         if let Err(e) = self.write_line(&mut inner, &day_of(now), line.as_bytes()) {
             let why = format!("write failed: {e}");
@@ -331,6 +427,14 @@ impl AuditLog {
         inner.seq = record.seq;
         inner.head = hash.clone();
         inner.since_checkpoint += 1;
+        inner.offset += line.len() as u64;
+        inner.tree.push(leaf);
+        inner.recent.push(leaf);
+        if inner.recent.len() > MAX_RECENT_LEAVES {
+            let drop = inner.recent.len() - MAX_RECENT_LEAVES;
+            inner.recent.drain(..drop);
+            inner.recent_start += drop as u64;
+        }
         let mine = record.seq;
         // Group commit: whoever finds no sync in flight syncs for everyone written so far;
         // the others wait until a sync covers their record (or the log fails).
@@ -369,7 +473,11 @@ impl AuditLog {
             self.synced.notify_all();
         }
         if inner.since_checkpoint >= CHECKPOINT_EVERY {
-            self.write_checkpoint(&mut inner)?;
+            let job = self.write_checkpoint(&mut inner)?;
+            drop(inner);
+            if let Some(job) = job {
+                self.export(job, &[])?;
+            }
         }
         Ok(Receipt { seq: mine, hash })
     }
@@ -394,6 +502,7 @@ impl AuditLog {
             if is_new {
                 sync_dir(&self.dir)?;
             }
+            inner.offset = file.metadata()?.len();
             inner.newest_day = Some(target.clone());
             inner.file = Some((target, file));
         }
@@ -403,18 +512,39 @@ impl AuditLog {
         }
     }
 
-    fn write_checkpoint(&self, inner: &mut Inner) -> Result<(), AuditError> {
-        let cp = Checkpoint { seq: inner.seq, hash: inner.head.clone() };
-        let path = checkpoint_path(&self.dir);
-        // The lock makes this process the one writer; the pid in the name keeps even a
-        // stray second process from sharing the temporary file.
-        let tmp = self.dir.join(format!("checkpoint.json.{}.tmp", std::process::id()));
+    /// Writes `checkpoint.json` (and, with an anchor, the signed `checkpoint.note`), and
+    /// returns the export to run once `inner` is let go.
+    fn write_checkpoint(&self, inner: &mut Inner) -> Result<Option<ExportJob>, AuditError> {
+        let (file, offset) = match (&inner.file, &inner.newest_day) {
+            (Some((day, _)), _) => (format!("{day}.jsonl"), inner.offset),
+            (None, Some(day)) => {
+                let name = format!("{day}.jsonl");
+                let len = std::fs::metadata(self.dir.join(&name)).map_or(0, |m| m.len());
+                (name, len)
+            }
+            (None, None) => (String::new(), 0),
+        };
+        let tree = TreeAt {
+            size: inner.tree.size(),
+            edge: inner.tree.edge().iter().map(ToString::to_string).collect(),
+            file,
+            offset,
+        };
+        let cp = Checkpoint { seq: inner.seq, hash: inner.head.clone(), tree: Some(tree) };
+        let note = match &self.anchor {
+            Some(anchor) => Some(anchor.sign(&inner.tree)?),
+            None => None,
+        };
         let write = || -> std::io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(serde_json::to_string(&cp).unwrap_or_default().as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            sync_dir(&self.dir)
+            write_replacing(
+                &self.dir,
+                "checkpoint.json",
+                serde_json::to_string(&cp).unwrap_or_default().as_bytes(),
+            )?;
+            if let Some(note) = &note {
+                write_replacing(&self.dir, "checkpoint.note", note)?;
+            }
+            Ok(())
         };
         if let Err(e) = write() {
             let why = format!("checkpoint write failed: {e}");
@@ -422,12 +552,86 @@ impl AuditLog {
             return Err(AuditError::Unavailable(why));
         }
         inner.since_checkpoint = 0;
-        Ok(())
+        Ok(note.map(|note| ExportJob {
+            size: inner.tree.size(),
+            note,
+            recent: inner.recent.clone(),
+            recent_start: inner.recent_start,
+        }))
+    }
+
+    /// Writes a signed checkpoint to every export directory (and to `extra`), records
+    /// each failure on the log, and writes `export.json` for `bx doctor`. A failed export
+    /// never stops the log.
+    fn export(&self, job: ExportJob, extra: &[PathBuf]) -> Result<Vec<Exported>, AuditError> {
+        let Some(anchor) = &self.anchor else { return Ok(Vec::new()) };
+        let results = {
+            let mut newest =
+                self.exporting.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if job.size < *newest && extra.is_empty() {
+                // A newer checkpoint was exported first; this one is in its leaves.
+                return Ok(Vec::new());
+            }
+            *newest = job.size;
+            let mut results = Vec::new();
+            let dirs = anchor.exports().iter().chain(extra).cloned().collect::<Vec<_>>();
+            for dir in dirs {
+                let mut leaves = |from: u64, to: u64| -> Result<Vec<Hash>, AuditError> {
+                    let start =
+                        from.checked_sub(job.recent_start).and_then(|s| usize::try_from(s).ok());
+                    let end = usize::try_from(to.saturating_sub(job.recent_start)).ok();
+                    match (start, end) {
+                        (Some(s), Some(e)) if e <= job.recent.len() => {
+                            Ok(job.recent[s..e].to_vec())
+                        }
+                        _ => leaves_from_log(&self.dir, from, to),
+                    }
+                };
+                let sub = origin_dir(&dir, anchor.origin());
+                let error = crate::anchor::export(&sub, job.size, &job.note, &mut leaves).err();
+                results.push(Exported { dir, size: job.size, error });
+            }
+            let status = serde_json::json!({
+                "time": format_rfc3339(self.clock.now()),
+                "size": job.size,
+                "exports": results.iter().map(|r| serde_json::json!({
+                    "dir": r.dir.display().to_string(),
+                    "error": r.error,
+                })).collect::<Vec<_>>(),
+            });
+            // Best effort: `bx doctor` reads it, and every failure is also on the log.
+            let _ = write_replacing(&self.dir, "export.json", status.to_string().as_bytes());
+            results
+        };
+        if results.iter().all(|r| r.error.is_none()) {
+            let mut inner = self.lock();
+            let done =
+                usize::try_from(job.size.saturating_sub(inner.recent_start)).unwrap_or(usize::MAX);
+            let done = done.min(inner.recent.len());
+            inner.recent.drain(..done);
+            inner.recent_start += done as u64;
+        }
+        for r in results.iter().filter(|r| r.error.is_some()) {
+            let entry = Entry::ExportFailed(ExportFailed {
+                dir: bounded(&r.dir.display().to_string(), MAX_FIELD_BYTES),
+                size: r.size,
+                error: bounded(r.error.as_deref().unwrap_or_default(), MAX_FIELD_BYTES),
+            });
+            self.append(&entry)?;
+        }
+        Ok(results)
     }
 
     /// Writes the checkpoint of the head now (also done every [`CHECKPOINT_EVERY`]
     /// records and by [`AuditLog::close`]).
     pub fn checkpoint(&self) -> Result<(), AuditError> {
+        self.checkpoint_exporting(&[]).map(drop)
+    }
+
+    /// [`AuditLog::checkpoint`], exporting the signed checkpoint to `extra` as well as
+    /// to the configured directories; says how each export went. Without an anchor there
+    /// is nothing to sign, and this exports nothing.
+    pub fn checkpoint_exporting(&self, extra: &[PathBuf]) -> Result<Vec<Exported>, AuditError> {
         let mut inner = self.lock();
         if let Some(why) = &inner.failed {
             return Err(AuditError::Unavailable(why.clone()));
@@ -435,14 +639,25 @@ impl AuditLog {
         if inner.seq == 0 {
             // An empty log has no head to protect; a checkpoint of nothing would only
             // claim a record 0 that verify cannot find.
-            return Ok(());
+            return Ok(Vec::new());
         }
-        self.write_checkpoint(&mut inner)
+        let job = self.write_checkpoint(&mut inner)?;
+        drop(inner);
+        match job {
+            Some(job) => self.export(job, extra),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Syncs and writes the final checkpoint.
     pub fn close(self) -> Result<(), AuditError> {
         self.checkpoint()
+    }
+
+    /// The tree's size and root now.
+    pub fn tree_head(&self) -> (u64, Hash) {
+        let inner = self.lock();
+        (inner.tree.size(), inner.tree.root())
     }
 
     /// The head: last sequence number and hash.
@@ -455,6 +670,83 @@ impl AuditLog {
     pub fn failure(&self) -> Option<String> {
         self.lock().failed.clone()
     }
+}
+
+/// Writes `name` in `dir` whole: a temporary file, synced, renamed over it, and the
+/// directory synced. The log's lock makes this process the one writer; the pid in the
+/// temporary name keeps even a stray second process from sharing it.
+fn write_replacing(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(name))?;
+    sync_dir(dir)
+}
+
+/// The writer's tree at open: from the checkpoint's tree and the lines after it when
+/// they fit, else from every line. Returns the tree, and the leaves read after the
+/// checkpoint with the index of the first.
+fn rebuild_tree(dir: &Path, cp: Option<&Checkpoint>) -> Result<(Tree, u64, Vec<Hash>), AuditError> {
+    let files = day_files(dir)?;
+    let start = cp.and_then(|c| c.tree.as_ref()).and_then(|t| {
+        let edge = t.edge.iter().map(|h| Hash::parse_hash(h).ok()).collect::<Option<Vec<_>>>()?;
+        let tree = Tree::from_edge(t.size, edge)?;
+        let at = files.iter().position(|f| f.file_name().is_some_and(|n| n == t.file.as_str()))?;
+        // The offset must start a line of that file.
+        let mut file = File::open(&files[at]).ok()?;
+        if t.offset > 0 {
+            let mut before = [0u8; 1];
+            file.seek(SeekFrom::Start(t.offset - 1)).ok()?;
+            file.read_exact(&mut before).ok()?;
+            (before[0] == b'\n').then_some(())?;
+        }
+        Some((tree, at, t.offset))
+    });
+    let (mut tree, first, offset) = start.unwrap_or((Tree::new(), 0, 0));
+    let recent_start = tree.size();
+    let mut recent = Vec::new();
+    for (i, path) in files.iter().enumerate().skip(first) {
+        let mut file = File::open(path).map_err(|e| AuditError::io(path, e))?;
+        if i == first {
+            file.seek(SeekFrom::Start(offset)).map_err(|e| AuditError::io(path, e))?;
+        }
+        crate::verify::each_leaf(&mut std::io::BufReader::new(file), path, |leaf| {
+            tree.push(leaf);
+            if recent.len() < MAX_RECENT_LEAVES {
+                recent.push(leaf);
+            }
+        })?;
+    }
+    if recent.len() >= MAX_RECENT_LEAVES {
+        // Too many to keep: a lagging export reads them back from the log.
+        return Ok((tree.clone(), tree.size(), Vec::new()));
+    }
+    Ok((tree, recent_start, recent))
+}
+
+/// The leaf hashes of lines `from..to` of the log, read back from its files.
+pub(crate) fn leaves_from_log(dir: &Path, from: u64, to: u64) -> Result<Vec<Hash>, AuditError> {
+    let mut out = Vec::new();
+    let mut index = 0u64;
+    for path in day_files(dir)? {
+        if index >= to {
+            break;
+        }
+        let file = File::open(&path).map_err(|e| AuditError::io(&path, e))?;
+        crate::verify::each_leaf(&mut std::io::BufReader::new(file), &path, |leaf| {
+            if (from..to).contains(&index) {
+                out.push(leaf);
+            }
+            index += 1;
+        })?;
+    }
+    if (out.len() as u64) < to - from {
+        return Err(AuditError::Unavailable(format!(
+            "the log has {index} lines, fewer than the {to} its tree counts"
+        )));
+    }
+    Ok(out)
 }
 
 type Head = Option<(u64, String)>;

@@ -23,6 +23,9 @@ pub enum Kind {
     Recovered,
     /// The owner accepted a break in the chain after verifying the log.
     Break,
+    /// A signed checkpoint could not be exported to one of the `[audit] export`
+    /// directories.
+    ExportFailed,
 }
 
 /// One line of the log.

@@ -7,11 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
 
+use crate::anchored::{Against, AnchorReport, Check, Place};
 use crate::entry::{Break as BreakEntry, Entry, MAX_RECORD_BYTES};
 use crate::error::AuditError;
 use crate::log::{AuditLog, Checkpoint, checkpoint_path, day_files};
 use crate::record::{GENESIS, Kind, line_hash};
 use crate::time::{is_valid_day, is_valid_time};
+use crate::tree::{Hash, leaf_hash};
 
 /// Problems listed at most (1,000); past that only a count is kept. Without a bound a
 /// file of blank lines made verify build millions of entries.
@@ -70,10 +72,14 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// Problems found beyond those listed.
     pub problems_more: u64,
+    /// Whether signed checkpoints kept off the host vouch for the log. A log that only
+    /// agrees with itself is `unanchored`: its own files could have been rewritten whole.
+    pub anchor: AnchorReport,
 }
 
 impl Report {
     /// True when nothing is wrong (accepted breaks and recovered regions are not wrong).
+    /// An unanchored log can be clean; say so with [`Report::anchor`].
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty() && self.problems_more == 0
     }
@@ -123,6 +129,7 @@ struct Walk {
     checkpoint_hash: Option<String>,
     expected_seq: u64,
     prev: String,
+    anchor: Option<Check>,
 }
 
 impl Walk {
@@ -134,10 +141,21 @@ impl Walk {
         }
     }
 
+    fn anchor_leaf(&mut self, leaf: Hash, name: &str, lineno: u64, seq: Option<u64>) {
+        if let Some(check) = &mut self.anchor {
+            check.leaf(leaf, || Place { file: name.to_owned(), line: lineno, seq });
+        }
+    }
+
     fn line(&mut self, dir: &Path, name: &str, lineno: u64, line: &[u8]) {
         let hash = line_hash(line);
         self.report.records += 1;
-        let record = match serde_json::from_slice::<RecordRef<'_>>(line) {
+        let parsed = serde_json::from_slice::<RecordRef<'_>>(line);
+        if self.anchor.is_some() {
+            let seq = parsed.as_ref().ok().map(|r| r.seq);
+            self.anchor_leaf(leaf_hash(line), name, lineno, seq);
+        }
+        let record = match parsed {
             Ok(r) => r,
             Err(e) => {
                 let seq = self.expected_seq;
@@ -206,7 +224,7 @@ impl Walk {
             Entry::Result(r) => {
                 self.calls.remove(&r.call);
             }
-            Entry::Session(_) => {}
+            Entry::Session(_) | Entry::ExportFailed(_) => {}
             Entry::Recovered(r) => {
                 self.check_recovered(dir, name, lineno, &r);
                 if self.report.recovered.len() < MAX_LISTED {
@@ -272,21 +290,21 @@ impl Walk {
 const MAX_TAIL_CHECK: u64 = (64 << 20) + 1;
 
 /// One line of a day file, read in bounded memory.
-enum Line {
+pub(crate) enum Line {
     /// A whole line (without its newline) in `buf`.
     Whole,
     /// Bytes after the last newline, in `buf`: a torn append.
     Torn,
-    /// A line longer than any record: its length and hash (without the newline), read
-    /// as it streamed past.
-    Oversize(u64, String),
+    /// A line longer than any record: its length, its hash and its leaf hash (without
+    /// the newline), read as it streamed past.
+    Oversize(u64, String, Hash),
     /// The end of the file.
     End,
 }
 
 /// Reads the next line of `reader` into `buf`, never holding more than one record's
 /// bound of it.
-fn next_line(
+pub(crate) fn next_line(
     reader: &mut impl std::io::BufRead,
     buf: &mut Vec<u8>,
     path: &Path,
@@ -306,7 +324,10 @@ fn next_line(
         return Ok(Line::Torn);
     }
     let mut hasher = sha2::Sha256::new();
+    let mut leaf = sha2::Sha256::new();
+    leaf.update([0u8]);
     hasher.update(&buf);
+    leaf.update(&buf);
     let mut length = buf.len() as u64;
     let mut more = Vec::new();
     loop {
@@ -314,15 +335,41 @@ fn next_line(
         let m = reader.take(1 << 20).read_until(b'\n', &mut more).map_err(io)?;
         let body = more.strip_suffix(b"\n").unwrap_or(&more);
         hasher.update(body);
+        leaf.update(body);
         length += body.len() as u64;
         if m == 0 || more.last() == Some(&b'\n') {
-            return Ok(Line::Oversize(length, hex::encode(hasher.finalize())));
+            let leaf = Hash(leaf.finalize().into());
+            return Ok(Line::Oversize(length, hex::encode(hasher.finalize()), leaf));
         }
     }
 }
 
-/// Verifies the whole log in `dir`.
+/// Calls `each` with every complete line of `reader` (without its newline), in bounded
+/// memory; a line over the record bound comes as its leaf hash only. Stops at a torn
+/// last line, which is no record.
+pub(crate) fn each_leaf(
+    reader: &mut impl std::io::BufRead,
+    path: &Path,
+    mut each: impl FnMut(Hash),
+) -> Result<(), AuditError> {
+    let mut buf = Vec::new();
+    loop {
+        match next_line(reader, &mut buf, path)? {
+            Line::End | Line::Torn => return Ok(()),
+            Line::Whole => each(leaf_hash(&buf)),
+            Line::Oversize(_, _, leaf) => each(leaf),
+        }
+    }
+}
+
+/// Verifies the whole log in `dir`, on its own: the report says `unanchored`.
 pub fn verify(dir: &Path) -> Result<Report, AuditError> {
+    verify_against(dir, &Against::default())
+}
+
+/// Verifies the whole log in `dir`, and against the signed checkpoints `against` names:
+/// each signature, then the log's tree at each checkpoint's size.
+pub fn verify_against(dir: &Path, against: &Against) -> Result<Report, AuditError> {
     let mut found_early = Vec::new();
     let checkpoint = read_checkpoint(dir, &mut found_early);
     let mut walk = Walk {
@@ -338,6 +385,7 @@ pub fn verify(dir: &Path) -> Result<Report, AuditError> {
         checkpoint_hash: None,
         expected_seq: 1,
         prev: GENESIS.to_owned(),
+        anchor: Check::new(against),
     };
     for p in found_early {
         walk.push(p);
@@ -370,7 +418,8 @@ pub fn verify(dir: &Path) -> Result<Report, AuditError> {
                     walk.push(problem("torn-tail", &name, lineno, detail));
                     break;
                 }
-                Line::Oversize(length, hash) => {
+                Line::Oversize(length, hash, leaf) => {
+                    walk.anchor_leaf(leaf, &name, lineno, None);
                     // The chain is followed through it by its hash.
                     let detail =
                         format!("a line of {length} bytes; records are at most {MAX_RECORD_BYTES}");
@@ -384,6 +433,14 @@ pub fn verify(dir: &Path) -> Result<Report, AuditError> {
     }
     let mut report = walk.report;
     let mut found = walk.found;
+    match walk.anchor {
+        Some(check) => {
+            let (problems, anchor) = check.finish();
+            found.extend(problems);
+            report.anchor = anchor;
+        }
+        None => report.anchor.state = "unanchored".into(),
+    }
     let mut found_more = walk.found_more;
     report.calls_without_result = walk
         .calls

@@ -1,10 +1,12 @@
 //! Helpers shared by the audit tests.
 
+mod anchor;
 mod bounds;
 mod chain;
 mod crash;
 mod faults;
 mod fixtures;
+mod interop;
 mod tamper;
 mod writers;
 

@@ -1,0 +1,359 @@
+//! Signed checkpoints of the log's tree, kept off the host.
+//!
+//! A checkpoint is a C2SP `tlog-checkpoint` body (origin, size, root hash) signed as a C2SP
+//! `signed-note` with the owner's Ed25519 key (the formats of Go's `sumdb/note`, through
+//! `signed_note` and `tlog_tiles`). The writer exports one to each `[audit] export`
+//! directory at close and every [`crate::CHECKPOINT_EVERY`] records, in a subdirectory
+//! named for the origin:
+//!
+//! - `<size>.checkpoint`: the signed note, created once and never overwritten;
+//! - `leaves`: the 32-byte leaf hash of every record, oldest first, only ever appended.
+//!
+//! The leaves are authenticated by the signed roots they hash to, so verify can name the
+//! first record where the log and an exported checkpoint part, not only that they do.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use signed_note::{Note, Signer as _, StandardSigner, StandardVerifier, VerifierList};
+use tlog_tiles::checkpoint::Checkpoint as Body;
+
+use crate::error::AuditError;
+use crate::tree::{Hash, Tree};
+
+/// The longest key or verifier-key file read (4 KiB; a key is about 100 bytes).
+const MAX_KEY_BYTES: u64 = 4 << 10;
+/// The longest checkpoint file read (64 KiB; one is about 200 bytes).
+pub(crate) const MAX_NOTE_BYTES: u64 = 64 << 10;
+/// The most checkpoints read from one directory (100,000: a year of closes, every
+/// minute, is half that). Past it verify says how many it left out.
+pub(crate) const MAX_CHECKPOINTS: usize = 100_000;
+/// Bytes of one leaf hash in `leaves`.
+pub(crate) const LEAF_BYTES: u64 = 32;
+
+/// Whether `origin` can name a log: 1 to 128 characters of `A-Z a-z 0-9 . _ / -`, which
+/// C2SP's key names allow and which map to one directory name.
+pub fn is_valid_origin(origin: &str) -> bool {
+    !origin.is_empty()
+        && origin.len() <= 128
+        && origin.bytes().all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b))
+}
+
+/// The subdirectory of an export directory that holds the log of `origin`.
+pub fn origin_dir(export: &Path, origin: &str) -> PathBuf {
+    export.join(origin.replace('/', "_"))
+}
+
+/// The verifier key beside a signing key: `KEY.pub`.
+pub fn verifier_path(key: &Path) -> PathBuf {
+    let mut name = key.as_os_str().to_owned();
+    name.push(".pub");
+    PathBuf::from(name)
+}
+
+/// `O_NONBLOCK | O_NOCTTY` (Linux): opening a FIFO or a terminal put where a key or a
+/// checkpoint should be never waits, and is then refused as not a regular file.
+const OPEN_FLAGS: i32 = 0o4000 | 0o400;
+
+/// Opens `path` for reading without waiting on it, and only if it is a regular file.
+pub(crate) fn open_regular(path: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new().read(true).custom_flags(OPEN_FLAGS).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+fn read_small(path: &Path, what: &str) -> Result<String, AuditError> {
+    let mut text = String::new();
+    open_regular(path)
+        .and_then(|f| f.take(MAX_KEY_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| AuditError::Key(format!("cannot read the {what} {}: {e}", path.display())))?;
+    if text.len() as u64 > MAX_KEY_BYTES {
+        return Err(AuditError::Key(format!("{} is over {MAX_KEY_BYTES} bytes", path.display())));
+    }
+    Ok(text.trim_end().to_owned())
+}
+
+/// Makes a new signing key for `origin` at `path` (0600, never over an existing file)
+/// and its verifier key at `path.pub`; returns the verifier key.
+pub fn init_key(path: &Path, origin: &str) -> Result<String, AuditError> {
+    if !is_valid_origin(origin) {
+        return Err(AuditError::Key(format!(
+            "origin {origin:?}: use 1 to 128 of A-Z a-z 0-9 . _ / -"
+        )));
+    }
+    let (skey, vkey) = signed_note::generate_key(&mut rand_core::OsRng, origin);
+    let write = |p: &Path, text: &str, mode: u32| -> Result<(), AuditError> {
+        let fail =
+            |e: std::io::Error| AuditError::Key(format!("cannot write {}: {e}", p.display()));
+        let mut f =
+            OpenOptions::new().write(true).create_new(true).mode(mode).open(p).map_err(fail)?;
+        f.write_all(format!("{text}\n").as_bytes()).and_then(|()| f.sync_all()).map_err(fail)
+    };
+    let public = verifier_path(path);
+    if public.exists() {
+        return Err(AuditError::Key(format!("{} already exists", public.display())));
+    }
+    write(path, &skey, 0o600)?;
+    write(&public, &vkey, 0o644)?;
+    Ok(vkey)
+}
+
+/// A verifier key (C2SP `signed-note`: `name+id+base64`), read from the text itself or a
+/// file holding it.
+pub fn read_verifier(key_or_file: &str) -> Result<String, AuditError> {
+    let text = if Path::new(key_or_file).exists() {
+        read_small(Path::new(key_or_file), "verifier key")?
+    } else {
+        key_or_file.trim().to_owned()
+    };
+    StandardVerifier::new(&text)
+        .map_err(|e| AuditError::Key(format!("not a verifier key ({e}): {text:.80}")))?;
+    Ok(text)
+}
+
+/// What the writer signs with and where it exports.
+pub struct Anchor {
+    signer: StandardSigner,
+    origin: String,
+    verifier: String,
+    key: PathBuf,
+    exports: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for Anchor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Anchor")
+            .field("origin", &self.origin)
+            .field("key", &self.key)
+            .field("exports", &self.exports)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Anchor {
+    /// Loads the signing key at `key` (which must be readable by its owner only) and its
+    /// verifier key at `key.pub`, and checks that they are one pair.
+    pub fn load(key: &Path, exports: Vec<PathBuf>) -> Result<Anchor, AuditError> {
+        let meta = std::fs::metadata(key)
+            .map_err(|e| AuditError::Key(format!("cannot read {}: {e}", key.display())))?;
+        if !meta.is_file() || meta.permissions().mode() & 0o077 != 0 {
+            return Err(AuditError::Key(format!(
+                "{} must be a regular file readable by its owner only (chmod 600)",
+                key.display()
+            )));
+        }
+        let skey = read_small(key, "signing key")?;
+        let signer = StandardSigner::new(&skey)
+            .map_err(|e| AuditError::Key(format!("{}: not a signing key ({e})", key.display())))?;
+        let verifier = read_verifier(&read_small(&verifier_path(key), "verifier key")?)?;
+        let anchor = Anchor {
+            origin: signer.name().to_owned(),
+            signer,
+            verifier,
+            key: key.to_path_buf(),
+            exports,
+        };
+        // One pair: what the key signs, the verifier key accepts.
+        let probe = anchor.sign(&Tree::new())?;
+        if open_note(&probe, &anchor.verifier).is_err() {
+            return Err(AuditError::Key(format!(
+                "{} does not verify what {} signs",
+                verifier_path(key).display(),
+                key.display()
+            )));
+        }
+        Ok(anchor)
+    }
+
+    /// The origin (the key's name).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The verifier key, for the owner to keep.
+    pub fn verifier(&self) -> &str {
+        &self.verifier
+    }
+
+    /// Where the signing key is.
+    pub fn key(&self) -> &Path {
+        &self.key
+    }
+
+    /// The export directories, as configured.
+    pub fn exports(&self) -> &[PathBuf] {
+        &self.exports
+    }
+
+    /// The signed checkpoint of `tree`.
+    pub fn sign(&self, tree: &Tree) -> Result<Vec<u8>, AuditError> {
+        let body = Body::new(&self.origin, tree.size(), tree.root(), "")
+            .map_err(|e| AuditError::Key(format!("checkpoint: {e}")))?;
+        let mut note = Note::new(&body.to_bytes(), &[])
+            .map_err(|e| AuditError::Key(format!("checkpoint note: {e}")))?;
+        note.add_sigs(&[&self.signer])
+            .map_err(|e| AuditError::Key(format!("signing the checkpoint: {e}")))?;
+        Ok(note.to_bytes())
+    }
+}
+
+/// A checkpoint whose signature checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignedCheckpoint {
+    /// The log's origin.
+    pub origin: String,
+    /// Records it covers.
+    pub size: u64,
+    /// The tree's root over them.
+    pub root: Hash,
+}
+
+/// Checks `note`'s signature by `verifier` and reads its checkpoint, whose origin must be
+/// the key's name.
+pub fn open_note(note: &[u8], verifier: &str) -> Result<SignedCheckpoint, String> {
+    let v = StandardVerifier::new(verifier).map_err(|e| format!("verifier key: {e}"))?;
+    let name = signed_note::Verifier::name(&v).to_owned();
+    let note = Note::from_bytes(note).map_err(|e| e.to_string())?;
+    note.verify(&VerifierList::new(vec![Box::new(v)])).map_err(|e| match e {
+        signed_note::NoteError::UnverifiedNote => format!("not signed by {name}"),
+        e => e.to_string(),
+    })?;
+    let body = Body::from_bytes(note.text()).map_err(|e| e.to_string())?;
+    if body.origin() != name {
+        return Err(format!("origin {:?} is not the key's name {name:?}", body.origin()));
+    }
+    Ok(SignedCheckpoint { origin: name, size: body.size(), root: *body.hash() })
+}
+
+/// Writes one export: appends the leaves `dir` lacks (from `leaves(from, to)`), then the
+/// signed checkpoint of `size`, never overwriting one. Refuses when `dir` knows more
+/// records than the log has (the log was cut, or `dir` is another log's).
+pub(crate) fn export(
+    dir: &Path,
+    size: u64,
+    note: &[u8],
+    leaves: &mut dyn FnMut(u64, u64) -> Result<Vec<Hash>, AuditError>,
+) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    let path = dir.join("leaves");
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(OPEN_FLAGS)
+        .open(&path)
+        .map_err(|e| format!("cannot open leaves: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("leaves: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    let len = meta.len();
+    // A crash mid-append leaves part of a hash; no checkpoint covers it yet.
+    let have = len / LEAF_BYTES;
+    if have > size {
+        return Err(format!(
+            "it holds {have} records and the log only {size}: records were cut from the log, or this directory belongs to another log (run `bx audit verify`; see docs/runbook.md#audit-export-failed)"
+        ));
+    }
+    if len % LEAF_BYTES != 0 {
+        file.set_len(have * LEAF_BYTES).map_err(|e| format!("leaves: {e}"))?;
+    }
+    if have < size {
+        let new = leaves(have, size).map_err(|e| e.to_string())?;
+        let bytes: Vec<u8> = new.iter().flat_map(|h| h.0).collect();
+        file.seek(SeekFrom::End(0))
+            .and_then(|_| file.write_all(&bytes))
+            .and_then(|()| file.sync_data())
+            .map_err(|e| format!("appending leaves: {e}"))?;
+    }
+    let cp = dir.join(format!("{size}.checkpoint"));
+    match OpenOptions::new().write(true).create_new(true).open(&cp) {
+        Ok(mut f) => {
+            f.write_all(note)
+                .and_then(|()| f.sync_all())
+                .and_then(|()| File::open(dir)?.sync_all())
+                .map_err(|e| format!("writing {}: {e}", cp.display()))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Signatures are deterministic: the same head signs to the same bytes.
+            let mut there = Vec::new();
+            let read =
+                open_regular(&cp).and_then(|f| f.take(MAX_NOTE_BYTES).read_to_end(&mut there));
+            if read.is_err() || there != note {
+                return Err(format!(
+                    "{} is already there with another head: the log forked (run `bx audit verify`; see docs/runbook.md#audit-export-failed)",
+                    cp.display()
+                ));
+            }
+        }
+        Err(e) => return Err(format!("writing {}: {e}", cp.display())),
+    }
+    Ok(())
+}
+
+/// The checkpoint files in `dir` (`<size>.checkpoint`), smallest first, at most
+/// [`MAX_CHECKPOINTS`]; and how many more there were.
+pub(crate) fn checkpoint_files(dir: &Path) -> std::io::Result<(Vec<(u64, PathBuf)>, usize)> {
+    let mut out = Vec::new();
+    let mut more = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(size) = name.strip_suffix(".checkpoint").and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if out.len() < MAX_CHECKPOINTS {
+            out.push((size, entry.path()));
+        } else {
+            more += 1;
+        }
+    }
+    out.sort();
+    Ok((out, more))
+}
+
+/// Reads one checkpoint file, bounded.
+pub(crate) fn read_note(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    open_regular(path)?.take(MAX_NOTE_BYTES).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::leaf_hash;
+
+    #[test]
+    fn a_key_signs_checkpoints_its_verifier_opens_and_no_other() {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = tmp.path().join("audit.key");
+        let vkey = init_key(&key, "bx.test/host-1").unwrap();
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(init_key(&key, "bx.test/host-1").is_err(), "never over an existing key");
+        let anchor = Anchor::load(&key, vec![]).unwrap();
+        assert_eq!(anchor.verifier(), vkey);
+        let mut tree = Tree::new();
+        tree.push(leaf_hash(b"one"));
+        let note = anchor.sign(&tree).unwrap();
+        let cp = open_note(&note, &vkey).unwrap();
+        assert_eq!((cp.size, cp.root, cp.origin.as_str()), (1, tree.root(), "bx.test/host-1"));
+
+        let other = init_key(&tmp.path().join("other.key"), "bx.test/host-1").unwrap();
+        assert!(open_note(&note, &other).unwrap_err().contains("not signed"));
+        let mut forged = note.clone();
+        let at = forged.iter().position(|b| *b == b'\n').unwrap() + 1;
+        forged[at] = b'2';
+        assert!(open_note(&forged, &vkey).is_err());
+
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(Anchor::load(&key, vec![]).unwrap_err().to_string().contains("chmod 600"));
+        assert!(init_key(&tmp.path().join("k"), "has space").is_err());
+    }
+}

@@ -1,0 +1,126 @@
+//! Inclusion proofs of one record against a signed checkpoint, as C2SP `tlog-proof`
+//! bundles: the proof header, the record itself as the `extra` data, the RFC 6962
+//! inclusion proof, then the signed checkpoint verbatim. Someone holding only the public
+//! key checks one offline ([`check_proof`]).
+//!
+//! `tlog_tiles` has the proofs but not this text format, so its few lines are read and
+//! written here.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use crate::anchor::open_note;
+use crate::error::AuditError;
+use crate::log::day_files;
+use crate::tree::{FullTree, Hash, check_inclusion, leaf_hash};
+
+const HEADER: &str = "c2sp.org/tlog-proof@v1";
+
+/// The longest proof read (1 MiB: a record is at most 256 KiB, base64 makes it 342 KiB).
+pub const MAX_PROOF_BYTES: usize = 1 << 20;
+
+/// A proof that checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proof {
+    /// The log's origin.
+    pub origin: String,
+    /// The record's index in the tree (0 for the first line of the log).
+    pub index: u64,
+    /// The records the checkpoint covers.
+    pub size: u64,
+    /// The record's line, as the log holds it.
+    pub record: String,
+}
+
+/// Writes the proof that the record with sequence number `seq` is in the checkpoint
+/// `note` (checked with `verifier` first), reading the log in `dir`. Refuses when the
+/// log's tree at the checkpoint's size is not the checkpoint's.
+pub fn prove(dir: &Path, seq: u64, note: &[u8], verifier: &str) -> Result<String, AuditError> {
+    let bad = |why: String| AuditError::Io { path: dir.display().to_string(), message: why };
+    let cp = open_note(note, verifier).map_err(|e| bad(format!("the checkpoint: {e}")))?;
+    let mut tree = FullTree::default();
+    let mut found: Option<(u64, Vec<u8>)> = None;
+    let want = format!("{{\"seq\":{seq},");
+    'files: for path in day_files(dir)? {
+        let file = std::fs::File::open(&path).map_err(|e| AuditError::io(&path, e))?;
+        let mut reader = std::io::BufReader::new(file);
+        let mut buf = Vec::new();
+        loop {
+            if tree.size() >= cp.size {
+                break 'files;
+            }
+            match crate::verify::next_line(&mut reader, &mut buf, &path)? {
+                crate::verify::Line::End | crate::verify::Line::Torn => break,
+                crate::verify::Line::Oversize(_, _, leaf) => tree.push(leaf),
+                crate::verify::Line::Whole => {
+                    if found.is_none() && buf.starts_with(want.as_bytes()) {
+                        found = Some((tree.size(), buf.clone()));
+                    }
+                    tree.push(leaf_hash(&buf));
+                }
+            }
+        }
+    }
+    if tree.root_at(cp.size) != Some(cp.root) {
+        return Err(bad(format!(
+            "the log's first {} records do not hash to the checkpoint's root (run `bx audit verify`; see docs/runbook.md#audit-broken)",
+            cp.size
+        )));
+    }
+    let Some((index, line)) = found else {
+        return Err(bad(format!(
+            "no record with seq {seq} among the {} the checkpoint covers",
+            cp.size
+        )));
+    };
+    let proof = tree.prove(cp.size, index).ok_or_else(|| bad("no proof for that record".into()))?;
+    let mut out = format!("{HEADER}\nextra {}\nindex {index}\n", BASE64.encode(&line));
+    for h in &proof {
+        out.push_str(&format!("{h}\n"));
+    }
+    out.push('\n');
+    out.push_str(&String::from_utf8_lossy(note));
+    Ok(out)
+}
+
+/// Checks a `tlog-proof` bundle with `verifier`: the checkpoint's signature, then the
+/// record (its `extra` data) at its index under the checkpoint's root.
+pub fn check_proof(text: &[u8], verifier: &str) -> Result<Proof, String> {
+    if text.len() > MAX_PROOF_BYTES {
+        return Err(format!("over {MAX_PROOF_BYTES} bytes"));
+    }
+    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
+    let (head, note) = text.split_once("\n\n").ok_or("no checkpoint after the proof")?;
+    let mut lines = head.split('\n');
+    if lines.next() != Some(HEADER) {
+        return Err(format!("the first line is not {HEADER}"));
+    }
+    let mut line = lines.next();
+    let mut record = None;
+    if let Some(extra) = line.and_then(|l| l.strip_prefix("extra ")) {
+        let bytes = BASE64.decode(extra).map_err(|e| format!("extra: {e}"))?;
+        record = Some(String::from_utf8(bytes).map_err(|_| "extra: not UTF-8".to_owned())?);
+        line = lines.next();
+    }
+    let index = line
+        .and_then(|l| l.strip_prefix("index "))
+        .filter(|n| *n == "0" || !n.starts_with('0'))
+        .and_then(|n| n.parse::<u64>().ok())
+        .ok_or("no `index N` line")?;
+    let proof = lines
+        .map(|l| Hash::parse_hash(l).map_err(|e| format!("proof hash {l:.60}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cp = open_note(note.as_bytes(), verifier)?;
+    let record = record.ok_or("no record in the proof's extra data to check")?;
+    if index >= cp.size
+        || !check_inclusion(&proof, cp.size, cp.root, index, leaf_hash(record.as_bytes()))
+    {
+        return Err(format!(
+            "the record is not at index {index} of the {} records the checkpoint signs",
+            cp.size
+        ));
+    }
+    Ok(Proof { origin: cp.origin, index, size: cp.size, record })
+}

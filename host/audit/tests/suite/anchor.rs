@@ -1,0 +1,289 @@
+//! The anchored log: signed checkpoints exported off the host catch what the chain alone
+//! cannot (a rewrite with every later hash recomputed, a cut tail with the checkpoint
+//! fixed up or deleted, a removed day file), naming the record; proofs check offline.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bx_audit::{Against, Anchor, AuditLog, Record, Report, check_proof, day_files, line_hash};
+
+use super::*;
+
+pub(crate) struct Anchored {
+    _tmp: tempfile::TempDir,
+    pub(crate) log: PathBuf,
+    export: PathBuf,
+    key: PathBuf,
+    pub(crate) vkey: String,
+}
+
+impl Anchored {
+    pub(crate) fn new() -> Anchored {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = tmp.path().join("keys/audit.key");
+        std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+        let vkey = bx_audit::init_key(&key, "bx.test/anchor").unwrap();
+        Anchored {
+            log: tmp.path().join("audit"),
+            export: tmp.path().join("usb"),
+            key,
+            vkey,
+            _tmp: tmp,
+        }
+    }
+
+    fn open(&self) -> AuditLog {
+        self.open_with(Box::new(bx_audit::SystemClock))
+    }
+
+    fn open_with(&self, clock: Box<dyn bx_audit::Clock>) -> AuditLog {
+        let anchor = Anchor::load(&self.key, vec![self.export.clone()]).unwrap();
+        AuditLog::open_with_clock(&self.log, clock).unwrap().with_anchor(anchor)
+    }
+
+    /// `calls` calls of three records each, then close (which exports).
+    pub(crate) fn write(&self, calls: usize) {
+        let log = self.open();
+        for i in 0..calls {
+            let call = format!("c{i}");
+            log.append(&request("s1", &call, "{}")).unwrap();
+            log.append(&decision("s1", &call, "allow")).unwrap();
+            log.append(&result("s1", &call)).unwrap();
+        }
+        log.close().unwrap();
+    }
+
+    fn against(&self) -> Against {
+        Against {
+            verifier: Some(self.vkey.clone()),
+            exports: vec![self.export.clone()],
+            files: vec![],
+        }
+    }
+
+    fn verify(&self) -> Report {
+        bx_audit::verify_against(&self.log, &self.against()).unwrap()
+    }
+
+    pub(crate) fn exported(&self) -> PathBuf {
+        bx_audit::origin_dir(&self.export, "bx.test/anchor")
+    }
+}
+
+fn all_lines(dir: &Path) -> Vec<(PathBuf, Vec<String>)> {
+    day_files(dir)
+        .unwrap()
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            (f, text.lines().map(str::to_owned).collect())
+        })
+        .collect()
+}
+
+/// What an attacker with write access to the log does after changing records: rewrite
+/// every `prev` from the first record on, and the checkpoint to the new head.
+fn rechain(dir: &Path, mut edit: impl FnMut(&mut Vec<(PathBuf, Vec<String>)>)) {
+    let mut files = all_lines(dir);
+    edit(&mut files);
+    let mut prev = bx_audit::GENESIS.to_owned();
+    let mut seq = 0;
+    for (path, lines) in &mut files {
+        for line in lines.iter_mut() {
+            let mut r = Record::parse(line).unwrap();
+            r.prev = prev.clone();
+            *line = r.to_line();
+            prev = line_hash(line.as_bytes());
+            seq = r.seq;
+        }
+        std::fs::write(path, lines.join("\n") + if lines.is_empty() { "" } else { "\n" }).unwrap();
+    }
+    let cp = serde_json::json!({ "seq": seq, "hash": prev });
+    std::fs::write(dir.join("checkpoint.json"), cp.to_string()).unwrap();
+}
+
+fn kinds(report: &Report) -> Vec<&str> {
+    report.problems.iter().map(|p| p.kind.as_str()).collect()
+}
+
+#[test]
+fn a_rewritten_middle_record_with_the_chain_recomputed_is_named() {
+    let a = Anchored::new();
+    a.write(4);
+    assert_eq!(a.verify().anchor.state, "anchored");
+    assert!(a.verify().is_clean());
+    rechain(&a.log, |files| {
+        let line = &mut files[0].1[4];
+        *line = line.replace("\"allow\"", "\"deny\"");
+    });
+    let alone = bx_audit::verify(&a.log).unwrap();
+    assert!(alone.is_clean(), "the chain alone cannot see this: {:?}", alone.problems);
+    assert_eq!(alone.anchor.state, "unanchored");
+
+    let report = a.verify();
+    assert_eq!(report.anchor.state, "broken");
+    assert_eq!(kinds(&report), ["anchor-rewritten"], "{:?}", report.problems);
+    let p = &report.problems[0];
+    assert_eq!(p.line, 5, "{p:?}");
+    assert!(p.detail.starts_with("record 5 ("), "{p:?}");
+    assert!(p.detail.contains("seq 5"), "{p:?}");
+}
+
+#[test]
+fn a_cut_tail_with_the_checkpoint_fixed_up_or_deleted_is_named() {
+    for delete_checkpoint in [false, true] {
+        let a = Anchored::new();
+        a.write(4);
+        rechain(&a.log, |files| files[0].1.truncate(9));
+        if delete_checkpoint {
+            std::fs::remove_file(a.log.join("checkpoint.json")).unwrap();
+        }
+        assert!(bx_audit::verify(&a.log).unwrap().is_clean());
+        let report = a.verify();
+        assert_eq!(kinds(&report), ["anchor-truncated"], "{:?}", report.problems);
+        assert!(
+            report.problems[0].detail.contains("the log has 9 records")
+                && report.problems[0].detail.contains("records 10..=12 were cut off"),
+            "{:?}",
+            report.problems[0]
+        );
+    }
+}
+
+#[test]
+fn a_removed_newest_day_file_is_named() {
+    let a = Anchored::new();
+    let now = Arc::new(AtomicU64::new(BEFORE_MIDNIGHT - 1000));
+    let log = a.open_with(Box::new(ManualClock(now.clone())));
+    for i in 0..3 {
+        log.append(&note("s1", &format!("day one {i}"))).unwrap();
+    }
+    now.store(BEFORE_MIDNIGHT + 2000, Ordering::SeqCst);
+    for i in 0..2 {
+        log.append(&note("s1", &format!("day two {i}"))).unwrap();
+    }
+    log.close().unwrap();
+    let newest = day_files(&a.log).unwrap().pop().unwrap();
+    std::fs::remove_file(newest).unwrap();
+    std::fs::remove_file(a.log.join("checkpoint.json")).unwrap();
+    assert!(bx_audit::verify(&a.log).unwrap().is_clean());
+    let report = a.verify();
+    assert_eq!(kinds(&report), ["anchor-truncated"], "{:?}", report.problems);
+    assert!(report.problems[0].detail.contains("records 4..=5"), "{:?}", report.problems[0]);
+}
+
+#[test]
+fn a_cut_log_continued_is_refused_export_and_then_named_a_fork() {
+    // Cut back past the export, then bx goes on writing: the export directory knows
+    // more records than the log, so it is refused, and the refusal is on the log.
+    let a = Anchored::new();
+    a.write(4);
+    rechain(&a.log, |files| files[0].1.truncate(6));
+    let log = a.open();
+    log.append(&note("s1", "after the cut")).unwrap();
+    let results = log.checkpoint_exporting(&[]).unwrap();
+    assert!(results[0].error.as_deref().unwrap().contains("holds 12 records and the log only 7"));
+    log.close().unwrap();
+    let text = std::fs::read_to_string(day_files(&a.log).unwrap().pop().unwrap()).unwrap();
+    assert!(text.contains("\"kind\":\"export-failed\""), "the failed export is recorded");
+    let status = std::fs::read_to_string(a.log.join("export.json")).unwrap();
+    assert!(status.contains("holds 12 records"), "{status}");
+
+    // Past the exported size, the export goes through, but the key has now signed two
+    // histories: the old checkpoint names where they part.
+    let log = a.open();
+    for i in 0..8 {
+        log.append(&note("s1", &format!("more {i}"))).unwrap();
+    }
+    log.close().unwrap();
+    let report = a.verify();
+    assert!(kinds(&report).contains(&"anchor-forked"), "{:?}", report.problems);
+    let fork = report.problems.iter().find(|p| p.kind == "anchor-forked").unwrap();
+    assert!(fork.detail.starts_with("record 7 ("), "{fork:?}");
+}
+
+#[test]
+fn a_checkpoint_signed_by_another_key_is_refused() {
+    let a = Anchored::new();
+    a.write(2);
+    let other = Anchored::new();
+    other.write(2);
+    let theirs = bx_audit::origin_dir(&other.export, "bx.test/anchor").join("6.checkpoint");
+    std::fs::copy(&theirs, a.exported().join("7.checkpoint")).unwrap();
+    let report = a.verify();
+    assert_eq!(kinds(&report), ["anchor-signature"], "{:?}", report.problems);
+}
+
+#[test]
+fn with_no_exported_checkpoint_the_log_is_unanchored_not_clean_and_anchored() {
+    let a = Anchored::new();
+    let log = AuditLog::open(&a.log).unwrap();
+    log.append(&note("s1", "x")).unwrap();
+    log.close().unwrap();
+    let report = a.verify();
+    assert!(report.is_clean());
+    assert_eq!(report.anchor.state, "unanchored");
+    assert_eq!(report.anchor.checkpoints, 0);
+}
+
+#[test]
+fn the_tree_survives_a_crash_and_a_missing_checkpoint() {
+    let a = Anchored::new();
+    a.write(2);
+    // Records after the last checkpoint, then no close (a crash).
+    let log = a.open();
+    log.append(&note("s1", "unsaved")).unwrap();
+    drop(log);
+    a.write(1);
+    assert!(a.verify().is_clean(), "{:?}", a.verify().problems);
+    // With the tree gone from the checkpoint, open rehashes every line.
+    std::fs::remove_file(a.log.join("checkpoint.json")).unwrap();
+    a.write(1);
+    let report = a.verify();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(report.anchor.size, 13);
+}
+
+/// The tree's right edge in `checkpoint.json` is only a shortcut anyone who can write
+/// the log can edit; the writer checks it against its signed checkpoint rather than sign
+/// a root the records do not have.
+#[test]
+fn an_edited_tree_in_the_checkpoint_is_not_signed() {
+    let a = Anchored::new();
+    a.write(2);
+    let path = a.log.join("checkpoint.json");
+    let mut cp: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    cp["tree"]["edge"][0] = json_hash(b"forged");
+    std::fs::write(&path, cp.to_string()).unwrap();
+    a.write(1);
+    let report = a.verify();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(report.anchor.size, 9);
+}
+
+fn json_hash(data: &[u8]) -> serde_json::Value {
+    serde_json::Value::String(bx_audit::leaf_hash(data).to_string())
+}
+
+#[test]
+fn a_proof_checks_offline_and_a_changed_record_or_key_does_not() {
+    let a = Anchored::new();
+    a.write(3);
+    let note = std::fs::read(a.exported().join("9.checkpoint")).unwrap();
+    let proof = bx_audit::prove(&a.log, 4, &note, &a.vkey).unwrap();
+    assert!(proof.starts_with("c2sp.org/tlog-proof@v1\nextra "));
+    let checked = check_proof(proof.as_bytes(), &a.vkey).unwrap();
+    assert_eq!((checked.index, checked.size), (3, 9));
+    assert!(checked.record.starts_with("{\"seq\":4,"));
+
+    let other = Anchored::new();
+    assert!(check_proof(proof.as_bytes(), &other.vkey).is_err());
+    let mut lines: Vec<String> = proof.lines().map(str::to_owned).collect();
+    let record = checked.record.replace("c1", "c9");
+    use base64::Engine as _;
+    lines[1] = format!("extra {}", base64::engine::general_purpose::STANDARD.encode(record));
+    let forged = lines.join("\n") + "\n";
+    assert!(check_proof(forged.as_bytes(), &a.vkey).unwrap_err().contains("not at index 3"));
+    assert!(bx_audit::prove(&a.log, 99, &note, &a.vkey).is_err());
+}
