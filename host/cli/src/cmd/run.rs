@@ -219,7 +219,7 @@ fn here(state: &StateDir, args: &RunArgs, overlay: &Overlay) -> anyhow::Result<u
     let config = bx_daemon::load_config(state)?;
     let audit_dir = state.audit_dir(&config);
     // The log first: if it cannot record, nothing runs.
-    let log = match AuditLog::open_waiting(&audit_dir, LOG_LOCK_WAIT) {
+    let log = match bx_daemon::open_audit(state, &config, LOG_LOCK_WAIT) {
         Ok(log) => Arc::new(log),
         Err(e) => {
             eprintln!("bx: {e}");

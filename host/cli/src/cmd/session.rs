@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bx_agent::Ledger;
-use bx_audit::AuditLog;
 use bx_protocol::Body;
 use bx_state::{Sessions, StateDir};
 use clap::Subcommand;
@@ -62,8 +61,9 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
                     other => anyhow::bail!("unexpected reply: {}", other.type_name()),
                 },
                 Err(_) => {
+                    let config = bx_daemon::load_config(state)?;
                     let log =
-                        Arc::new(AuditLog::open_waiting(&audit_dir, Duration::from_secs(60))?);
+                        Arc::new(bx_daemon::open_audit(state, &config, Duration::from_secs(60))?);
                     let ledger = Ledger::open(Sessions::open(&state.sessions_dir())?, &audit_dir)?;
                     let (taint, results) = ledger.rebuild(&log, &audit_dir, &id)?;
                     log.checkpoint()?;

@@ -1,5 +1,6 @@
 //! Helpers to run `bx` against a state directory and to look at what it left there.
 
+mod anchor;
 mod bounds;
 mod chat;
 mod eval;
