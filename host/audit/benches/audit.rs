@@ -29,7 +29,8 @@ fn anchor(dir: &std::path::Path) -> (Anchor, Against) {
     let key = dir.join("bench.key");
     let vkey = bx_audit::init_key(&key, "bx.bench/audit").unwrap();
     let export = dir.join("export");
-    let against = Against { verifier: Some(vkey), exports: vec![export.clone()], files: vec![] };
+    let against =
+        Against { verifier: Some(vkey), exports: vec![export.clone()], ..Against::default() };
     (Anchor::load(&key, vec![export]).unwrap(), against)
 }
 

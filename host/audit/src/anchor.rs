@@ -53,22 +53,9 @@ pub fn verifier_path(key: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// `O_NONBLOCK | O_NOCTTY` (Linux): opening a FIFO or a terminal put where a key or a
-/// checkpoint should be never waits, and is then refused as not a regular file.
-const OPEN_FLAGS: i32 = 0o4000 | 0o400;
-
-/// Opens `path` for reading without waiting on it, and only if it is a regular file.
-pub(crate) fn open_regular(path: &Path) -> std::io::Result<File> {
-    let file = OpenOptions::new().read(true).custom_flags(OPEN_FLAGS).open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    Ok(file)
-}
-
 fn read_small(path: &Path, what: &str) -> Result<String, AuditError> {
     let mut text = String::new();
-    open_regular(path)
+    crate::file::open_read(path)
         .and_then(|f| f.take(MAX_KEY_BYTES + 1).read_to_string(&mut text))
         .map_err(|e| AuditError::Key(format!("cannot read the {what} {}: {e}", path.display())))?;
     if text.len() as u64 > MAX_KEY_BYTES {
@@ -240,14 +227,11 @@ pub(crate) fn export(
 ) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
     let path = dir.join("leaves");
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .custom_flags(OPEN_FLAGS)
-        .open(&path)
-        .map_err(|e| format!("cannot open leaves: {e}"))?;
+    let mut file = crate::file::open_with(
+        OpenOptions::new().read(true).write(true).create(true).truncate(false),
+        &path,
+    )
+    .map_err(|e| format!("cannot open leaves: {e}"))?;
     let meta = file.metadata().map_err(|e| format!("leaves: {e}"))?;
     if !meta.is_file() {
         return Err(format!("{} is not a regular file", path.display()));
@@ -272,7 +256,7 @@ pub(crate) fn export(
             .map_err(|e| format!("appending leaves: {e}"))?;
     }
     let cp = dir.join(format!("{size}.checkpoint"));
-    match OpenOptions::new().write(true).create_new(true).open(&cp) {
+    match crate::file::open_with(OpenOptions::new().write(true).create_new(true), &cp) {
         Ok(mut f) => {
             f.write_all(note)
                 .and_then(|()| f.sync_all())
@@ -282,8 +266,8 @@ pub(crate) fn export(
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             // Signatures are deterministic: the same head signs to the same bytes.
             let mut there = Vec::new();
-            let read =
-                open_regular(&cp).and_then(|f| f.take(MAX_NOTE_BYTES).read_to_end(&mut there));
+            let read = crate::file::open_read(&cp)
+                .and_then(|f| f.take(MAX_NOTE_BYTES).read_to_end(&mut there));
             if read.is_err() || there != note {
                 return Err(format!(
                     "{} is already there with another head: the log forked (run `bx audit verify`; see docs/runbook.md#audit-export-failed)",
@@ -318,10 +302,16 @@ pub(crate) fn checkpoint_files(dir: &Path) -> std::io::Result<(Vec<(u64, PathBuf
     Ok((out, more))
 }
 
+/// The size of the newest checkpoint exported for `origin` to `export`, if any.
+pub fn newest_exported(export: &Path, origin: &str) -> Option<u64> {
+    let (files, _) = checkpoint_files(&origin_dir(export, origin)).ok()?;
+    files.last().map(|(size, _)| *size)
+}
+
 /// Reads one checkpoint file, bounded.
 pub(crate) fn read_note(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    open_regular(path)?.take(MAX_NOTE_BYTES).read_to_end(&mut bytes)?;
+    crate::file::open_read(path)?.take(MAX_NOTE_BYTES).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 

@@ -21,8 +21,12 @@ pub struct Against {
     /// Export directories (as in `[audit] export`): the checkpoints of the key's origin
     /// there, and their `leaves`.
     pub exports: Vec<PathBuf>,
-    /// Checkpoint files; a `leaves` file beside one is used too.
+    /// Checkpoint files, or directories of them (an export directory, or its origin's
+    /// subdirectory); a `leaves` file beside them is used too.
     pub files: Vec<PathBuf>,
+    /// The owner named a key or a place to check against: finding no checkpoint signed
+    /// by the key is then a problem (`anchor-missing`), not merely "unanchored".
+    pub required: bool,
 }
 
 impl Against {
@@ -121,6 +125,7 @@ pub(crate) struct Check {
     found: Vec<Problem>,
     origin: Option<String>,
     notes: Vec<String>,
+    required: bool,
 }
 
 fn problem(kind: &str, file: &str, line: u64, detail: String) -> Problem {
@@ -131,7 +136,7 @@ impl Check {
     /// Reads every checkpoint `against` names, checking signatures; `None` when there is
     /// nothing to check against.
     pub(crate) fn new(against: &Against) -> Option<Check> {
-        if against.is_empty() {
+        if against.is_empty() && !against.required {
             return None;
         }
         let mut found = Vec::new();
@@ -186,8 +191,28 @@ impl Check {
             }
         }
         for file in &against.files {
-            let leaves = file.parent().unwrap_or(Path::new(".")).join("leaves");
             let label = file.display().to_string();
+            if file.is_dir() {
+                let sub = origin_dir(file, &origin);
+                let dir = if sub.is_dir() { sub } else { file.clone() };
+                match checkpoint_files(&dir) {
+                    Ok((files, _)) => sources.push(Source::read(
+                        dir.display().to_string(),
+                        files.into_iter().map(|(_, p)| p),
+                        &dir.join("leaves"),
+                        verifier,
+                        &mut found,
+                    )),
+                    Err(e) => found.push(problem(
+                        "anchor-unreadable",
+                        &label,
+                        0,
+                        format!("cannot list it: {e}"),
+                    )),
+                }
+                continue;
+            }
+            let leaves = file.parent().unwrap_or(Path::new(".")).join("leaves");
             sources.push(Source::read(
                 label,
                 std::iter::once(file.clone()),
@@ -200,6 +225,7 @@ impl Check {
             sources.iter().flat_map(|s| s.checkpoints.iter().map(|(_, c)| c.size)).collect();
         let mut check = Check::empty(found);
         check.notes = notes;
+        check.required = against.required;
         check.sources = sources;
         check.wanted = wanted;
         check.origin = Some(origin);
@@ -216,6 +242,7 @@ impl Check {
             found,
             origin: None,
             notes: Vec::new(),
+            required: false,
         }
     }
 
@@ -345,7 +372,24 @@ impl Check {
             };
             self.found.push(p);
         }
-        let checkpoints = all.len() as u64;
+        // One head exported to two places, or copied under another name, is one head.
+        let mut heads: Vec<(u64, [u8; 32])> = all.iter().map(|(_, c)| (c.size, c.root.0)).collect();
+        heads.sort();
+        heads.dedup();
+        let checkpoints = heads.len() as u64;
+        if checkpoints == 0 && self.required {
+            let places = if self.sources.is_empty() {
+                "the places given".to_owned()
+            } else {
+                self.sources.iter().map(|s| s.label.as_str()).collect::<Vec<_>>().join(", ")
+            };
+            self.found.push(problem(
+                "anchor-missing",
+                "",
+                0,
+                format!("no checkpoint signed by the key was found in {places}: nothing outside the log vouches for it"),
+            ));
+        }
         let state = if !bad.is_empty() || self.found.iter().any(|p| p.kind != "anchor-unreadable") {
             "broken"
         } else if checkpoints == 0 {
@@ -376,8 +420,23 @@ impl Source {
         let mut checkpoints = Vec::new();
         for path in files {
             let shown = path.display().to_string();
+            let named = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".checkpoint"))
+                .and_then(|n| n.parse::<u64>().ok());
             match read_note(&path).map_err(|e| e.to_string()).and_then(|b| open_note(&b, verifier))
             {
+                Ok(cp) if named.is_some_and(|n| n != cp.size) => found.push(problem(
+                    "anchor-unreadable",
+                    &shown,
+                    0,
+                    format!(
+                        "named for {} records but signs {}: not a file the writer made",
+                        named.unwrap_or_default(),
+                        cp.size
+                    ),
+                )),
                 Ok(cp) => checkpoints.push((path, cp)),
                 Err(e) => found.push(problem(
                     "anchor-signature",
@@ -387,7 +446,7 @@ impl Source {
                 )),
             }
         }
-        let leaves = crate::anchor::open_regular(leaves).ok().map(BufReader::new);
+        let leaves = crate::file::open_read(leaves).ok().map(BufReader::new);
         let sizes = checkpoints.iter().map(|(_, c)| c.size).collect();
         Source {
             label,

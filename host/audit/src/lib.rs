@@ -20,6 +20,7 @@ mod anchor;
 mod anchored;
 mod entry;
 mod error;
+mod file;
 mod log;
 mod prove;
 mod record;
@@ -28,8 +29,8 @@ mod tree;
 mod verify;
 
 pub use anchor::{
-    Anchor, SignedCheckpoint, init_key, is_valid_origin, open_note, origin_dir, read_verifier,
-    verifier_path,
+    Anchor, SignedCheckpoint, init_key, is_valid_origin, newest_exported, open_note, origin_dir,
+    read_verifier, verifier_path,
 };
 pub use anchored::{Against, AnchorReport};
 pub use entry::{

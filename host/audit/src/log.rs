@@ -157,7 +157,10 @@ pub(crate) fn checkpoint_path(dir: &Path) -> PathBuf {
 
 /// The checkpoint in `dir`, when there is a readable one (verify reports one that is not).
 fn read_checkpoint_at(dir: &Path) -> Option<Checkpoint> {
-    let text = std::fs::read_to_string(checkpoint_path(dir)).ok()?;
+    let mut text = String::new();
+    crate::file::open_read(&checkpoint_path(dir))
+        .and_then(|f| f.take(64 << 10).read_to_string(&mut text))
+        .ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -187,12 +190,9 @@ pub(crate) struct TreeAt {
 /// Takes `.lock` in `dir`, waiting up to `wait` for another writer to let go.
 fn take_lock(dir: &Path, wait: Duration) -> Result<File, AuditError> {
     let path = dir.join(".lock");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| AuditError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+    let file =
+        crate::file::open_with(OpenOptions::new().create(true).truncate(false).write(true), &path)
+            .map_err(|e| AuditError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
     let give_up = Instant::now() + wait;
     loop {
         match file.try_lock() {
@@ -366,7 +366,7 @@ impl AuditLog {
             out.write_all(bytes)?;
             out.sync_all()?;
             sync_dir(&aside_dir)?;
-            let f = OpenOptions::new().write(true).open(file)?;
+            let f = crate::file::open_with(OpenOptions::new().write(true), file)?;
             f.set_len(offset)?;
             f.sync_all()
         };
@@ -498,7 +498,7 @@ impl AuditLog {
             }
             let path = self.dir.join(format!("{target}.jsonl"));
             let is_new = !path.exists();
-            let file = OpenOptions::new().create(true).append(true).open(&path)?;
+            let file = crate::file::open_with(OpenOptions::new().create(true).append(true), &path)?;
             if is_new {
                 sync_dir(&self.dir)?;
             }
@@ -694,7 +694,7 @@ fn rebuild_tree(dir: &Path, cp: Option<&Checkpoint>) -> Result<(Tree, u64, Vec<H
         let tree = Tree::from_edge(t.size, edge)?;
         let at = files.iter().position(|f| f.file_name().is_some_and(|n| n == t.file.as_str()))?;
         // The offset must start a line of that file.
-        let mut file = File::open(&files[at]).ok()?;
+        let mut file = crate::file::open_read(&files[at]).ok()?;
         if t.offset > 0 {
             let mut before = [0u8; 1];
             file.seek(SeekFrom::Start(t.offset - 1)).ok()?;
@@ -707,7 +707,7 @@ fn rebuild_tree(dir: &Path, cp: Option<&Checkpoint>) -> Result<(Tree, u64, Vec<H
     let recent_start = tree.size();
     let mut recent = Vec::new();
     for (i, path) in files.iter().enumerate().skip(first) {
-        let mut file = File::open(path).map_err(|e| AuditError::io(path, e))?;
+        let mut file = crate::file::open_read(path).map_err(|e| AuditError::io(path, e))?;
         if i == first {
             file.seek(SeekFrom::Start(offset)).map_err(|e| AuditError::io(path, e))?;
         }
@@ -733,7 +733,7 @@ pub(crate) fn leaves_from_log(dir: &Path, from: u64, to: u64) -> Result<Vec<Hash
         if index >= to {
             break;
         }
-        let file = File::open(&path).map_err(|e| AuditError::io(&path, e))?;
+        let file = crate::file::open_read(&path).map_err(|e| AuditError::io(&path, e))?;
         crate::verify::each_leaf(&mut std::io::BufReader::new(file), &path, |leaf| {
             if (from..to).contains(&index) {
                 out.push(leaf);
@@ -758,7 +758,7 @@ fn read_tail(path: &Path) -> Result<(Head, Torn), AuditError> {
     let unavailable = |e: &dyn std::fmt::Display| {
         AuditError::Unavailable(format!("reading {}: {e}", path.display()))
     };
-    let mut file = File::open(path).map_err(|e| unavailable(&e))?;
+    let mut file = crate::file::open_read(path).map_err(|e| unavailable(&e))?;
     let len = file.metadata().map_err(|e| unavailable(&e))?.len();
     // The window must reach back past the start of the last complete line: widen it
     // while it holds fewer than two newlines (a torn tail longer than the window would

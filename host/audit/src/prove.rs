@@ -44,7 +44,7 @@ pub fn prove(dir: &Path, seq: u64, note: &[u8], verifier: &str) -> Result<String
     let mut found: Option<(u64, Vec<u8>)> = None;
     let want = format!("{{\"seq\":{seq},");
     'files: for path in day_files(dir)? {
-        let file = std::fs::File::open(&path).map_err(|e| AuditError::io(&path, e))?;
+        let file = crate::file::open_read(&path).map_err(|e| AuditError::io(&path, e))?;
         let mut reader = std::io::BufReader::new(file);
         let mut buf = Vec::new();
         loop {
@@ -106,6 +106,7 @@ pub fn check_proof(text: &[u8], verifier: &str) -> Result<Proof, String> {
     }
     let index = line
         .and_then(|l| l.strip_prefix("index "))
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         .filter(|n| *n == "0" || !n.starts_with('0'))
         .and_then(|n| n.parse::<u64>().ok())
         .ok_or("no `index N` line")?;

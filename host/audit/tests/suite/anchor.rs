@@ -53,11 +53,12 @@ impl Anchored {
         log.close().unwrap();
     }
 
-    fn against(&self) -> Against {
+    pub(crate) fn against(&self) -> Against {
         Against {
             verifier: Some(self.vkey.clone()),
             exports: vec![self.export.clone()],
             files: vec![],
+            required: true,
         }
     }
 
@@ -220,10 +221,14 @@ fn with_no_exported_checkpoint_the_log_is_unanchored_not_clean_and_anchored() {
     let log = AuditLog::open(&a.log).unwrap();
     log.append(&note("s1", "x")).unwrap();
     log.close().unwrap();
-    let report = a.verify();
+    let unasked = Against { required: false, ..a.against() };
+    let report = bx_audit::verify_against(&a.log, &unasked).unwrap();
     assert!(report.is_clean());
     assert_eq!(report.anchor.state, "unanchored");
     assert_eq!(report.anchor.checkpoints, 0);
+    // Asked to check against a key, finding nothing it signed is a problem.
+    let report = a.verify();
+    assert_eq!(kinds(&report), ["anchor-missing"], "{:?}", report.problems);
 }
 
 #[test]
@@ -286,4 +291,123 @@ fn a_proof_checks_offline_and_a_changed_record_or_key_does_not() {
     let forged = lines.join("\n") + "\n";
     assert!(check_proof(forged.as_bytes(), &a.vkey).unwrap_err().contains("not at index 3"));
     assert!(bx_audit::prove(&a.log, 99, &note, &a.vkey).is_err());
+}
+
+/// Regression (found probing): a break record written by hand, listing the anchor
+/// problems verify had reported, made verify exit clean. A break never accepts those.
+#[test]
+fn a_forged_break_record_does_not_excuse_an_anchor_problem() {
+    let a = Anchored::new();
+    a.write(2);
+    rechain(&a.log, |files| {
+        let line = &mut files[0].1[1];
+        *line = line.replace("\"allow\"", "\"deny\"");
+    });
+    let problems = a.verify().problems;
+    assert_eq!(problems[0].kind, "anchor-rewritten");
+    let mut files = all_lines(&a.log);
+    let (path, lines) = files.last_mut().unwrap();
+    let last = Record::parse(lines.last().unwrap()).unwrap();
+    let entry = bx_audit::Entry::Break(bx_audit::BreakEntry { reason: "forged".into(), problems });
+    let record = Record {
+        seq: last.seq + 1,
+        time: last.time.clone(),
+        prev: line_hash(lines.last().unwrap().as_bytes()),
+        kind: entry.kind(),
+        fields: entry.fields(),
+    };
+    lines.push(record.to_line());
+    std::fs::write(&*path, lines.join("\n") + "\n").unwrap();
+    let report = a.verify();
+    assert!(kinds(&report).contains(&"anchor-rewritten"), "{:?}", report.problems);
+    assert!(!report.is_clean());
+}
+
+/// Runs `f` on another thread and fails the test if it has not returned in 20 s: what
+/// bx must never do is wait on a file.
+fn ends<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what}: still waiting after 20 s"))
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let ok = std::process::Command::new("mkfifo").arg(path).status().unwrap().success();
+    assert!(ok, "mkfifo {}", path.display());
+}
+
+/// Regression (found probing): a FIFO (or `/dev/zero`) where a day file, the checkpoint,
+/// the lock, the leaves, a checkpoint file or the verifier key should be made verify, open
+/// or an export wait for good. Each is now refused as not a regular file.
+#[test]
+fn a_fifo_or_a_device_in_place_of_any_file_is_refused_not_waited_on() {
+    let places: Vec<(&str, fn(&Anchored) -> PathBuf)> = vec![
+        ("checkpoint.json", |a| a.log.join("checkpoint.json")),
+        ("the day file", |a| day_files(&a.log).unwrap().pop().unwrap()),
+        (".lock", |a| a.log.join(".lock")),
+        ("leaves", |a| a.exported().join("leaves")),
+        ("a checkpoint file", |a| a.exported().join("3.checkpoint")),
+        ("the next checkpoint file", |a| a.exported().join("4.checkpoint")),
+        ("the verifier key", |a| bx_audit::verifier_path(&a.key)),
+    ];
+    for (what, place) in places {
+        let a = Arc::new(Anchored::new());
+        a.write(1);
+        mkfifo(&place(&a));
+        let b = Arc::clone(&a);
+        ends(&format!("verify with a FIFO as {what}"), move || {
+            let _ = bx_audit::verify_against(&b.log, &b.against());
+        });
+        let b = Arc::clone(&a);
+        ends(&format!("open and append with a FIFO as {what}"), move || {
+            if let Ok(anchor) = Anchor::load(&b.key, vec![b.export.clone()])
+                && let Ok(log) = AuditLog::open(&b.log)
+            {
+                let log = log.with_anchor(anchor);
+                let _ = log.append(&note("s1", "x"));
+                let _ = log.close();
+            }
+        });
+    }
+    let a = Arc::new(Anchored::new());
+    a.write(1);
+    let day = day_files(&a.log).unwrap().pop().unwrap();
+    std::fs::remove_file(&day).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &day).unwrap();
+    let b = Arc::clone(&a);
+    let r = ends("verify with /dev/zero as the day file", move || {
+        bx_audit::verify_against(&b.log, &b.against())
+    });
+    assert!(r.unwrap_err().to_string().contains("not a regular file"));
+    let fifo = a.log.join("against.fifo");
+    mkfifo(&fifo);
+    let b = Arc::clone(&a);
+    ends("verify --against a FIFO", move || {
+        let against = Against { files: vec![fifo], exports: vec![], ..b.against() };
+        let _ = bx_audit::verify_against(&b.log, &against);
+    });
+}
+
+/// Regression (found probing): check-proof took `index +2` for index 2, and a signed
+/// checkpoint copied under another size's name was counted as another checkpoint.
+#[test]
+fn a_proof_index_is_canonical_and_a_misnamed_checkpoint_is_reported() {
+    let a = Anchored::new();
+    a.write(1);
+    let note = std::fs::read(a.exported().join("3.checkpoint")).unwrap();
+    let proof = bx_audit::prove(&a.log, 2, &note, &a.vkey).unwrap();
+    assert!(check_proof(proof.as_bytes(), &a.vkey).is_ok());
+    let plus = proof.replace("\nindex 1\n", "\nindex +1\n");
+    assert_ne!(plus, proof);
+    assert!(check_proof(plus.as_bytes(), &a.vkey).is_err());
+
+    std::fs::write(a.exported().join("7.checkpoint"), &note).unwrap();
+    let report = a.verify();
+    assert_eq!(kinds(&report), ["anchor-unreadable"], "{:?}", report.problems);
+    assert!(report.problems[0].detail.contains("named for 7 records but signs 3"));
+    assert_eq!(report.anchor.checkpoints, 1);
 }

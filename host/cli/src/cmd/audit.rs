@@ -130,7 +130,22 @@ fn against(
             signing.display()
         ));
     }
-    Ok((Against { verifier, exports: config.audit.export.clone(), files }, notes))
+    for file in &files {
+        if inside(state, file) || file.starts_with(state.audit_dir(config)) {
+            notes.push(format!(
+                "{} is inside the state directory, which the attacker this checks for can write",
+                file.display()
+            ));
+        }
+    }
+    let required = key.is_some() || !files.is_empty();
+    if files.is_empty() && !config.audit.export.is_empty() {
+        notes.push(
+            "the export directories were read from config.toml, inside the state directory: pass --against DIR with the one you know, and --key".into(),
+        );
+    }
+    let exports = if files.is_empty() { config.audit.export.clone() } else { Vec::new() };
+    Ok((Against { verifier, exports, files, required }, notes))
 }
 
 /// The newest signed checkpoint that `verifier` accepts: in the export directories, or
@@ -177,7 +192,15 @@ fn hostname() -> String {
 pub(crate) fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
     for f in bx_audit::day_files(dir)? {
-        let text = std::fs::read_to_string(&f)?;
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Non-blocking, and only a regular file: a FIFO or a device is not a day file.
+        let mut file = std::fs::OpenOptions::new().read(true).custom_flags(0o4000).open(&f)?;
+        if !file.metadata()?.is_file() {
+            anyhow::bail!("{} is not a regular file", term::one_line(&f.display().to_string()));
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
         lines.extend(text.lines().map(str::to_owned));
     }
     Ok(lines)
@@ -282,8 +305,8 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             println!("{vkey}");
             eprintln!(
                 "wrote the signing key {} (0600) and its verifier key {}",
-                path.display(),
-                bx_audit::verifier_path(&path).display()
+                term::one_line(&path.display().to_string()),
+                term::one_line(&bx_audit::verifier_path(&path).display().to_string())
             );
             eprintln!(
                 "keep the verifier key (printed above) off this machine: `bx audit verify --key` and `bx audit check-proof --key` take it"
@@ -365,8 +388,8 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                     std::fs::write(&file, &proof)?;
                     eprintln!(
                         "proof of record {seq} in the checkpoint of {size} records ({}) written to {}",
-                        path.display(),
-                        file.display()
+                        term::one_line(&path.display().to_string()),
+                        term::one_line(&file.display().to_string())
                     );
                 }
                 None => print!("{proof}"),

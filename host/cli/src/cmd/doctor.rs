@@ -86,8 +86,11 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
         verifier: anchor.as_ref().ok().and_then(Option::as_ref).map(|a| a.verifier().to_owned()),
         exports: config.audit.export.clone(),
         files: Vec::new(),
+        required: false,
     };
-    match bx_audit::verify_against(&state.audit_dir(&config), &against) {
+    let verified = bx_audit::verify_against(&state.audit_dir(&config), &against);
+    let records = verified.as_ref().map_or(0, |r| r.records);
+    match verified {
         Ok(r) if r.is_clean() => check(
             true,
             format!(
@@ -130,10 +133,48 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
                     "warn no [audit] export directory: checkpoints are signed but kept only on this host"
                 );
             }
-            let status = bx_state::read_own(&state.audit_dir(&config).join("export.json"), 1 << 20)
-                .ok()
-                .flatten()
-                .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok());
+            for dir in a.exports() {
+                let shown = term::one_line(&dir.display().to_string());
+                match bx_audit::newest_exported(dir, a.origin()) {
+                    None if records > 0 => check(
+                        false,
+                        format!(
+                            "audit export to {shown}: no checkpoint there yet (see docs/runbook.md#audit-export-failed)"
+                        ),
+                    ),
+                    None => {}
+                    Some(size) => println!(
+                        "-    audit export to {shown}: the newest checkpoint covers {size} of {records} records"
+                    ),
+                }
+            }
+            let status = match bx_state::read_own(
+                &state.audit_dir(&config).join("export.json"),
+                1 << 20,
+            ) {
+                Ok(Some(t)) => match serde_json::from_slice::<serde_json::Value>(&t) {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        check(
+                            false,
+                            format!(
+                                "audit export status (audit/export.json) unreadable: {e}; the log's export-failed records say what failed"
+                            ),
+                        );
+                        None
+                    }
+                },
+                Ok(None) => None,
+                Err(e) => {
+                    check(
+                        false,
+                        format!(
+                            "audit export status (audit/export.json) unreadable: {e}; the log's export-failed records say what failed"
+                        ),
+                    );
+                    None
+                }
+            };
             if let Some(status) = status {
                 for e in status["exports"].as_array().into_iter().flatten() {
                     if let Some(error) = e["error"].as_str() {

@@ -148,3 +148,42 @@ fn an_unusable_key_refuses_calls_rather_than_run_them_unanchored() {
 fn audit_day_file(state: &Path) -> PathBuf {
     bx_audit::day_files(&state.join("audit")).unwrap().pop().unwrap()
 }
+
+/// Regression (found probing): config.toml is in the state directory, so an attacker
+/// who rewrote the log could point `[audit] export` elsewhere (bx then signed the
+/// rewritten log there) or remove it, and `verify --key` said ok. Verify against the
+/// export directory the owner knows, and with `--key` finding nothing signed fails.
+#[test]
+fn verify_against_the_directory_you_know_sees_through_an_edited_config() {
+    let o = owner("usb");
+    let r = run(&o, "fs.read", json!({"path": o.root.join("notes.txt")}));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let day = audit_day_file(&o.state);
+    let text = std::fs::read_to_string(&day).unwrap();
+    let kept: Vec<&str> = text.lines().collect();
+    std::fs::write(&day, kept[..kept.len() - 1].join("\n") + "\n").unwrap();
+    std::fs::remove_file(o.state.join("audit/checkpoint.json")).unwrap();
+
+    // The config no longer names the export: `--key` alone finds nothing it signed.
+    let config = format!("[audit]\nkey = {:?}\n", o.key.display().to_string());
+    std::fs::write(o.state.join("config.toml"), config).unwrap();
+    let r = bx(&o.state, &["audit", "verify", "--key", &o.vkey]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains("anchor-missing"), "{}", r.stdout);
+    // Named by the owner, the real export directory shows the cut.
+    let r =
+        bx(&o.state, &["audit", "verify", "--key", &o.vkey, "--against", o.usb.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains("anchor-truncated"), "{}", r.stdout);
+
+    // A damaged export status is reported, not read as "no failures".
+    std::fs::write(o.state.join("audit/export.json"), "not json").unwrap();
+    let config = format!(
+        "[audit]\nkey = {:?}\nexport = [{:?}]\n",
+        o.key.display().to_string(),
+        o.usb.display().to_string()
+    );
+    std::fs::write(o.state.join("config.toml"), config).unwrap();
+    let r = bx(&o.state, &["doctor"]);
+    assert!(r.stdout.contains("FAIL audit export status"), "{}", r.stdout);
+}
