@@ -345,7 +345,8 @@ fn mkfifo(path: &Path) {
 /// or an export wait for good. Each is now refused as not a regular file.
 #[test]
 fn a_fifo_or_a_device_in_place_of_any_file_is_refused_not_waited_on() {
-    let places: Vec<(&str, fn(&Anchored) -> PathBuf)> = vec![
+    type Place = fn(&Anchored) -> PathBuf;
+    let places: Vec<(&str, Place)> = vec![
         ("checkpoint.json", |a| a.log.join("checkpoint.json")),
         ("the day file", |a| day_files(&a.log).unwrap().pop().unwrap()),
         (".lock", |a| a.log.join(".lock")),
