@@ -148,23 +148,15 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
                     ),
                 }
             }
-            let status = match bx_state::read_own(
-                &state.audit_dir(&config).join("export.json"),
-                1 << 20,
-            ) {
-                Ok(Some(t)) => match serde_json::from_slice::<serde_json::Value>(&t) {
-                    Ok(v) => Some(v),
-                    Err(e) => {
-                        check(
-                            false,
-                            format!(
-                                "audit export status (audit/export.json) unreadable: {e}; the log's export-failed records say what failed"
-                            ),
-                        );
-                        None
-                    }
-                },
-                Ok(None) => None,
+            let status = bx_state::read_own(&state.audit_dir(&config).join("export.json"), 1 << 20)
+                .map_err(|e| e.to_string())
+                .and_then(|t| {
+                    t.map(|t| serde_json::from_slice::<serde_json::Value>(&t))
+                        .transpose()
+                        .map_err(|e| e.to_string())
+                });
+            let status = match status {
+                Ok(status) => status,
                 Err(e) => {
                     check(
                         false,
