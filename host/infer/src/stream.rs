@@ -446,6 +446,8 @@ pub(crate) struct LineSplitter {
     partial: Vec<u8>,
     event_bytes: usize,
     cap: usize,
+    /// No line has been emitted yet: the first may start with a byte-order mark.
+    first: bool,
 }
 
 /// An event exceeded the cap.
@@ -454,7 +456,7 @@ pub(crate) struct TooLarge;
 
 impl LineSplitter {
     pub(crate) fn new(cap: usize) -> LineSplitter {
-        LineSplitter { partial: Vec::new(), event_bytes: 0, cap }
+        LineSplitter { partial: Vec::new(), event_bytes: 0, cap, first: true }
     }
 
     /// Takes a chunk; returns the complete lines it finished, rewritten as needed.
@@ -476,7 +478,13 @@ impl LineSplitter {
                 &joined
             };
             let body = full.strip_suffix(b"\n").unwrap_or(full);
-            let body = body.strip_suffix(b"\r").unwrap_or(body);
+            let mut body = body.strip_suffix(b"\r").unwrap_or(body);
+            // The SSE standard strips one leading byte-order mark. Done here, because
+            // `eventsource-stream` 0.2.3 slices it off at one byte and panics (found by
+            // fuzzing: 13 bytes, `EF BB BF` then `data: {}` and a blank line).
+            if std::mem::take(&mut self.first) {
+                body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+            }
             if body.is_empty() {
                 self.event_bytes = 0;
             } else {

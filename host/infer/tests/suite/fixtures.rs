@@ -152,3 +152,16 @@ fn a_recorded_capped_stream_assembles_thinking_then_answer() {
     assert!(!c.content.trim().is_empty());
     assert!(!c.thinking_capped, "parsing alone marks nothing: the client marks a cap it set");
 }
+
+/// Regression (found fuzzing): a stream starting with a UTF-8 byte-order mark panicked
+/// inside `eventsource-stream` (it sliced the 3-byte mark off at one byte). The SSE
+/// standard strips one leading mark; the reply then reads as without it.
+#[test]
+fn a_leading_byte_order_mark_is_stripped_not_a_panic() {
+    let plain = parse_sse_bytes(&fixture("recorded-reply.sse")).unwrap();
+    let mut marked = b"\xEF\xBB\xBF".to_vec();
+    marked.extend(fixture("recorded-reply.sse"));
+    assert_eq!(parse_sse_bytes(&marked).unwrap(), plain);
+    let tiny = std::panic::catch_unwind(|| parse_sse_bytes(b"\xEF\xBB\xBFdata: {}\n\n"));
+    assert!(tiny.is_ok(), "the 13 bytes the fuzzer found panic");
+}
