@@ -256,20 +256,26 @@ impl Agent {
                 max_thinking_tokens: limits.max_thinking_tokens.map(NonZeroU32::get),
             };
             let (s, ev) = (session.to_owned(), events.clone());
-            let completion = client
-                .chat(session, &req, move |e| {
-                    let body = match e {
-                        StreamEvent::Content(t) => {
-                            Body::ContentDelta { session: s.clone(), text: t.clone() }
-                        }
-                        StreamEvent::Reasoning(t) => {
-                            Body::ReasoningDelta { session: s.clone(), text: t.clone() }
-                        }
-                        _ => return,
-                    };
-                    let _ = ev.send(body);
-                })
-                .await?;
+            let on_event = move |e: &StreamEvent| {
+                let body = match e {
+                    StreamEvent::Content(t) => {
+                        Body::ContentDelta { session: s.clone(), text: t.clone() }
+                    }
+                    StreamEvent::Reasoning(t) => {
+                        Body::ReasoningDelta { session: s.clone(), text: t.clone() }
+                    }
+                    _ => return,
+                };
+                let _ = ev.send(body);
+            };
+            // A new turn may be refused when the queue is full; once its calls ran, the
+            // turn waits for its slot (the turn's deadline bounds it) rather than fail
+            // after acting.
+            let completion = if first {
+                client.chat(session, &req, on_event).await?
+            } else {
+                client.chat_admitted(session, &req, on_event).await?
+            };
             let this = self.model_usage(session, &completion);
             usage.prompt += this.0;
             usage.cached += this.1;

@@ -118,6 +118,7 @@ async fn connect(config: &Config, url: &str) -> anyhow::Result<Client> {
         ..RetryPolicy::default()
     };
     infer.connect_window = Duration::from_secs(config.inference.connect_secs);
+    infer.queue_bound = config.inference.queue_bound.get();
     say(&format!("bx serve: connecting to {url}"));
     Client::connect(infer).await.map_err(|e| anyhow::anyhow!("{e}"))
 }

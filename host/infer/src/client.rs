@@ -74,8 +74,9 @@ impl Default for RetryPolicy {
 pub struct InferConfig {
     /// The server's base URL, such as `http://127.0.0.1:8080`.
     pub url: String,
-    /// Requests that may wait for a slot, in all (default 16); more get `Busy` rather
-    /// than pile up without bound.
+    /// New turns' requests that may wait for a slot, in all (default 64); more get `Busy`
+    /// rather than pile up without bound. Requests of turns under way always wait
+    /// ([`Client::chat_admitted`]).
     pub queue_bound: usize,
     /// Longest silence on a stream (default 60 s, longer than llama-server's SSE ping
     /// interval); a hung server then ends the request instead of holding its slot.
@@ -98,7 +99,7 @@ impl InferConfig {
     pub fn new(url: &str) -> InferConfig {
         InferConfig {
             url: url.trim_end_matches('/').to_owned(),
-            queue_bound: 16,
+            queue_bound: 64,
             idle_timeout: Duration::from_secs(60),
             max_event_bytes: 4 << 20,
             retry: RetryPolicy::default(),
@@ -349,10 +350,36 @@ impl Client {
         &self,
         session: &str,
         req: &ChatRequest,
+        on_event: impl FnMut(&StreamEvent),
+    ) -> Result<Completion, InferError> {
+        self.chat_as(session, req, false, on_event).await
+    }
+
+    /// [`Client::chat`] for a request of a turn already under way (its tool calls ran):
+    /// it waits for the session's slot in order, never refused for a full queue; the
+    /// turn's deadline bounds the wait.
+    pub async fn chat_admitted(
+        &self,
+        session: &str,
+        req: &ChatRequest,
+        on_event: impl FnMut(&StreamEvent),
+    ) -> Result<Completion, InferError> {
+        self.chat_as(session, req, true, on_event).await
+    }
+
+    async fn chat_as(
+        &self,
+        session: &str,
+        req: &ChatRequest,
+        admitted: bool,
         mut on_event: impl FnMut(&StreamEvent),
     ) -> Result<Completion, InferError> {
         let queued = Instant::now();
-        let guard = self.gate.acquire(session).await?;
+        let guard = if admitted {
+            self.gate.acquire_admitted(session).await?
+        } else {
+            self.gate.acquire(session).await?
+        };
         let slot_wait = queued.elapsed();
         let constrained = self.constrained && !req.tools.is_empty();
         // A cap of 0 asks for no thinking at all: the block is closed from the start.

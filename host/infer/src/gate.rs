@@ -1,5 +1,7 @@
-//! The slot gate: one request in flight per slot, each session kept on its slot, a
-//! bounded FIFO queue per slot, `Busy` when the queue is full.
+//! The slot gate: one request in flight per slot, each session kept on its slot, a FIFO
+//! queue per slot. A new turn's request is refused (`Busy`) when the queues are full; a
+//! request of a turn already under way (its tool calls ran) always waits its turn, so no
+//! turn fails after acting because the next request found no slot.
 //!
 //! llama-server queues a request pinned to a busy slot without a word and then evicts
 //! the waiting conversation's cache; the gate makes that impossible by construction.
@@ -102,6 +104,17 @@ impl SlotGate {
 
     /// Waits for the session's slot. Returns `Busy` at once when the queue is full.
     pub async fn acquire(&self, session: &str) -> Result<SlotGuard, InferError> {
+        self.acquire_as(session, false).await
+    }
+
+    /// Waits for the session's slot, in order, whatever the queue holds: for a request
+    /// of a turn that was admitted and whose tool calls ran. The caller's deadline bounds
+    /// the wait.
+    pub async fn acquire_admitted(&self, session: &str) -> Result<SlotGuard, InferError> {
+        self.acquire_as(session, true).await
+    }
+
+    async fn acquire_as(&self, session: &str, admitted: bool) -> Result<SlotGuard, InferError> {
         let rx = {
             let mut s = self.lock();
             let slot = Self::assign(&mut s, session);
@@ -109,7 +122,7 @@ impl SlotGate {
                 s.busy[slot] = true;
                 return Ok(SlotGuard { gate: self.clone(), slot });
             }
-            if s.queued >= self.queue_bound {
+            if s.queued >= self.queue_bound && !admitted {
                 return Err(InferError::Busy { slots: s.busy.len(), queued: s.queued });
             }
             let (tx, rx) = oneshot::channel();
@@ -193,6 +206,33 @@ mod tests {
         drop(first);
         assert_eq!(second.await.unwrap().unwrap(), 0);
         assert_eq!(third.await.unwrap().unwrap(), 0);
+        assert_eq!(gate.load(), (0, 0));
+    }
+
+    /// Regression (found under load): with the queue full, a turn whose tool calls had
+    /// run failed with `inference-busy`. Its next request now waits, in order, behind
+    /// those already queued, while a new turn is still refused.
+    #[tokio::test]
+    async fn an_admitted_request_waits_in_order_when_the_queue_is_full() {
+        let gate = SlotGate::new(1, 1);
+        let held = gate.acquire("a").await.unwrap();
+        let g = gate.clone();
+        let queued = tokio::spawn(async move { g.acquire("b").await.map(|_| "b") });
+        while gate.load().1 < 1 {
+            tokio::task::yield_now().await;
+        }
+        assert!(matches!(gate.acquire("c").await, Err(InferError::Busy { .. })));
+        let g = gate.clone();
+        let admitted = tokio::spawn(async move {
+            let guard = g.acquire_admitted("d").await.map(|_| "d");
+            guard
+        });
+        while gate.load().1 < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        assert_eq!(queued.await.unwrap().unwrap(), "b");
+        assert_eq!(admitted.await.unwrap().unwrap(), "d");
         assert_eq!(gate.load(), (0, 0));
     }
 

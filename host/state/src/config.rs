@@ -51,6 +51,10 @@ pub struct InferenceConfig {
     pub seed: Option<u64>,
     /// How a thinking block that reached `[loop] max_thinking_tokens` is ended.
     pub end_thinking: EndThinkingName,
+    /// Turns that may wait for a slot of the server, in all, before a new one is refused
+    /// with `inference-busy` (default 64). A turn whose tool calls ran always waits for
+    /// its next request, within the turn's deadline, and never counts against this.
+    pub queue_bound: NonZeroUsize,
 }
 
 impl Default for InferenceConfig {
@@ -64,6 +68,7 @@ impl Default for InferenceConfig {
             temperature: None,
             seed: None,
             end_thinking: EndThinkingName::Control,
+            queue_bound: NonZeroUsize::new(64).unwrap_or(NonZeroUsize::MIN),
         }
     }
 }
@@ -280,13 +285,14 @@ mod tests {
     #[test]
     fn parses_all_four_tables() {
         let text = "[inference]\nlaunch = [\"srv\", \"--port\", \"{port}\"]\ntemperature = 0.0\n\
-                    end_thinking = \"reissue\"\n\
+                    end_thinking = \"reissue\"\nqueue_bound = 128\n\
                     [loop]\nmax_tool_calls = 2\nmax_thinking_tokens = 512\n[tools]\nmirrors = []\n[audit]\ndir = \"/var/bx\"\n";
         let c = Config::parse(Path::new("c.toml"), text).unwrap();
         assert_eq!(c.inference.launch.len(), 3);
         assert_eq!(c.inference.temperature, Some(0.0));
         let two = NonZeroU32::new(2).unwrap();
         assert_eq!(c.inference.end_thinking, EndThinkingName::Reissue);
+        assert_eq!(c.inference.queue_bound.get(), 128);
         assert_eq!(
             c.turn,
             LoopConfig {
