@@ -223,10 +223,7 @@ mod tests {
         }
         assert!(matches!(gate.acquire("c").await, Err(InferError::Busy { .. })));
         let g = gate.clone();
-        let admitted = tokio::spawn(async move {
-            let guard = g.acquire_admitted("d").await.map(|_| "d");
-            guard
-        });
+        let admitted = tokio::spawn(async move { g.acquire_admitted("d").await.map(|_| "d") });
         while gate.load().1 < 2 {
             tokio::task::yield_now().await;
         }
