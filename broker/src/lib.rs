@@ -13,6 +13,7 @@ mod label;
 mod net;
 mod path;
 mod policy;
+pub mod toml_shape;
 
 pub use allow::AllowList;
 pub use approval::{

@@ -520,6 +520,8 @@ impl Policy {
     /// Returns every error found; the examples are checked last, against the policy.
     pub fn parse(file: &str, text: &str) -> Result<Policy, PolicyErrors> {
         let src = Source::new(file, text);
+        crate::toml_shape::check(text)
+            .map_err(|(at, why)| PolicyErrors(vec![src.error(at..at + 1, "toml", why)]))?;
         let raw: RawPolicy = toml::from_str(text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
             PolicyErrors(vec![src.error(span, "toml", e.message().trim().to_owned())])

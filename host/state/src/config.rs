@@ -175,6 +175,8 @@ impl Config {
 
     /// Parses configuration text read from `path`.
     pub fn parse(path: &Path, text: &str) -> Result<Config, StateError> {
+        bx_broker::toml_shape::check(text)
+            .map_err(|(at, why)| StateError::parse_at(path, text, at, why))?;
         let config: Config = toml::from_str(text).map_err(|e| {
             let offset = e.span().map_or(0, |s| s.start);
             StateError::parse_at(path, text, offset, e.message().to_owned())
@@ -302,6 +304,14 @@ mod tests {
             }
         );
         assert_eq!(c.audit.dir.as_deref(), Some(Path::new("/var/bx")));
+    }
+
+    #[test]
+    fn deep_dotted_keys_are_refused_before_they_are_parsed() {
+        let text: String =
+            (0..100).map(|i| format!("k{i}.{} = 1\n", ["a"; 60].join("."))).collect();
+        let err = Config::parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+        assert!(err.starts_with("c.toml:17:") && err.contains("dotted keys"), "{err}");
     }
 
     #[test]
