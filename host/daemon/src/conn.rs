@@ -293,12 +293,34 @@ async fn turn(
     require_tool: bool,
 ) {
     let (events, forward) = forwarder(&out, id);
-    let result = agent.turn(&session, &text, require_tool, &events).await;
+    let result = unwinding(agent.turn(&session, &text, require_tool, &events)).await;
     drop(events);
     let _ = forward.await;
-    if let Err(e) = result {
-        out.send(id, error(e.code(), e.to_string(), e.runbook()));
+    match result {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => out.send(id, error(e.code(), e.to_string(), e.runbook())),
+        Err(bug) => out.send(id, bug),
     }
+}
+
+/// Runs `f`; a panic inside it becomes the error that ends the request, with its runbook
+/// entry, so a bug ends one turn with an error event instead of leaving its client waiting
+/// with no reply (found fuzzing: a panic in a stream parser did that). What the turn held
+/// (its session, its slot) is released as the future is dropped.
+async fn unwinding<T>(f: impl std::future::Future<Output = T>) -> Result<T, Body> {
+    use futures_util::FutureExt as _;
+    std::panic::AssertUnwindSafe(f).catch_unwind().await.map_err(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        error(
+            ErrorCode::Internal,
+            format!("the request stopped on a bug in bx: {}", bx_audit::bounded(&what, 1024)),
+            "docs/runbook.md#internal-error",
+        )
+    })
 }
 
 async fn run_tool(
@@ -317,12 +339,13 @@ async fn run_tool(
         hosts: overlay.hosts,
         deny: overlay.deny,
     };
-    let result = agent.run_tool(&session, &tool, &args, &overlay, &events).await;
+    let result = unwinding(agent.run_tool(&session, &tool, &args, &overlay, &events)).await;
     drop(events);
     let _ = forward.await;
     match result {
-        Ok(output) => out.send(id, output),
-        Err(e) => out.send(id, error(e.code(), e.to_string(), e.runbook())),
+        Ok(Ok(output)) => out.send(id, output),
+        Ok(Err(e)) => out.send(id, error(e.code(), e.to_string(), e.runbook())),
+        Err(bug) => out.send(id, bug),
     }
 }
 
@@ -361,4 +384,24 @@ fn grants(agent: &Agent, session: String) -> Body {
     lines.extend(policy.grants().iter().map(ToString::to_string));
     lines.extend(policy.denies().iter().map(ToString::to_string));
     Body::Grants { session, lines }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_in_a_request_is_its_error_with_the_runbook_entry() {
+        let ok = unwinding(async { 7 }).await;
+        assert!(matches!(ok, Ok(7)));
+        let bug = unwinding(async {
+            if std::hint::black_box(true) {
+                panic!("byte index 1 is not a char boundary");
+            }
+        })
+        .await;
+        let Err(Body::Error { message, runbook, .. }) = bug else { panic!("{bug:?}") };
+        assert!(message.contains("not a char boundary"), "{message}");
+        assert_eq!(runbook, "docs/runbook.md#internal-error");
+    }
 }
