@@ -29,6 +29,8 @@ fn anchor(dir: &std::path::Path) -> (Anchor, Against) {
     let key = dir.join("bench.key");
     let vkey = bx_audit::init_key(&key, "bx.bench/audit").unwrap();
     let export = dir.join("export");
+    std::fs::create_dir(&export).unwrap();
+    bx_audit::prepare_export(&export, "bx.bench/audit").unwrap();
     let against =
         Against { verifier: Some(vkey), exports: vec![export.clone()], ..Against::default() };
     (Anchor::load(&key, vec![export]).unwrap(), against)

@@ -216,16 +216,34 @@ pub fn open_note(note: &[u8], verifier: &str) -> Result<SignedCheckpoint, String
     Ok(SignedCheckpoint { origin: name, size: body.size(), root: *body.hash() })
 }
 
+/// Sets up `export` for the log of `origin`: makes its subdirectory (the export directory
+/// itself must exist). The writer never makes it: a device that is not mounted leaves an
+/// empty mount point, and exports there would land on this host's own disk.
+pub fn prepare_export(export: &Path, origin: &str) -> Result<PathBuf, AuditError> {
+    let dir = origin_dir(export, origin);
+    match std::fs::create_dir(&dir) {
+        Ok(()) => Ok(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(dir),
+        Err(e) => Err(AuditError::Io { path: dir.display().to_string(), message: e.to_string() }),
+    }
+}
+
 /// Writes one export: appends the leaves `dir` lacks (from `leaves(from, to)`), then the
 /// signed checkpoint of `size`, never overwriting one. Refuses when `dir` knows more
-/// records than the log has (the log was cut, or `dir` is another log's).
+/// records than the log has (the log was cut, or `dir` is another log's), and when `dir`
+/// is not there ([`prepare_export`] makes it).
 pub(crate) fn export(
     dir: &Path,
     size: u64,
     note: &[u8],
     leaves: &mut dyn FnMut(u64, u64) -> Result<Vec<Hash>, AuditError>,
 ) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    if !dir.is_dir() {
+        return Err(format!(
+            "{} is not there: the export directory is not mounted, or was never set up (`bx audit checkpoint` sets it up; see docs/runbook.md#audit-export-failed)",
+            dir.display()
+        ));
+    }
     let path = dir.join("leaves");
     let mut file = crate::file::open_with(
         OpenOptions::new().read(true).write(true).create(true).truncate(false),

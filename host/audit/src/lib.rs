@@ -30,7 +30,7 @@ mod verify;
 
 pub use anchor::{
     Anchor, SignedCheckpoint, init_key, is_valid_origin, newest_exported, open_note, origin_dir,
-    read_verifier, verifier_path,
+    prepare_export, read_verifier, verifier_path,
 };
 pub use anchored::{Against, AnchorReport};
 pub use entry::{

@@ -23,13 +23,10 @@ impl Anchored {
         let key = tmp.path().join("keys/audit.key");
         std::fs::create_dir_all(key.parent().unwrap()).unwrap();
         let vkey = bx_audit::init_key(&key, "bx.test/anchor").unwrap();
-        Anchored {
-            log: tmp.path().join("audit"),
-            export: tmp.path().join("usb"),
-            key,
-            vkey,
-            _tmp: tmp,
-        }
+        let export = tmp.path().join("usb");
+        std::fs::create_dir(&export).unwrap();
+        bx_audit::prepare_export(&export, "bx.test/anchor").unwrap();
+        Anchored { log: tmp.path().join("audit"), export, key, vkey, _tmp: tmp }
     }
 
     fn open(&self) -> AuditLog {
@@ -269,6 +266,21 @@ fn an_edited_tree_in_the_checkpoint_is_not_signed() {
 
 fn json_hash(data: &[u8]) -> serde_json::Value {
     serde_json::Value::String(bx_audit::leaf_hash(data).to_string())
+}
+
+/// The writer never makes an export directory: a device that is not mounted leaves an
+/// empty mount point, and checkpoints written there would be on this host's own disk.
+#[test]
+fn an_export_directory_that_is_not_set_up_is_not_made_by_the_writer() {
+    let a = Anchored::new();
+    std::fs::remove_dir(a.exported()).unwrap();
+    a.write(1);
+    assert!(!a.exported().exists(), "the writer made the export directory");
+    let status = std::fs::read_to_string(a.log.join("export.json")).unwrap();
+    assert!(status.contains("not mounted, or was never set up"), "{status}");
+    bx_audit::prepare_export(&a.export, "bx.test/anchor").unwrap();
+    a.write(1);
+    assert!(a.verify().is_clean(), "{:?}", a.verify().problems);
 }
 
 #[test]

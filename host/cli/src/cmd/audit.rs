@@ -37,7 +37,9 @@ pub(crate) enum AuditCommand {
     #[command(subcommand)]
     Key(KeyCommand),
     /// Write a signed checkpoint of the log now, to the `[audit] export` directories and
-    /// to each `--export` directory.
+    /// to each `--export` directory, setting each up first. Only this sets one up: the
+    /// writer never creates an export directory, since a device that is not mounted
+    /// leaves an empty mount point on this host's own disk.
     Checkpoint {
         /// Another directory to export this checkpoint to.
         #[arg(long, value_name = "DIR")]
@@ -322,7 +324,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             }
             if config.audit.export.is_empty() {
                 eprintln!(
-                    "and name where checkpoints go, off this host: [audit] export = [\"/media/usb/bx\"] (see docs/audit.md)"
+                    "and name where checkpoints go, off this host: [audit] export = [\"/media/usb/bx\"], then run `bx audit checkpoint` to set it up (see docs/audit.md)"
                 );
             }
             if inside(state, &path) {
@@ -341,6 +343,16 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 );
             };
             let origin = anchor.origin().to_owned();
+            // The one place export directories are set up: by the owner, on purpose.
+            for dir in anchor.exports().iter().chain(&export) {
+                if let Err(e) = bx_audit::prepare_export(dir, &origin) {
+                    println!(
+                        "  cannot set up {}: {} (see docs/runbook.md#audit-export-failed)",
+                        term::one_line(&dir.display().to_string()),
+                        term::one_line(&e.to_string())
+                    );
+                }
+            }
             let results = log.checkpoint_exporting(&export)?;
             let (size, root) = log.tree_head();
             if size == 0 {

@@ -18,7 +18,7 @@ struct Owner {
 
 /// A state directory whose key and export directory sit beside it, under a grant of
 /// write on everything around them (a careless owner).
-fn owner(export: &str) -> Owner {
+fn owner(export: &str, set_up: bool) -> Owner {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     let state = root.join("state");
@@ -41,6 +41,13 @@ fn owner(export: &str) -> Owner {
         ),
     )
     .unwrap();
+    // The owner sets the export directory up once; the writer never makes one.
+    if set_up {
+        std::fs::create_dir(&usb).unwrap();
+        let r = bx(&state, &["audit", "checkpoint"]);
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+        assert!(usb.join("bx.test_cli").is_dir(), "{}", r.stdout);
+    }
     for t in ["fs_read", "fs_write"] {
         install(&state, t);
     }
@@ -60,7 +67,7 @@ fn run(o: &Owner, tool: &str, args: serde_json::Value) -> Run {
 
 #[test]
 fn the_key_and_the_exports_are_out_of_reach_and_verify_names_a_cut() {
-    let o = owner("usb");
+    let o = owner("usb", true);
     let notes = run(&o, "fs.read", json!({"path": o.root.join("notes.txt")}));
     assert_eq!((notes.code, notes.stdout.as_str()), (0, "my notes\n"), "{}", notes.stderr);
     let exported = o.usb.join("bx.test_cli");
@@ -117,7 +124,7 @@ fn the_key_and_the_exports_are_out_of_reach_and_verify_names_a_cut() {
 
 #[test]
 fn a_failed_export_does_not_stop_calls_and_doctor_reports_it() {
-    let o = owner("not-a-dir");
+    let o = owner("not-a-dir", false);
     std::fs::write(&o.usb, "a file where the export directory should be").unwrap();
     let r = run(&o, "fs.read", json!({"path": o.root.join("notes.txt")}));
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -137,7 +144,7 @@ fn a_failed_export_does_not_stop_calls_and_doctor_reports_it() {
 
 #[test]
 fn an_unusable_key_refuses_calls_rather_than_run_them_unanchored() {
-    let o = owner("usb");
+    let o = owner("usb", true);
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&o.key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let r = run(&o, "fs.read", json!({"path": o.root.join("notes.txt")}));
@@ -155,7 +162,7 @@ fn audit_day_file(state: &Path) -> PathBuf {
 /// export directory the owner knows, and with `--key` finding nothing signed fails.
 #[test]
 fn verify_against_the_directory_you_know_sees_through_an_edited_config() {
-    let o = owner("usb");
+    let o = owner("usb", true);
     let r = run(&o, "fs.read", json!({"path": o.root.join("notes.txt")}));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let day = audit_day_file(&o.state);
