@@ -46,6 +46,10 @@ pub struct AnchorReport {
     pub checkpoints: u64,
     /// The largest of them the log is consistent with (0 for none).
     pub size: u64,
+    /// Records past `size`: no signed checkpoint vouches for them. Some are normal (what
+    /// a running daemon wrote since its last export); they are also where records an
+    /// attacker added would be.
+    pub unanchored: u64,
     /// The origin they name.
     pub origin: Option<String>,
     /// Where checkpoints were looked for.
@@ -401,6 +405,7 @@ impl Check {
             state: state.into(),
             checkpoints,
             size: ok_sizes.iter().max().copied().unwrap_or(0),
+            unanchored: log_len.saturating_sub(ok_sizes.iter().max().copied().unwrap_or(0)),
             origin: self.origin.clone(),
             sources: self.sources.iter().map(|s| s.label.clone()).collect(),
             notes: self.notes,

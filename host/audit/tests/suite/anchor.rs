@@ -424,3 +424,20 @@ fn a_proof_index_is_canonical_and_a_misnamed_checkpoint_is_reported() {
     assert!(report.problems[0].detail.contains("named for 7 records but signs 3"));
     assert_eq!(report.anchor.checkpoints, 1);
 }
+
+/// Regression (found probing): records added after the newest signed checkpoint (with
+/// the chain recomputed) left verify saying the whole log was anchored. They are now
+/// counted as unanchored: nothing kept off the log vouches for them.
+#[test]
+fn records_past_the_newest_checkpoint_are_counted_as_unanchored() {
+    let a = Anchored::new();
+    a.write(2);
+    let log = AuditLog::open(&a.log).unwrap();
+    log.append(&note("s1", "after the last export")).unwrap();
+    log.append(&note("s1", "and another")).unwrap();
+    log.close().unwrap();
+    let report = a.verify();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(report.anchor.state, "anchored");
+    assert_eq!((report.anchor.size, report.anchor.unanchored), (6, 2));
+}

@@ -98,8 +98,10 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
                 r.records,
                 r.files.len(),
                 match r.anchor.state.as_str() {
-                    "anchored" =>
-                        format!("anchored by {} signed checkpoint(s)", r.anchor.checkpoints),
+                    "anchored" => format!(
+                        "anchored by {} signed checkpoint(s) up to record {} ({} past it not yet)",
+                        r.anchor.checkpoints, r.anchor.size, r.anchor.unanchored
+                    ),
                     _ => "unanchored".to_owned(),
                 }
             ),

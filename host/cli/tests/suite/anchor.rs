@@ -194,3 +194,23 @@ fn verify_against_the_directory_you_know_sees_through_an_edited_config() {
     let r = bx(&o.state, &["doctor"]);
     assert!(r.stdout.contains("FAIL audit export status"), "{}", r.stdout);
 }
+
+/// Regression (found probing): a record appended by hand after the last export, with a
+/// correct `prev`, left `verify --key --against` saying "ok … anchored".
+#[test]
+fn a_record_added_after_the_last_export_is_named_unanchored() {
+    let o = owner("usb", true);
+    let r = run(&o, "fs.read", json!({"path": o.root.join("notes.txt")}));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let day = audit_day_file(&o.state);
+    let text = std::fs::read_to_string(&day).unwrap();
+    let last = text.lines().last().unwrap();
+    let mut forged: serde_json::Value = serde_json::from_str(last).unwrap();
+    forged["seq"] = json!(forged["seq"].as_u64().unwrap() + 1);
+    forged["prev"] = json!(bx_audit::line_hash(last.as_bytes()));
+    std::fs::write(&day, format!("{text}{}\n", serde_json::to_string(&forged).unwrap())).unwrap();
+    let r =
+        bx(&o.state, &["audit", "verify", "--key", &o.vkey, "--against", o.usb.to_str().unwrap()]);
+    assert!(!r.stdout.contains("ok: the chain is intact and anchored"), "{}", r.stdout);
+    assert!(r.stdout.contains("and the last 1 (records"), "{}", r.stdout);
+}
