@@ -191,19 +191,17 @@ fn hostname() -> String {
 }
 
 /// Every line of every day file, oldest first.
+/// The largest day file `bx audit tail` and `show` read whole (1 GiB): they hold the lines
+/// in memory, so a day file grown past any real day's is refused, not read.
+const MAX_DAY_FILE_SHOWN: u64 = 1 << 30;
+
+/// Every line of every day file, oldest first. Each file is read as bx's own (never a
+/// FIFO or a device, never past the bound).
 pub(crate) fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
     for f in bx_audit::day_files(dir)? {
-        use std::io::Read as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        // Non-blocking, and only a regular file: a FIFO or a device is not a day file.
-        let mut file = std::fs::OpenOptions::new().read(true).custom_flags(0o4000).open(&f)?;
-        if !file.metadata()?.is_file() {
-            anyhow::bail!("{} is not a regular file", term::one_line(&f.display().to_string()));
-        }
-        let mut text = String::new();
-        file.read_to_string(&mut text)?;
-        lines.extend(text.lines().map(str::to_owned));
+        let bytes = bx_state::read_own(&f, MAX_DAY_FILE_SHOWN)?.unwrap_or_default();
+        lines.extend(String::from_utf8_lossy(&bytes).lines().map(str::to_owned));
     }
     Ok(lines)
 }
