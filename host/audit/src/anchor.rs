@@ -244,6 +244,26 @@ pub(crate) fn export(
             dir.display()
         ));
     }
+    // One writer at a time: two logs given one origin and one export directory (two
+    // state directories, or a copy of one) would interleave their leaves.
+    let lock_path = dir.join(".lock");
+    let lock = crate::file::open_with(
+        OpenOptions::new().create(true).truncate(false).write(true),
+        &lock_path,
+    )
+    .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(format!(
+                "another bx is exporting to {} right now: two logs share this origin and export directory (give each its own origin; see docs/runbook.md#audit-export-failed)",
+                dir.display()
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("locking {}: {e}", lock_path.display()));
+        }
+    }
     let path = dir.join("leaves");
     let mut file = crate::file::open_with(
         OpenOptions::new().read(true).write(true).create(true).truncate(false),

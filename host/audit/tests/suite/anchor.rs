@@ -283,6 +283,27 @@ fn an_export_directory_that_is_not_set_up_is_not_made_by_the_writer() {
     assert!(a.verify().is_clean(), "{:?}", a.verify().problems);
 }
 
+/// Two logs given one origin and one export directory would interleave their leaves; an
+/// export waits for no one and is refused while another holds the directory's lock.
+#[test]
+fn an_export_directory_has_one_writer_at_a_time() {
+    let a = Anchored::new();
+    a.write(1);
+    let other = std::fs::OpenOptions::new().write(true).open(a.exported().join(".lock")).unwrap();
+    other.lock().unwrap();
+    let log = a.open();
+    log.append(&note("s1", "while another exports")).unwrap();
+    let results = log.checkpoint_exporting(&[]).unwrap();
+    let error = results[0].error.as_deref().unwrap();
+    assert!(error.contains("another bx is exporting"), "{error}");
+    log.close().unwrap();
+    drop(other);
+    a.write(1);
+    let report = a.verify();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(report.anchor.unanchored, 0);
+}
+
 #[test]
 fn a_proof_checks_offline_and_a_changed_record_or_key_does_not() {
     let a = Anchored::new();
