@@ -346,6 +346,19 @@ pub fn newest_exported(export: &Path, origin: &str) -> Option<u64> {
     files.last().map(|(size, _)| *size)
 }
 
+/// The newest checkpoint in `export` that `verifier` signed and that is named for its
+/// size: its size, its file and its bytes. Walks from the largest name down and stops at
+/// the first that checks, rather than check every signature there.
+pub fn newest_signed(export: &Path, verifier: &str) -> Option<(u64, PathBuf, Vec<u8>)> {
+    let origin = verifier.split('+').next().unwrap_or_default();
+    let (files, _) = checkpoint_files(&origin_dir(export, origin)).ok()?;
+    files.into_iter().rev().find_map(|(size, path)| {
+        let bytes = read_note(&path).ok()?;
+        let cp = open_note(&bytes, verifier).ok().filter(|cp| cp.size == size)?;
+        Some((cp.size, path, bytes))
+    })
+}
+
 /// Reads one checkpoint file, bounded.
 pub(crate) fn read_note(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();

@@ -29,8 +29,8 @@ mod tree;
 mod verify;
 
 pub use anchor::{
-    Anchor, SignedCheckpoint, init_key, is_valid_origin, newest_exported, open_note, origin_dir,
-    prepare_export, read_verifier, verifier_path,
+    Anchor, SignedCheckpoint, init_key, is_valid_origin, newest_exported, newest_signed, open_note,
+    origin_dir, prepare_export, read_verifier, verifier_path,
 };
 pub use anchored::{Against, AnchorReport};
 pub use entry::{

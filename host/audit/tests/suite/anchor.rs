@@ -462,3 +462,19 @@ fn records_past_the_newest_checkpoint_are_counted_as_unanchored() {
     assert_eq!(report.anchor.state, "anchored");
     assert_eq!((report.anchor.size, report.anchor.unanchored), (6, 2));
 }
+
+/// `bx audit prove` takes the newest checkpoint the key signed: the largest name that
+/// checks, skipping one signed by another key or named for another size.
+#[test]
+fn the_newest_signed_checkpoint_skips_forged_and_misnamed_ones() {
+    let a = Anchored::new();
+    a.write(1);
+    a.write(1);
+    let other = Anchored::new();
+    other.write(3);
+    let theirs = bx_audit::origin_dir(&other.export, "bx.test/anchor").join("9.checkpoint");
+    std::fs::copy(&theirs, a.exported().join("9.checkpoint")).unwrap();
+    std::fs::copy(a.exported().join("3.checkpoint"), a.exported().join("8.checkpoint")).unwrap();
+    let (size, path, _) = bx_audit::newest_signed(&a.export, &a.vkey).unwrap();
+    assert_eq!((size, path), (6, a.exported().join("6.checkpoint")));
+}

@@ -157,26 +157,17 @@ fn newest_checkpoint(
     config: &Config,
     verifier: &str,
 ) -> Option<(u64, PathBuf, Vec<u8>)> {
-    let origin = verifier.split('+').next().unwrap_or_default();
-    let mut candidates = vec![state.audit_dir(config).join("checkpoint.note")];
-    for export in &config.audit.export {
-        let dir = bx_audit::origin_dir(export, origin);
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            candidates.extend(
-                entries
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "checkpoint")),
-            );
-        }
-    }
-    candidates
-        .into_iter()
-        .filter_map(|path| {
-            let bytes = bx_state::read_own(&path, 64 << 10).ok().flatten()?;
-            let cp = bx_audit::open_note(&bytes, verifier).ok()?;
-            Some((cp.size, path, bytes))
-        })
+    let local = state.audit_dir(config).join("checkpoint.note");
+    let local = bx_state::read_own(&local, 64 << 10).ok().flatten().and_then(|bytes| {
+        let cp = bx_audit::open_note(&bytes, verifier).ok()?;
+        Some((cp.size, local, bytes))
+    });
+    config
+        .audit
+        .export
+        .iter()
+        .filter_map(|export| bx_audit::newest_signed(export, verifier))
+        .chain(local)
         .max_by_key(|(size, ..)| *size)
 }
 
