@@ -51,6 +51,7 @@ impl AllowList {
             mode,
             label,
             when_tainted: OnTainted::Allow,
+            when_clean: OnTainted::Allow,
         });
         self.policy.index_labels();
         self
@@ -110,12 +111,16 @@ impl AllowList {
         self.policy
             .grants
             .iter()
-            .map(|g| match (&g.resource, g.mode) {
+            .filter_map(|g| match (&g.resource, g.mode) {
                 (ResourceRule::Path(p), Mode::Write) => {
-                    crate::Resource::PathWrite(p.display().to_string())
+                    Some(crate::Resource::PathWrite(p.display().to_string()))
                 }
-                (ResourceRule::Path(p), _) => crate::Resource::PathRead(p.display().to_string()),
-                (ResourceRule::Host(h), _) => crate::Resource::Url(format!("http://{h}/")),
+                (ResourceRule::Path(p), _) => {
+                    Some(crate::Resource::PathRead(p.display().to_string()))
+                }
+                (ResourceRule::Host(h), _) => Some(crate::Resource::Url(format!("http://{h}/"))),
+                // An allow-list names no workspace; a policy under it may.
+                (ResourceRule::InWorkspace(_) | ResourceRule::Name(_), _) => None,
             })
             .collect()
     }

@@ -135,6 +135,10 @@ fn denied_by(
             (ResourceRule::Path(p), Resource::PathRead(_) | Resource::PathWrite(_)) => {
                 path.is_some_and(|path| under(path, p))
             }
+            (ResourceRule::Name(n), Resource::PathRead(_) | Resource::PathWrite(_)) => path
+                .is_some_and(|path| {
+                    crate::policy::denied_name(std::slice::from_ref(n), path).is_some()
+                }),
             (ResourceRule::Host(h), Resource::Url(_)) => url.is_some_and(|u| {
                 u.host()
                     .is_some_and(|host| h.matches(&host, u.port_or_known_default().unwrap_or(0)))
@@ -170,9 +174,11 @@ fn covering<'p>(
                 (ResourceRule::Path(p), Some(path), _) => {
                     under(path, p).then(|| p.as_os_str().len())
                 }
+                // A named host or address beats `*`.
                 (ResourceRule::Host(h), _, Some(u)) => {
                     let port = u.port_or_known_default().unwrap_or(0);
-                    u.host().filter(|host| h.matches(host, port)).map(|_| 0)
+                    let depth = usize::from(*h != crate::HostRule::AnyName);
+                    u.host().filter(|host| h.matches(host, port)).map(|_| depth)
                 }
                 _ => None,
             }?;
@@ -256,6 +262,10 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             label: g.label,
             clean,
         });
+        if clean && g.when_clean == OnTainted::Ask {
+            reasons.push(format!("{resource}: {name} asks before every use"));
+            asking.push(resource.clone());
+        }
         if !clean {
             match g.when_tainted {
                 OnTainted::Allow => {}
@@ -286,6 +296,9 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
                     hosts.push((h.clone(), g.label));
                 }
             }
+            // `covering` never picks one (it covers nothing before `for_workspace`, and a
+            // grant has no name rule).
+            ResourceRule::InWorkspace(_) | ResourceRule::Name(_) => {}
         }
     }
     let mut denied: Vec<std::path::PathBuf> = policy
@@ -294,7 +307,16 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         .filter(|d| d.tool.matches(&call.tool))
         .filter_map(|d| match &d.resource {
             ResourceRule::Path(p) => Some(p.clone()),
-            ResourceRule::Host(_) => None,
+            ResourceRule::Host(_) | ResourceRule::Name(_) | ResourceRule::InWorkspace(_) => None,
+        })
+        .collect();
+    let denied_names = policy
+        .denies
+        .iter()
+        .filter(|d| d.tool.matches(&call.tool))
+        .filter_map(|d| match &d.resource {
+            ResourceRule::Name(n) => Some(n.clone()),
+            _ => None,
         })
         .collect();
     // A grant nested under a root, of the root's mode, that would ask or refuse at this
@@ -309,7 +331,9 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
                 && r.path.as_os_str() != p.as_os_str()
                 && (g.mode == Mode::Write) == (r.access == FsAccess::Write)
         });
-        if nested && !taint.flows_to(g.label) && g.when_tainted != OnTainted::Allow {
+        let asks = g.when_clean != OnTainted::Allow
+            || (!taint.flows_to(g.label) && g.when_tainted != OnTainted::Allow);
+        if nested && asks {
             denied.push(p.clone());
         }
     }
@@ -318,6 +342,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         digest: call.digest.clone(),
         roots,
         denied,
+        denied_names,
         own: policy.own.clone(),
         labels: std::sync::Arc::clone(&policy.labels),
         hosts,

@@ -78,12 +78,15 @@ pub enum Refusal<'g> {
     Denied(&'g Path),
     /// It is bx's own state (`docs/runbook.md#own-state`), which no grant reaches.
     Own(&'g Path),
+    /// One of its components has a name a `[[deny]]` rule refuses (`.env`, `*.pem`).
+    Named(&'g crate::NamePattern),
 }
 
 impl std::fmt::Display for Refusal<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::Denied(p) => write!(f, "denied path {}", p.display()),
+            Refusal::Named(n) => write!(f, "a name denied by rule ({n})"),
             Refusal::Own(p) => write!(
                 f,
                 "bx's own state {} (no grant reaches it; see docs/runbook.md#own-state)",
@@ -104,6 +107,8 @@ pub struct Grant {
     pub(crate) digest: String,
     pub(crate) roots: Vec<RootGrant>,
     pub(crate) denied: Vec<PathBuf>,
+    /// Names no path component may have (the tool's `[[deny]] name = …` rules).
+    pub(crate) denied_names: Vec<crate::NamePattern>,
     pub(crate) own: Vec<PathBuf>,
     /// Every path grant's label, shared with the policy (one index per policy, not a
     /// copy per call); filtered by the tool when read.
@@ -196,10 +201,13 @@ impl Grant {
     pub fn host_label(&self, host: &str) -> Option<Label> {
         let url = url::Url::parse(&format!("http://{host}/")).ok()?;
         let parsed = url.host()?;
-        self.hosts
-            .iter()
-            .find(|(rule, _)| rule_ignoring_port(rule).matches(&parsed, 0))
-            .map(|(_, label)| *label)
+        let hit = |any: bool| {
+            self.hosts.iter().find(|(rule, _)| {
+                (*rule == HostRule::AnyName) == any && rule_ignoring_port(rule).matches(&parsed, 0)
+            })
+        };
+        // A named host or address is more specific than `*`.
+        hit(false).or_else(|| hit(true)).map(|(_, label)| *label)
     }
 
     /// The denied sub-path or own state that covers `path` (normalised), if any.
@@ -207,7 +215,10 @@ impl Grant {
         if let Some(own) = self.own.iter().find(|d| strip_root(path, d).is_some()) {
             return Some(Refusal::Own(own));
         }
-        self.denied.iter().find(|d| strip_root(path, d).is_some()).map(|d| Refusal::Denied(d))
+        if let Some(d) = self.denied.iter().find(|d| strip_root(path, d).is_some()) {
+            return Some(Refusal::Denied(d));
+        }
+        crate::policy::denied_name(&self.denied_names, path).map(Refusal::Named)
     }
 
     /// Whether `path` (a real path the kernel reported) is bx's own state.
@@ -248,7 +259,7 @@ impl Grant {
         let port = url.port_or_known_default().ok_or_else(|| format!("{url} has no port"))?;
         let rule = self.hosts.iter().map(|(r, _)| r).find(|r| r.matches(&host, port));
         match rule {
-            Some(HostRule::Name { .. }) => Ok(NetRoute::ByName),
+            Some(HostRule::Name { .. } | HostRule::AnyName) => Ok(NetRoute::ByName),
             Some(HostRule::Addr { .. }) => Ok(NetRoute::ByAddress),
             None => Err(match host {
                 url::Host::Domain(d) => format!("host {d}:{port} is not granted"),
@@ -263,6 +274,7 @@ fn rule_ignoring_port(rule: &HostRule) -> HostRule {
     match rule {
         HostRule::Name { name, .. } => HostRule::Name { name: name.clone(), port: None },
         HostRule::Addr { addr, .. } => HostRule::Addr { addr: *addr, port: None },
+        HostRule::AnyName => HostRule::AnyName,
     }
 }
 
@@ -283,6 +295,7 @@ mod tests {
                 },
             ],
             denied: vec!["/home/o/.ssh".into()],
+            denied_names: Vec::new(),
             own: vec!["/home/o/.local/state/bx".into()],
             labels: vec![
                 LabelRule {

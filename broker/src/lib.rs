@@ -27,8 +27,8 @@ pub use label::{Confidentiality, Integrity, Label};
 pub use net::{HostRule, is_public_ip};
 pub use path::{PathError, normalize};
 pub use policy::{
-    DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError, PolicyErrors,
-    ResourceRule, ToolMatch, parse_label,
+    DenyRule, Example, Expect, GrantRule, Mode, NamePattern, OnTainted, Policy, PolicyError,
+    PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
 
 /// The commented example policy that `bx policy init` writes (also a test fixture, so it

@@ -16,6 +16,10 @@ pub enum HostRule {
         /// The only port allowed, or any port when `None`.
         port: Option<u16>,
     },
+    /// `*`: any DNS name (never an IP literal), on any port. Like every name rule it
+    /// reaches only names that resolve to public addresses; a more specific rule (a
+    /// name or an address) wins over it.
+    AnyName,
     /// An IP address, optionally with a port.
     Addr {
         /// The address.
@@ -31,6 +35,9 @@ impl HostRule {
         let bad = |why: &str| format!("host rule {text:?}: {why}");
         if text.is_empty() {
             return Err(bad("empty"));
+        }
+        if text == "*" {
+            return Ok(HostRule::AnyName);
         }
         if text.contains("://") || text.contains('/') {
             return Err(bad("give a host, not a URL"));
@@ -68,6 +75,7 @@ impl HostRule {
             (HostRule::Name { name, port: p }, url::Host::Domain(d)) => {
                 name == d.trim_end_matches('.') && Self::port_matches(*p, port)
             }
+            (HostRule::AnyName, url::Host::Domain(_)) => true,
             (HostRule::Addr { addr, port: p }, url::Host::Ipv4(v4)) => {
                 *addr == IpAddr::V4(*v4) && Self::port_matches(*p, port)
             }
@@ -84,6 +92,7 @@ impl std::fmt::Display for HostRule {
         match self {
             HostRule::Name { name, port: None } => write!(f, "{name}"),
             HostRule::Name { name, port: Some(p) } => write!(f, "{name}:{p}"),
+            HostRule::AnyName => f.write_str("*"),
             HostRule::Addr { addr: IpAddr::V6(a), port: Some(p) } => write!(f, "[{a}]:{p}"),
             HostRule::Addr { addr, port: Some(p) } => write!(f, "{addr}:{p}"),
             HostRule::Addr { addr, port: None } => write!(f, "{addr}"),

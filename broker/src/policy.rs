@@ -57,7 +57,74 @@ pub enum ResourceRule {
     Path(PathBuf),
     /// A host name or address, optionally with a port.
     Host(HostRule),
+    /// `name = ".env"` (deny rules only): every path with a component of that name,
+    /// wherever it lies.
+    Name(NamePattern),
+    /// `{workspace}` or `{workspace}/rest`: a path under the session's workspace, kept
+    /// as the normalised `rest` (empty for the workspace itself). It covers nothing
+    /// until [`Policy::for_workspace`] puts the workspace in.
+    InWorkspace(PathBuf),
 }
+
+/// A file name a deny rule refuses wherever it appears in a path: an exact name
+/// (`.env`), or one `*` standing for any run of characters (`*.pem`, `id_*`). Written by
+/// hand rather than with a glob crate: one `*` is all a file name rule needs, and no
+/// `/`, `?` or `[` means no surprises about what it matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamePattern {
+    text: String,
+}
+
+impl NamePattern {
+    /// Parses a name rule: non-empty, no `/`, at most one `*`, not `.` or `..`.
+    pub fn parse(text: &str) -> Result<NamePattern, String> {
+        if text.is_empty() || text.contains('/') || text.contains('\0') {
+            return Err("a name is one path component: not empty, no /".into());
+        }
+        if text == "." || text == ".." || text == "*" {
+            return Err(format!("{text:?} would match every path; name the files to refuse"));
+        }
+        if text.matches('*').count() > 1 {
+            return Err("a name has at most one *".into());
+        }
+        Ok(NamePattern { text: text.to_owned() })
+    }
+
+    /// Whether the component `name` matches.
+    pub fn matches(&self, name: &str) -> bool {
+        match self.text.split_once('*') {
+            None => self.text == name,
+            Some((head, tail)) => {
+                name.len() >= head.len() + tail.len()
+                    && name.starts_with(head)
+                    && name.ends_with(tail)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for NamePattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "name {}", self.text)
+    }
+}
+
+/// The first pattern a component of `path` matches.
+pub(crate) fn denied_name<'p>(patterns: &'p [NamePattern], path: &Path) -> Option<&'p NamePattern> {
+    if patterns.is_empty() {
+        return None;
+    }
+    path.components().find_map(|c| match c {
+        std::path::Component::Normal(n) => {
+            let n = n.to_string_lossy();
+            patterns.iter().find(|p| p.matches(&n))
+        }
+        _ => None,
+    })
+}
+
+/// What a policy path starts with to name the session's workspace.
+pub const WORKSPACE: &str = "{workspace}";
 
 /// One `[[grant]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +144,9 @@ pub struct GrantRule {
     pub label: Label,
     /// What happens when the session's taint does not flow to `label`.
     pub when_tainted: OnTainted,
+    /// What happens when it does: `Allow` (the default), or `Ask` for a grant whose
+    /// every use the owner approves.
+    pub when_clean: OnTainted,
 }
 
 /// One `[[deny]]`: applies at every taint, whatever the grants say.
@@ -106,6 +176,11 @@ impl std::fmt::Display for ResourceRule {
         match self {
             ResourceRule::Path(path) => write!(f, "{}", path.display()),
             ResourceRule::Host(host) => write!(f, "{host}"),
+            ResourceRule::Name(name) => write!(f, "{name}"),
+            ResourceRule::InWorkspace(rest) if rest.as_os_str().is_empty() => {
+                f.write_str(WORKSPACE)
+            }
+            ResourceRule::InWorkspace(rest) => write!(f, "{WORKSPACE}/{}", rest.display()),
         }
     }
 }
@@ -128,7 +203,11 @@ impl std::fmt::Display for GrantRule {
             f,
             "grant[{}] (line {}): tool {} {mode} {}, label {}, when tainted {tainted}",
             self.index, self.line, self.tool, self.resource, self.label
-        )
+        )?;
+        if self.when_clean == OnTainted::Ask {
+            f.write_str(", asks always")?;
+        }
+        Ok(())
     }
 }
 
@@ -161,6 +240,8 @@ pub struct Example {
     pub resources: Vec<crate::Resource>,
     /// The session's taint.
     pub taint: Label,
+    /// The session's workspace, for rules that name `{workspace}`.
+    pub workspace: Option<PathBuf>,
     /// The expected decision.
     pub expect: Expect,
     span: std::ops::Range<usize>,
@@ -299,6 +380,7 @@ struct RawGrant {
     mode: Spanned<String>,
     label: Spanned<String>,
     when_tainted: Option<Spanned<String>>,
+    when_clean: Option<Spanned<String>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -307,6 +389,7 @@ struct RawDeny {
     tool: Spanned<String>,
     path: Option<Spanned<String>>,
     host: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -317,6 +400,7 @@ struct RawExample {
     write: Option<Spanned<String>>,
     fetch: Option<Spanned<String>>,
     taint: Option<Spanned<String>>,
+    workspace: Option<Spanned<String>>,
     expect: Spanned<String>,
 }
 
@@ -365,9 +449,9 @@ fn path_rule(
     raw: &Spanned<String>,
     rule: &str,
     errors: &mut Vec<PolicyError>,
-) -> Option<PathBuf> {
-    match normalize(Path::new(raw.get_ref())) {
-        Ok(p) if p == Path::new("/") => {
+) -> Option<ResourceRule> {
+    match rule_path(raw.get_ref()) {
+        Ok(ResourceRule::Path(p)) if p == Path::new("/") => {
             errors.push(src.error(
                 raw.span(),
                 &format!("{rule}.path"),
@@ -375,12 +459,32 @@ fn path_rule(
             ));
             None
         }
-        Ok(p) => Some(p),
+        Ok(r) => Some(r),
         Err(e) => {
-            errors.push(src.error(raw.span(), &format!("{rule}.path"), e.to_string()));
+            errors.push(src.error(raw.span(), &format!("{rule}.path"), e));
             None
         }
     }
+}
+
+/// A rule's path: absolute and normalised, or `{workspace}` with a normalised rest.
+fn rule_path(text: &str) -> Result<ResourceRule, String> {
+    let Some(rest) = text.strip_prefix(WORKSPACE) else {
+        if text.contains(WORKSPACE) {
+            return Err(format!("{WORKSPACE} may only begin a path"));
+        }
+        return normalize(Path::new(text)).map(ResourceRule::Path).map_err(|e| e.to_string());
+    };
+    if !rest.is_empty() && !rest.starts_with('/') {
+        return Err(format!("{WORKSPACE} is followed by / or ends the path"));
+    }
+    if rest.contains(WORKSPACE) {
+        return Err(format!("{WORKSPACE} may only begin a path"));
+    }
+    let under =
+        normalize(&Path::new("/").join(rest.trim_start_matches('/'))).map_err(|e| e.to_string())?;
+    let rest = under.strip_prefix("/").map(Path::to_path_buf).unwrap_or_default();
+    Ok(ResourceRule::InWorkspace(rest))
 }
 
 fn resource(
@@ -392,7 +496,7 @@ fn resource(
     errors: &mut Vec<PolicyError>,
 ) -> Option<ResourceRule> {
     match (path, host) {
-        (Some(p), None) => path_rule(src, p, rule, errors).map(ResourceRule::Path),
+        (Some(p), None) => path_rule(src, p, rule, errors),
         (None, Some(h)) => match HostRule::parse(h.get_ref()) {
             Ok(rule) => Some(ResourceRule::Host(rule)),
             Err(e) => {
@@ -481,6 +585,45 @@ impl Policy {
         Ok(self)
     }
 
+    /// The policy as it applies to a session whose workspace is `workspace`: each rule
+    /// that names `{workspace}` gets that directory (normalised; `..` refuses nothing and
+    /// drops those rules), and without one those rules are left out, so they grant and
+    /// deny nothing. A policy that names no workspace is returned as it is.
+    pub fn for_workspace(&self, workspace: Option<&Path>) -> std::borrow::Cow<'_, Policy> {
+        let names = |r: &ResourceRule| matches!(r, ResourceRule::InWorkspace(_));
+        if !self.grants.iter().any(|g| names(&g.resource))
+            && !self.denies.iter().any(|d| names(&d.resource))
+        {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let root = workspace.and_then(|w| normalize(w).ok());
+        let put = |r: &ResourceRule| match r {
+            // (`join` of an empty rest would add a trailing `/`.)
+            ResourceRule::InWorkspace(rest) if rest.as_os_str().is_empty() => {
+                root.clone().map(ResourceRule::Path)
+            }
+            ResourceRule::InWorkspace(rest) => {
+                root.as_ref().map(|w| ResourceRule::Path(w.join(rest)))
+            }
+            other => Some(other.clone()),
+        };
+        let mut out = self.clone();
+        out.grants = self
+            .grants
+            .iter()
+            .filter_map(|g| Some(GrantRule { resource: put(&g.resource)?, ..g.clone() }))
+            // A workspace of / would make `{workspace}` a grant of /, which is invalid.
+            .filter(|g| g.resource != ResourceRule::Path(PathBuf::from("/")))
+            .collect();
+        out.denies = self
+            .denies
+            .iter()
+            .filter_map(|d| Some(DenyRule { resource: put(&d.resource)?, ..d.clone() }))
+            .collect();
+        out.index_labels();
+        std::borrow::Cow::Owned(out)
+    }
+
     /// bx's own paths, as set by [`Policy::protect_own`].
     pub fn own(&self) -> &[PathBuf] {
         &self.own
@@ -561,6 +704,16 @@ impl Policy {
                 ),
                 None => Some(OnTainted::Ask),
             };
+            let when_clean = match &g.when_clean {
+                Some(w) => one_of(
+                    &src,
+                    w,
+                    &format!("{rule}.when_clean"),
+                    &[("allow", OnTainted::Allow), ("ask", OnTainted::Ask)],
+                    &mut errors,
+                ),
+                None => Some(OnTainted::Allow),
+            };
             let is_path = g.path.is_some() && g.host.is_none();
             let is_host = g.host.is_some() && g.path.is_none();
             match (is_path, is_host, mode) {
@@ -576,8 +729,14 @@ impl Policy {
                 )),
                 _ => {}
             }
-            if let (Some(tool), Some(resource), Some(mode), Some(label), Some(when_tainted)) =
-                (tool, res, mode, label, when_tainted)
+            if let (
+                Some(tool),
+                Some(resource),
+                Some(mode),
+                Some(label),
+                Some(when_tainted),
+                Some(when_clean),
+            ) = (tool, res, mode, label, when_tainted, when_clean)
             {
                 let line = src.line_of(whole.start.min(text.len()));
                 let key = format!("{tool}\0{resource}\0{mode:?}");
@@ -598,6 +757,7 @@ impl Policy {
                     mode,
                     label,
                     when_tainted,
+                    when_clean,
                 });
             }
         }
@@ -607,11 +767,22 @@ impl Policy {
             let d = d.get_ref();
             let tool = tool_match(&src, &d.tool, &rule, &mut errors);
             // A deny of / is allowed (it refuses everything); only grants of / are invalid.
-            let res = match (&d.path, &d.host) {
-                (Some(p), None) => match normalize(Path::new(p.get_ref())) {
-                    Ok(path) => Some(ResourceRule::Path(path)),
+            let res = match (&d.path, &d.host, &d.name) {
+                (None, None, Some(n)) => match NamePattern::parse(n.get_ref()) {
+                    Ok(name) => Some(ResourceRule::Name(name)),
                     Err(e) => {
-                        errors.push(src.error(p.span(), &format!("{rule}.path"), e.to_string()));
+                        errors.push(src.error(n.span(), &format!("{rule}.name"), e));
+                        None
+                    }
+                },
+                (_, _, Some(n)) => {
+                    errors.push(src.error(n.span(), &rule, "give one of path, host or name"));
+                    None
+                }
+                (Some(p), None, None) => match rule_path(p.get_ref()) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        errors.push(src.error(p.span(), &format!("{rule}.path"), e));
                         None
                     }
                 },
@@ -649,6 +820,20 @@ impl Policy {
                     .ok(),
                 None => Some(Label::CLEAN),
             };
+            let workspace = match &e.workspace {
+                Some(w) => match normalize(Path::new(w.get_ref())) {
+                    Ok(p) => Some(Some(p)),
+                    Err(m) => {
+                        errors.push(src.error(
+                            w.span(),
+                            &format!("{rule}.workspace"),
+                            m.to_string(),
+                        ));
+                        None
+                    }
+                },
+                None => Some(None),
+            };
             let expect = one_of(
                 &src,
                 &e.expect,
@@ -656,12 +841,13 @@ impl Policy {
                 &[("allow", Expect::Allow), ("ask", Expect::Ask), ("deny", Expect::Deny)],
                 &mut errors,
             );
-            if let (Some(taint), Some(expect)) = (taint, expect) {
+            if let (Some(taint), Some(expect), Some(workspace)) = (taint, expect, workspace) {
                 policy.examples.push(Example {
                     index,
                     tool: e.tool.get_ref().clone(),
                     resources,
                     taint,
+                    workspace,
                     expect,
                     span,
                 });
@@ -675,7 +861,8 @@ impl Policy {
                     digest: String::new(),
                     resources: ex.resources.clone(),
                 };
-                let (got, why) = match crate::decide(&policy, ex.taint, &call) {
+                let decided = policy.for_workspace(ex.workspace.as_deref());
+                let (got, why) = match crate::decide(&decided, ex.taint, &call) {
                     crate::Decision::Allow(_) => (Expect::Allow, "allowed".to_owned()),
                     crate::Decision::Ask(a) => (Expect::Ask, a.reasons.join("; ")),
                     crate::Decision::Deny(d) => (Expect::Deny, d.message),

@@ -346,3 +346,149 @@ fn own_state_is_refused_and_named() {
     let over: Vec<usize> = p.grants_over_own().iter().map(|(g, _)| g.index).collect();
     assert_eq!(over, vec![0]);
 }
+
+const IN_WORKSPACE: &str = r#"
+[[grant]]
+tool = "*"
+path = "{workspace}"
+mode = "read"
+label = "private/trusted"
+when_tainted = "allow"
+
+[[grant]]
+tool = "fs.write"
+path = "{workspace}"
+mode = "write"
+label = "private/trusted"
+when_clean = "ask"
+
+[[grant]]
+tool = "*"
+path = "{workspace}/secrets"
+mode = "read"
+label = "secret/trusted"
+when_clean = "ask"
+
+[[deny]]
+tool = "*"
+path = "{workspace}/.env"
+
+[[example]]
+tool = "fs.read"
+read = "/home/o/p/.env"
+workspace = "/home/o/p"
+expect = "deny"
+
+[[example]]
+tool = "fs.read"
+read = "/home/o/p/src/main.rs"
+workspace = "/home/o/p"
+expect = "allow"
+"#;
+
+#[test]
+fn workspace_rules_apply_to_the_session_workspace_only() {
+    let template = policy(IN_WORKSPACE);
+    let p = template.for_workspace(Some(Path::new("/home/o/p")));
+    assert_eq!(outcome(&p, "public/trusted", &call("fs.read", vec![read("/home/o/p/a")])), "allow");
+    // Asks at every taint, clean included.
+    assert_eq!(outcome(&p, "public/trusted", &call("fs.write", vec![write("/home/o/p/a")])), "ask");
+    let got = outcome(&p, "public/trusted", &call("fs.read", vec![read("/home/o/p/.env/x")]));
+    assert!(got.starts_with("deny: read /home/o/p/.env/x is refused by deny[0]"), "{got}");
+    // Another session's workspace is not this one's.
+    let got = outcome(&p, "public/trusted", &call("fs.read", vec![read("/home/o/q/a")]));
+    assert!(got.starts_with("deny: no grant covers"), "{got}");
+    // A session with no workspace, and the policy before one is put in, grant nothing.
+    for p in [template.for_workspace(None).into_owned(), template.clone()] {
+        let got = outcome(&p, "public/trusted", &call("fs.read", vec![read("/home/o/p/a")]));
+        assert!(got.starts_with("deny: no grant covers"), "{got}");
+    }
+    // A nested grant that asks always is a denied sub-path of a read of its parent.
+    let Decision::Allow(g) = decide(&p, Label::CLEAN, &call("fs.read", vec![read("/home/o/p")]))
+    else {
+        panic!("the workspace read is allowed")
+    };
+    assert!(g.denied().any(|d| d == Path::new("/home/o/p/secrets")), "{g:?}");
+    // The rules say where they came from.
+    let lines: Vec<String> = template.grants().iter().map(ToString::to_string).collect();
+    assert!(
+        lines[1].ends_with("{workspace}, label private/trusted, when tainted ask, asks always")
+    );
+    assert!(lines[2].contains(" read {workspace}/secrets,"), "{lines:?}");
+}
+
+#[test]
+fn workspace_paths_are_checked_where_they_are_written() {
+    for (path, why) in [
+        ("{workspace}src", "{workspace} is followed by / or ends the path"),
+        ("/home/{workspace}", "{workspace} may only begin a path"),
+        ("{workspace}/../etc", ".."),
+        ("{workspace}/a/{workspace}", "{workspace} may only begin a path"),
+    ] {
+        let text = format!(
+            "[[grant]]\ntool = \"*\"\npath = \"{path}\"\nmode = \"read\"\nlabel = \"public/trusted\"\n"
+        );
+        let err = Policy::parse("p.toml", &text).unwrap_err().to_string();
+        assert!(err.contains("grant[0].path") && err.contains(why), "{path}: {err}");
+    }
+    // Examples are decided in the workspace they name.
+    let wrong = IN_WORKSPACE.replace(
+        "workspace = \"/home/o/p\"\nexpect = \"allow\"",
+        "workspace = \"/home/o/q\"\nexpect = \"allow\"",
+    );
+    let err = Policy::parse("p.toml", &wrong).unwrap_err().to_string();
+    assert!(err.contains("example[1]") && err.contains("no grant covers"), "{err}");
+}
+
+#[test]
+fn name_rules_refuse_a_file_name_anywhere_and_the_grant_carries_them() {
+    let p = policy(bx_broker::EXAMPLE_POLICY);
+    let p = p.for_workspace(Some(Path::new("/home/o/p")));
+    for path in
+        ["/home/o/p/.env", "/home/o/p/a/b/.env", "/home/o/p/.env.local", "/home/o/p/certs/x.pem"]
+    {
+        let got = outcome(&p, "public/trusted", &call("fs.read", vec![read(path)]));
+        assert!(got.starts_with(&format!("deny: read {path} is refused by deny[")), "{got}");
+    }
+    for path in ["/home/o/p/env", "/home/o/p/a.envx", "/home/o/p/pem", "/home/o/p/.environment"] {
+        assert_eq!(outcome(&p, "public/trusted", &call("fs.read", vec![read(path)])), "allow");
+    }
+    // A read of the workspace itself runs, and the runtime refuses those names in it.
+    let Decision::Allow(g) = decide(&p, Label::CLEAN, &call("fs.list", vec![read("/home/o/p")]))
+    else {
+        panic!("the workspace read is allowed")
+    };
+    let refusal = g.denied_prefix(Path::new("/home/o/p/sub/.env")).map(|r| r.to_string());
+    assert_eq!(refusal.as_deref(), Some("a name denied by rule (name .env)"));
+    assert!(g.denied_prefix(Path::new("/home/o/p/sub/notes.md")).is_none());
+    assert!(g.denied_prefix(Path::new("/home/o/p/.git/config")).is_some());
+    // A name is one component with at most one `*`.
+    for bad in ["a/b", "*", "..", "*a*", ""] {
+        let text = format!("[[deny]]\ntool = \"*\"\nname = \"{bad}\"\n");
+        let err = Policy::parse("p.toml", &text).unwrap_err().to_string();
+        assert!(err.contains("deny[0].name"), "{bad}: {err}");
+    }
+    let both = "[[deny]]\ntool = \"*\"\nname = \".env\"\npath = \"/a\"\n";
+    let err = Policy::parse("p.toml", both).unwrap_err().to_string();
+    assert!(err.contains("give one of path, host or name"), "{err}");
+}
+
+#[test]
+fn a_named_host_beats_the_any_name_rule() {
+    let p = policy(
+        "[[grant]]\ntool = \"http.fetch\"\nhost = \"*\"\nmode = \"fetch\"\nlabel = \"public/untrusted\"\nwhen_clean = \"ask\"\n\n\
+         [[grant]]\ntool = \"http.fetch\"\nhost = \"docs.rs\"\nmode = \"fetch\"\nlabel = \"public/untrusted\"\nwhen_tainted = \"allow\"\n",
+    );
+    assert_eq!(
+        outcome(&p, "public/trusted", &call("http.fetch", vec![fetch("https://docs.rs/x")])),
+        "allow"
+    );
+    assert_eq!(
+        outcome(&p, "public/trusted", &call("http.fetch", vec![fetch("https://crates.io/")])),
+        "ask"
+    );
+    // `*` is names only: an address needs its own rule.
+    let got =
+        outcome(&p, "public/trusted", &call("http.fetch", vec![fetch("http://127.0.0.1:8080/")]));
+    assert!(got.starts_with("deny: no grant covers"), "{got}");
+}

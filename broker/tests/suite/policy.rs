@@ -8,16 +8,17 @@ use super::*;
 fn example_policy_parses_and_its_examples_hold() {
     let policy = Policy::parse("example.toml", &read_fixture("policy/example.toml")).unwrap();
     assert_eq!(policy.grants().len(), 3);
-    assert_eq!(policy.denies().len(), 1);
-    assert_eq!(policy.examples().len(), 4);
+    assert_eq!(policy.denies().len(), 8);
+    assert_eq!(policy.examples().len(), 6);
     let g = &policy.grants()[1];
     assert_eq!(
-        (g.mode, g.label, g.when_tainted, &g.resource),
+        (g.mode, g.label, g.when_tainted, g.when_clean, &g.resource),
         (
             Mode::Write,
             parse_label("private/trusted").unwrap(),
             OnTainted::Ask,
-            &ResourceRule::Path("/home/owner/notes/inbox".into())
+            OnTainted::Ask,
+            &ResourceRule::InWorkspace("".into())
         )
     );
 }
@@ -114,12 +115,14 @@ fn grant_and_deny_lines_read_like_the_file() {
         .chain(policy.denies().iter().map(ToString::to_string))
         .collect();
     assert_eq!(
-        lines[..4],
+        lines[..6],
         [
-            "grant[0] (line 17): tool * read /home/owner/notes, label private/trusted, when tainted allow",
-            "grant[1] (line 24): tool fs.write write /home/owner/notes/inbox, label private/trusted, when tainted ask",
-            "grant[2] (line 31): tool http.fetch fetch docs.rs, label public/untrusted, when tainted deny",
-            "deny[0] (line 38): tool * /home/owner/notes/keys",
+            "grant[0] (line 26): tool * read {workspace}, label private/trusted, when tainted allow",
+            "grant[1] (line 33): tool * write {workspace}, label private/trusted, when tainted ask, asks always",
+            "grant[2] (line 41): tool http.fetch fetch *, label public/untrusted, when tainted ask, asks always",
+            "deny[0] (line 49): tool * name .env",
+            "deny[1] (line 53): tool * name .env.*",
+            "deny[2] (line 57): tool * {workspace}/.git/config",
         ]
     );
 }

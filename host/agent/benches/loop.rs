@@ -50,7 +50,7 @@ fn trust(s: &Setup, state: &Path) -> Trust {
 fn one_call(s: &Setup, trust: &Trust, tokio: &tokio::runtime::Runtime) {
     tokio.block_on(async {
         let requested =
-            call::in_place(|| trust.propose("bench", "c", "fs.read", Some(&s.tool), &s.args))
+            call::in_place(|| trust.propose("bench", "c", "fs.read", Some(&s.tool), &s.args, None))
                 .unwrap();
         let Decided::Allowed(allowed) =
             call::in_place(|| requested.decide(&Overlay::default(), None)).unwrap()

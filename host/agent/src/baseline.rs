@@ -22,7 +22,9 @@ impl Baseline {
     /// Reads `core.md` (the state directory's, at `path`). A missing file means no
     /// notes; a file that exists and cannot be read (not a regular file, over 1 MiB,
     /// not UTF-8) is an error: the owner meant something by it.
-    pub fn load(path: &Path) -> Result<Baseline, AgentError> {
+    /// `workspace` is the session's: the prompt names it, and it is fixed for the
+    /// session, so the prompt stays byte for byte the same across its turns.
+    pub fn load(path: &Path, workspace: Option<&Path>) -> Result<Baseline, AgentError> {
         let core = match bx_state::read_own(path, bx_state::MAX_OWN_FILE_BYTES) {
             Ok(Some(bytes)) => {
                 String::from_utf8(bytes).map_err(|e| AgentError::CoreUnreadable {
@@ -39,11 +41,18 @@ impl Baseline {
             }
         };
         let core = core.trim();
-        let system = if core.is_empty() {
-            SYSTEM_PROMPT.to_owned()
-        } else {
-            format!("{SYSTEM_PROMPT}\n\n# The owner's notes (core.md)\n\n{core}")
-        };
+        let mut system = SYSTEM_PROMPT.to_owned();
+        if let Some(ws) = workspace {
+            system.push_str(&format!(
+                "\n\nYou work in the directory {}. Paths in tool arguments may be relative to \
+                 it: \".\" is that directory itself, \"notes/a.md\" a file in it. A path \
+                 with \"..\" is refused.",
+                ws.display()
+            ));
+        }
+        if !core.is_empty() {
+            system.push_str(&format!("\n\n# The owner's notes (core.md)\n\n{core}"));
+        }
         Ok(Baseline { system })
     }
 }
@@ -56,15 +65,18 @@ mod tests {
     fn missing_core_is_empty_and_unreadable_core_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let core = dir.path().join("core.md");
-        assert_eq!(Baseline::load(&core).unwrap().system, SYSTEM_PROMPT);
+        assert_eq!(Baseline::load(&core, None).unwrap().system, SYSTEM_PROMPT);
         std::fs::write(&core, "Prefer short answers.\n").unwrap();
-        assert!(Baseline::load(&core).unwrap().system.ends_with("Prefer short answers."));
+        assert!(Baseline::load(&core, None).unwrap().system.ends_with("Prefer short answers."));
+        let ws = Baseline::load(&core, Some(Path::new("/home/o/p"))).unwrap().system;
+        assert!(ws.contains("You work in the directory /home/o/p."), "{ws}");
+        assert!(ws.ends_with("Prefer short answers."), "{ws}");
         std::fs::write(&core, [0xff, 0xfe]).unwrap();
-        let err = Baseline::load(&core).unwrap_err().to_string();
+        let err = Baseline::load(&core, None).unwrap_err().to_string();
         assert!(err.contains("core-unreadable") && err.contains("not UTF-8"), "{err}");
         std::fs::remove_file(&core).unwrap();
         std::fs::create_dir(&core).unwrap();
-        let err = Baseline::load(&core).unwrap_err().to_string();
+        let err = Baseline::load(&core, None).unwrap_err().to_string();
         assert!(err.contains("core-unreadable"), "{err}");
     }
 }

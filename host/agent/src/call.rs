@@ -7,6 +7,7 @@
 //! and the daemon's one-shot calls all drive this; `bx policy explain` uses
 //! [`Trust::explain`], which decides without recording.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bx_audit::{AuditLog, Entry, MAX_FIELD_BYTES, bounded, sha256_hex};
@@ -22,9 +23,23 @@ use crate::error::AgentError;
 use crate::ledger::Ledger;
 
 /// The resources a call's arguments name, per the tool's own description. An argument
-/// that names a resource must be a string.
+/// that names a resource must be a string. Relative paths are not resolved here (see
+/// [`resolve`]), so the broker refuses them.
 pub fn resources(tool: &LoadedTool, args: &Value) -> Result<Vec<Resource>, String> {
+    resolve(tool, args, None).map(|(resources, _)| resources)
+}
+
+/// The resources a call's arguments name, with every relative path argument joined to
+/// the session's `workspace`, and the arguments as the tool is to get them (those paths
+/// replaced by the joined ones). A relative path with no workspace is refused here, with
+/// its runbook entry; `..` is left in for the broker to refuse.
+pub fn resolve(
+    tool: &LoadedTool,
+    args: &Value,
+    workspace: Option<&Path>,
+) -> Result<(Vec<Resource>, Value), String> {
     let mut out = Vec::new();
+    let mut resolved = args.clone();
     for r in &tool.description().resources {
         let Some(value) = args.get(&r.arg) else { continue };
         let Some(text) = value.as_str() else {
@@ -34,13 +49,48 @@ pub fn resources(tool: &LoadedTool, args: &Value) -> Result<Vec<Resource>, Strin
                 r.arg
             ));
         };
+        let mut path = |text: &str| -> Result<String, String> {
+            let joined = resolve_path(text, workspace)?;
+            if joined != text
+                && let Some(slot) = resolved.get_mut(&r.arg)
+            {
+                *slot = Value::String(joined.clone());
+            }
+            Ok(joined)
+        };
         out.push(match r.kind {
-            ResourceKind::PathRead => Resource::PathRead(text.to_owned()),
-            ResourceKind::PathWrite => Resource::PathWrite(text.to_owned()),
+            ResourceKind::PathRead => Resource::PathRead(path(text)?),
+            ResourceKind::PathWrite => Resource::PathWrite(path(text)?),
             ResourceKind::UrlFetch => Resource::Url(text.to_owned()),
         });
     }
-    Ok(out)
+    Ok((out, resolved))
+}
+
+/// A path argument as the broker is to see it: an absolute one as written, a relative
+/// one joined to `workspace`. `~` is not expanded (the owner's home is not the model's
+/// to name), and a relative path in a session with no workspace is refused.
+pub fn resolve_path(text: &str, workspace: Option<&Path>) -> Result<String, String> {
+    let shown = || bounded(text, 200);
+    if text.starts_with('/') {
+        return Ok(text.to_owned());
+    }
+    if text.is_empty() {
+        return Err("the path is empty; use \".\" for the workspace".into());
+    }
+    if text.starts_with('~') {
+        return Err(format!(
+            "path {:?}: `~` is not expanded; give a path relative to the workspace, or an absolute one",
+            shown()
+        ));
+    }
+    match workspace {
+        Some(ws) => Ok(ws.join(text).display().to_string()),
+        None => Err(format!(
+            "path {:?} is relative and this session has no workspace to resolve it against (see docs/runbook.md#no-workspace)",
+            shown()
+        )),
+    }
 }
 
 /// How `policy` decides `tool` with `args` at `taint`, without recording anything: the
@@ -50,14 +100,16 @@ pub fn explain(
     taint: Label,
     tool: &LoadedTool,
     args: &Value,
+    workspace: Option<&Path>,
 ) -> Result<(Vec<Resource>, Decision), String> {
-    let resources = resources(tool, args)?;
+    let (resources, _) = resolve(tool, args, workspace)?;
     let request = CallRequest {
         tool: tool.description().name.clone(),
         digest: tool.digest().to_owned(),
         resources: resources.clone(),
     };
-    Ok((resources, bx_broker::decide(policy, taint, &request)))
+    let policy = policy.for_workspace(workspace);
+    Ok((resources, bx_broker::decide(&policy, taint, &request)))
 }
 
 /// Grants the owner adds by hand on top of the policy for one call (`bx tool run
@@ -172,7 +224,9 @@ impl Trust {
     }
 
     /// A proposed call: its request goes on the log (on disk) before anything is decided,
-    /// whatever is wrong with it. `tool` is the installed tool of that name, if any.
+    /// whatever is wrong with it. `tool` is the installed tool of that name, if any;
+    /// relative paths in `args` resolve against `workspace` (the session's). The record
+    /// keeps the arguments as written and the resources as decided.
     pub fn propose<'t>(
         &'t self,
         session: &str,
@@ -180,11 +234,13 @@ impl Trust {
         name: &str,
         tool: Option<&'t LoadedTool>,
         args: &Value,
+        workspace: Option<&Path>,
     ) -> Result<Requested<'t>, AgentError> {
         let args_text = args.to_string();
-        let resources = match tool {
-            Some(t) => resources(t, args),
-            None => Ok(Vec::new()),
+        let (resources, run_args) = match tool.map(|t| resolve(t, args, workspace)) {
+            Some(Ok((resources, resolved))) => (Ok(resources), resolved.to_string()),
+            Some(Err(why)) => (Err(why), args_text.clone()),
+            None => (Ok(Vec::new()), args_text.clone()),
         };
         let listed =
             resources.as_deref().unwrap_or_default().iter().map(ToString::to_string).collect();
@@ -198,8 +254,9 @@ impl Trust {
             call: call.to_owned(),
             name: name.to_owned(),
             tool,
-            args: args_text,
+            args: run_args,
             resources,
+            workspace: workspace.map(Path::to_path_buf),
         })
     }
 
@@ -234,8 +291,11 @@ pub struct Requested<'t> {
     call: String,
     name: String,
     tool: Option<&'t LoadedTool>,
+    /// The arguments the tool runs with (relative paths resolved), JSON text.
     args: String,
     resources: Result<Vec<Resource>, String>,
+    /// The session's workspace, for the policy's `{workspace}` rules.
+    workspace: Option<std::path::PathBuf>,
 }
 
 /// Where a call stands once decided.
@@ -281,7 +341,7 @@ impl<'t> Requested<'t> {
         &self.call
     }
 
-    /// The arguments as JSON text.
+    /// The arguments the call runs with, relative paths resolved, as JSON text.
     pub fn args(&self) -> &str {
         &self.args
     }
@@ -319,6 +379,7 @@ impl<'t> Requested<'t> {
                         digest: tool.digest().to_owned(),
                         resources: resources.clone(),
                     };
+                    let policy = policy.for_workspace(self.workspace.as_deref());
                     let decision = bx_broker::decide(&policy, taint, &request);
                     trust.decision(&self.session, &self.call, &decision, taint)?;
                     return Ok(match decision {
@@ -369,7 +430,10 @@ impl<'t> Asking<'t> {
         let taint =
             trust.ledger.taint(&trust.audit, &r.session, Some(&r.call))?.join(self.ask.taint);
         let decision = match trust.policy_with(&self.overlay) {
-            Ok(policy) => bx_broker::redecide(&policy, taint, &self.ask, answer),
+            Ok(policy) => {
+                let policy = policy.for_workspace(r.workspace.as_deref());
+                bx_broker::redecide(&policy, taint, &self.ask, answer)
+            }
             Err(why) => Decision::Deny(DenyReason { message: why }),
         };
         let (name, reason) = match answer {

@@ -41,6 +41,19 @@ pub enum AgentError {
     /// A turn limit was reached.
     #[error("turn limit reached: {0} (see docs/runbook.md#turn-limit)")]
     Limit(String),
+    /// The model proposed a call that was already refused in this turn.
+    #[error(
+        "the model proposed {0} again after it was refused in this turn; the turn ends here (see docs/runbook.md#repeated-refusal)"
+    )]
+    RepeatedRefusal(String),
+    /// The workspace a client named cannot be one.
+    #[error("workspace {path:?}: {why} (see docs/runbook.md#workspace)")]
+    BadWorkspace {
+        /// The path as given (bounded).
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The owner (or the daemon's shutdown) cancelled the turn.
     #[error("turn cancelled: {0}")]
     Cancelled(String),
@@ -69,6 +82,8 @@ impl AgentError {
             AgentError::CoreUnreadable { .. } => ErrorCode::CoreUnreadable,
             AgentError::Audit(_) => ErrorCode::AuditUnavailable,
             AgentError::Limit(_) => ErrorCode::TurnLimit,
+            AgentError::RepeatedRefusal(_) => ErrorCode::RepeatedRefusal,
+            AgentError::BadWorkspace { .. } => ErrorCode::BadWorkspace,
             AgentError::Cancelled(_) => ErrorCode::Cancelled,
             AgentError::Inference(bx_infer::InferError::Unreachable { .. }) => {
                 ErrorCode::InferenceUnreachable
@@ -96,6 +111,8 @@ impl AgentError {
             ErrorCode::InferenceFailed => "docs/runbook.md#inference-failed",
             ErrorCode::DaemonBusy => "docs/runbook.md#daemon-busy",
             ErrorCode::NoModel => "docs/runbook.md#no-model",
+            ErrorCode::RepeatedRefusal => "docs/runbook.md#repeated-refusal",
+            ErrorCode::BadWorkspace => "docs/runbook.md#workspace",
             ErrorCode::BadRequest | ErrorCode::Internal => "docs/runbook.md#internal-error",
         }
     }

@@ -7,7 +7,7 @@
 //! because its file went away.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bx_audit::{AuditLog, Entry, Session};
@@ -17,11 +17,17 @@ use bx_state::{SessionState, Sessions};
 use crate::error::AgentError;
 
 /// What the log says of one session.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 struct Known {
     /// The join of the labels of its results (and of anything raised since).
     taint: Label,
+    /// Its workspace, from the `workspace` record made when it was created; fixed for
+    /// the session's life.
+    workspace: Option<PathBuf>,
 }
+
+/// The session event that records a session's workspace.
+pub(crate) const WORKSPACE_EVENT: &str = "workspace";
 
 /// The taint of every session, as this writer knows it.
 #[derive(Debug)]
@@ -40,12 +46,15 @@ fn scan(audit_dir: &Path) -> Result<HashMap<String, Known>, AgentError> {
     let mut known: HashMap<String, Known> = HashMap::new();
     bx_audit::for_each_entry(audit_dir, |_, entry| {
         let Some(session) = entry.session() else { return };
-        let label = match &entry {
-            Entry::Result(r) => result_label(&r.label),
-            _ => Label::CLEAN,
-        };
-        let k = known.entry(session.to_owned()).or_insert(Known { taint: Label::CLEAN });
-        k.taint = k.taint.join(label);
+        let k = known.entry(session.to_owned()).or_default();
+        match &entry {
+            Entry::Result(r) => k.taint = k.taint.join(result_label(&r.label)),
+            // The first one holds: a session's workspace never moves.
+            Entry::Session(s) if s.event == WORKSPACE_EVENT && k.workspace.is_none() => {
+                k.workspace = Some(PathBuf::from(&s.detail));
+            }
+            _ => {}
+        }
     })?;
     Ok(known)
 }
@@ -103,8 +112,8 @@ impl Ledger {
         call: Option<&str>,
     ) -> Result<(Label, Option<String>), AgentError> {
         let mut known = self.lock();
-        let in_log = known.get(session).copied();
-        let logged = in_log.map_or(Label::CLEAN, |k| k.taint);
+        let in_log = known.get(session).map(|k| k.taint);
+        let logged = in_log.unwrap_or(Label::CLEAN);
         let record = |event: &str, detail: String, taint: Label| {
             log.append(&Entry::Session(Session {
                 session: session.to_owned(),
@@ -149,7 +158,7 @@ impl Ledger {
             }
             None => logged.join(state.taint),
         };
-        known.insert(session.to_owned(), Known { taint });
+        known.entry(session.to_owned()).or_default().taint = taint;
         Ok((taint, note))
     }
 
@@ -165,7 +174,7 @@ impl Ledger {
         if taint != state.taint || !self.files.has_state(session) {
             self.files.put(session, &SessionState { taint, slot: state.slot })?;
         }
-        known.insert(session.to_owned(), Known { taint });
+        known.entry(session.to_owned()).or_default().taint = taint;
         Ok(taint)
     }
 
@@ -199,8 +208,41 @@ impl Ledger {
         }))?;
         let slot = if self.files.has_state(session) { state.slot } else { None };
         self.files.put(session, &SessionState { taint, slot })?;
-        known.insert(session.to_owned(), Known { taint });
+        known.entry(session.to_owned()).or_default().taint = taint;
         Ok((taint, results))
+    }
+
+    /// The session's workspace, as the log records it (`None` for a session that has
+    /// none: one made before workspaces, or by a client that named none).
+    pub fn workspace_of(&self, session: &str) -> Option<PathBuf> {
+        self.lock().get(session).and_then(|k| k.workspace.clone())
+    }
+
+    /// The session's workspace: the one recorded when it was created, else `requested`,
+    /// which is then recorded on `log` (and so fixed for the session's life). The second
+    /// value is true when `requested` names another directory than the one that holds.
+    /// `requested` must be [valid](crate::check_workspace).
+    pub fn workspace(
+        &self,
+        log: &AuditLog,
+        session: &str,
+        requested: Option<&Path>,
+    ) -> Result<(Option<PathBuf>, bool), AgentError> {
+        let mut known = self.lock();
+        if let Some(held) = known.get(session).and_then(|k| k.workspace.clone()) {
+            let moved = requested.is_some_and(|r| r != held);
+            return Ok((Some(held), moved));
+        }
+        let Some(requested) = requested else { return Ok((None, false)) };
+        log.append(&Entry::Session(Session {
+            session: session.to_owned(),
+            call: None,
+            event: WORKSPACE_EVENT.to_owned(),
+            detail: requested.display().to_string(),
+            taint: None,
+        }))?;
+        known.entry(session.to_owned()).or_default().workspace = Some(requested.to_path_buf());
+        Ok((Some(requested.to_path_buf()), false))
     }
 
     /// Remembers the inference slot the session is on (its prompt cache), keeping its

@@ -20,4 +20,4 @@ pub use error::AgentError;
 pub use ledger::Ledger;
 pub use toolset::Toolset;
 pub use transcript::Transcript;
-pub use turn::{Agent, AgentParts, Events};
+pub use turn::{Agent, AgentParts, Events, check_workspace};

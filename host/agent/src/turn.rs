@@ -2,9 +2,10 @@
 //! runtime → labelled result → audit → back to the model, until the model answers
 //! without a call or a limit ends it. One turn per session at a time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -179,11 +180,13 @@ impl Agent {
     /// Runs one turn of `session` with the owner's `text`, sending events to `events`,
     /// and returns the turn's token counts. Ends with `TurnDone` on success; on error
     /// the caller reports the error. `require_tool` makes the model's first reply a call.
+    /// `workspace` is the client's directory, which a session takes when it is created.
     pub async fn turn(
         self: &Arc<Self>,
         session: &str,
         text: &str,
         require_tool: bool,
+        workspace: Option<&str>,
         events: &Events,
     ) -> Result<TurnUsage, AgentError> {
         if !valid_session_id(session) {
@@ -200,7 +203,10 @@ impl Agent {
         let _busy = Busy { agent: self, session: session.to_owned() };
         let limit = Duration::from_secs(self.parts.limits.max_turn_secs.get());
         let result = tokio::select! {
-            r = tokio::time::timeout(limit, self.run_turn(session, text, require_tool, events)) => {
+            r = tokio::time::timeout(
+                limit,
+                self.run_turn(session, text, require_tool, workspace, events),
+            ) => {
                 r.unwrap_or_else(|_| Err(AgentError::Limit(format!(
                     "the turn ran for its {} s", limit.as_secs()
                 ))))
@@ -213,18 +219,35 @@ impl Agent {
         result
     }
 
+    /// The session's workspace: the one it was created with, else `requested` (checked
+    /// by [`check_workspace`]), recorded now and fixed from here on.
+    pub fn workspace(
+        &self,
+        session: &str,
+        requested: Option<&str>,
+    ) -> Result<Option<PathBuf>, AgentError> {
+        let requested = requested.map(check_workspace).transpose()?;
+        let trust = &self.trust;
+        let (workspace, _) = call::in_place(|| {
+            trust.ledger().workspace(trust.audit(), session, requested.as_deref())
+        })?;
+        Ok(workspace)
+    }
+
     async fn run_turn(
         self: &Arc<Self>,
         session: &str,
         text: &str,
         require_tool: bool,
+        workspace: Option<&str>,
         events: &Events,
     ) -> Result<TurnUsage, AgentError> {
         self.trust.available()?;
         let Some(client) = &self.parts.client else {
             return Err(AgentError::NoModel);
         };
-        let baseline = Baseline::load(&self.parts.state.core_file())?;
+        let workspace = self.workspace(session, workspace)?;
+        let baseline = Baseline::load(&self.parts.state.core_file(), workspace.as_deref())?;
         let toolset = self.toolset()?;
         let mut transcript = Transcript::open(&self.trust.ledger().files().transcript(session))?;
         transcript.close_dangling_calls()?;
@@ -233,6 +256,8 @@ impl Agent {
         let mut usage = TurnUsage { prompt: 0, cached: 0, completion: 0 };
         let mut calls_run = 0;
         let mut first = true;
+        // The calls refused in this turn, by tool and arguments: one proposed again ends it.
+        let mut refused: HashSet<(String, String)> = HashSet::new();
         // Once per turn, not per request: the slot does not change within a daemon's life.
         self.remember_slot(session);
         loop {
@@ -305,8 +330,21 @@ impl Agent {
                 if !over_limit {
                     calls_run += 1;
                 }
-                let content = self.call_tool(session, &toolset, call, over_limit, events).await?;
+                let key = (call.name.clone(), call.arguments.to_string());
+                let again = refused.contains(&key);
+                let ctx = CallContext { workspace: workspace.as_deref(), over_limit, again };
+                let (content, denied) =
+                    self.call_tool(session, &toolset, call, ctx, events).await?;
                 transcript.append(&[Message::Tool { tool_call_id: call.id.clone(), content }])?;
+                if again {
+                    return Err(AgentError::RepeatedRefusal(format!(
+                        "{} with the same arguments",
+                        bx_audit::bounded(&call.name, 200)
+                    )));
+                }
+                if denied {
+                    refused.insert(key);
+                }
             }
             if over {
                 return Err(AgentError::Limit(format!(
@@ -415,18 +453,22 @@ impl Agent {
         name: &str,
         args: &str,
         overlay: &Overlay,
+        workspace: Option<&str>,
         events: &Events,
     ) -> Result<Body, AgentError> {
         if !valid_session_id(session) {
             return Err(AgentError::BadSession(session.to_owned()));
         }
         self.trust.available()?;
+        let workspace = self.workspace(session, workspace)?;
         let id = format!("c{:x}-{}", now_ms(), self.calls.fetch_add(1, Ordering::Relaxed));
         let toolset = self.toolset()?;
         let tool = toolset.get(name);
         let (value, refusal) = call::parse_args(args);
         let trust = &self.trust;
-        let requested = call::in_place(|| trust.propose(session, &id, name, tool, &value))?;
+        let requested = call::in_place(|| {
+            trust.propose(session, &id, name, tool, &value, workspace.as_deref())
+        })?;
         let _ = events.send(Body::ToolCallProposed {
             session: session.to_owned(),
             call: id.clone(),
@@ -468,22 +510,24 @@ impl Agent {
         Ok(Body::Rebuilt { session: session.to_owned(), taint: taint.to_string(), results })
     }
 
-    /// One proposed call through the whole trust path; returns what the model is told.
-    /// Only a log that cannot record ends the turn (nothing may run unrecorded).
+    /// One proposed call through the whole trust path; returns what the model is told,
+    /// and whether the call was refused. Only a log that cannot record ends the turn
+    /// (nothing may run unrecorded).
     async fn call_tool(
         self: &Arc<Self>,
         session: &str,
         toolset: &Arc<Toolset>,
         call: &ToolCall,
-        over_limit: bool,
+        ctx: CallContext<'_>,
         events: &Events,
-    ) -> Result<String, AgentError> {
+    ) -> Result<(String, bool), AgentError> {
         let id = format!("t{:x}-{}", now_ms(), self.calls.fetch_add(1, Ordering::Relaxed));
         let tool = toolset.get(&call.name);
         let trust = &self.trust;
         // The request is on disk before the client hears of the call.
-        let requested =
-            call::in_place(|| trust.propose(session, &id, &call.name, tool, &call.arguments))?;
+        let requested = call::in_place(|| {
+            trust.propose(session, &id, &call.name, tool, &call.arguments, ctx.workspace)
+        })?;
         let _ = events.send(Body::ToolCallProposed {
             session: session.to_owned(),
             call: id.clone(),
@@ -498,21 +542,73 @@ impl Agent {
             });
             format!("refused: {reason}. The call did not run; do not repeat it unchanged.")
         };
-        let refusal = over_limit.then(|| {
-            format!(
-                "the limit of {} tool calls per turn is reached (see docs/runbook.md#turn-limit)",
-                self.parts.limits.max_tool_calls
+        let refusal = if ctx.again {
+            Some(
+                "the same call was refused earlier in this turn (see docs/runbook.md#repeated-refusal)"
+                    .to_owned(),
             )
-        });
+        } else {
+            ctx.over_limit.then(|| {
+                format!(
+                    "the limit of {} tool calls per turn is reached (see docs/runbook.md#turn-limit)",
+                    self.parts.limits.max_tool_calls
+                )
+            })
+        };
         let decided = call::in_place(|| requested.decide(&Overlay::default(), refusal))?;
         let finished = match self.settle(session, &id, decided, events).await? {
             Ok(finished) => finished,
-            Err(refused) => return Ok(denied(refused.reason)),
+            Err(refused) => return Ok((denied(refused.reason), true)),
         };
         if let Err(RunError::Limit { .. }) = &finished.outcome {
             // A limit hit is the owner's business too: the runbook says what to change.
-            return Ok(format!("{} (see docs/runbook.md#tool-limit)", finished.for_model));
+            let text = format!("{} (see docs/runbook.md#tool-limit)", finished.for_model);
+            return Ok((text, false));
         }
-        Ok(finished.for_model)
+        Ok((finished.for_model, false))
+    }
+}
+
+/// How one proposed call of a turn is to be taken.
+#[derive(Debug, Clone, Copy)]
+struct CallContext<'a> {
+    /// The session's workspace.
+    workspace: Option<&'a Path>,
+    /// The turn's tool-call limit is reached: refused.
+    over_limit: bool,
+    /// The same call was refused earlier in the turn: refused, and the turn ends.
+    again: bool,
+}
+
+/// The longest workspace path accepted (Linux's `PATH_MAX`).
+const MAX_WORKSPACE_BYTES: usize = 4096;
+
+/// Checks a workspace a client names: an absolute path, as it resolves on disk (no
+/// symlink in it, no `.` or `..`), to a directory other than `/`, of at most 4 KiB.
+/// The client resolves its directory before it sends it; the daemon checks that it
+/// did, so the policy's `{workspace}` rules match the paths the runtime opens.
+pub fn check_workspace(text: &str) -> Result<PathBuf, AgentError> {
+    let bad = |why: &str| AgentError::BadWorkspace {
+        path: bx_audit::bounded(text, 200),
+        why: why.to_owned(),
+    };
+    if text.len() > MAX_WORKSPACE_BYTES {
+        return Err(bad("longer than 4096 bytes"));
+    }
+    let path = Path::new(text);
+    if !path.is_absolute() {
+        return Err(bad("not an absolute path"));
+    }
+    if path == Path::new("/") {
+        return Err(bad("the root directory cannot be a workspace; name a project directory"));
+    }
+    match std::fs::canonicalize(path) {
+        Ok(real) if real != path => Err(bad(&format!(
+            "not as it resolves on disk ({}); name the resolved path",
+            bx_audit::bounded(&real.display().to_string(), 200)
+        ))),
+        Ok(real) if !real.is_dir() => Err(bad("not a directory")),
+        Ok(real) => Ok(real),
+        Err(e) => Err(bad(&format!("cannot be resolved: {e}"))),
     }
 }

@@ -169,17 +169,18 @@ pub(crate) async fn handle(
             continue;
         }
         match envelope.msg {
-            Body::Send { session, text, require_tool } => {
+            Body::Send { session, text, require_tool, workspace } => {
                 let (agent, out, busy) = (Arc::clone(&agent), out.clone(), ticket.busy());
                 turns.spawn(async move {
-                    turn(agent, out, id, session, text, require_tool).await;
+                    turn(agent, out, id, session, text, require_tool, workspace).await;
                     drop(busy);
                 });
             }
-            Body::RunTool { session, tool, args, overlay } => {
+            Body::RunTool { session, tool, args, overlay, workspace } => {
                 let (agent, out, busy) = (Arc::clone(&agent), out.clone(), ticket.busy());
+                let call = ByHand { session, tool, args, overlay, workspace };
                 turns.spawn(async move {
-                    run_tool(agent, out, id, session, tool, args, overlay).await;
+                    run_tool(agent, out, id, call).await;
                     drop(busy);
                 });
             }
@@ -291,9 +292,11 @@ async fn turn(
     session: String,
     text: String,
     require_tool: bool,
+    workspace: Option<String>,
 ) {
     let (events, forward) = forwarder(&out, id);
-    let result = unwinding(agent.turn(&session, &text, require_tool, &events)).await;
+    let result =
+        unwinding(agent.turn(&session, &text, require_tool, workspace.as_deref(), &events)).await;
     drop(events);
     let _ = forward.await;
     match result {
@@ -323,15 +326,17 @@ async fn unwinding<T>(f: impl std::future::Future<Output = T>) -> Result<T, Body
     })
 }
 
-async fn run_tool(
-    agent: Arc<Agent>,
-    out: Out,
-    id: u64,
+/// A `run_tool` request's fields.
+struct ByHand {
     session: String,
     tool: String,
     args: String,
     overlay: bx_protocol::Overlay,
-) {
+    workspace: Option<String>,
+}
+
+async fn run_tool(agent: Arc<Agent>, out: Out, id: u64, call: ByHand) {
+    let ByHand { session, tool, args, overlay, workspace } = call;
     let (events, forward) = forwarder(&out, id);
     let overlay = Overlay {
         read: overlay.read,
@@ -339,7 +344,9 @@ async fn run_tool(
         hosts: overlay.hosts,
         deny: overlay.deny,
     };
-    let result = unwinding(agent.run_tool(&session, &tool, &args, &overlay, &events)).await;
+    let result =
+        unwinding(agent.run_tool(&session, &tool, &args, &overlay, workspace.as_deref(), &events))
+            .await;
     drop(events);
     let _ = forward.await;
     match result {
@@ -364,6 +371,11 @@ fn sessions(agent: &Agent) -> Body {
                     SessionSummary {
                         busy: agent.is_busy(&id),
                         taint: taint.to_string(),
+                        workspace: agent
+                            .trust()
+                            .ledger()
+                            .workspace_of(&id)
+                            .map(|w| w.display().to_string()),
                         session: id,
                     }
                 })

@@ -60,6 +60,10 @@ pub enum ErrorCode {
     DaemonBusy,
     /// No model server is configured: tools work, turns do not.
     NoModel,
+    /// The model proposed a call again after it was refused in the same turn.
+    RepeatedRefusal,
+    /// The workspace a client named cannot be one (not an absolute, real directory).
+    BadWorkspace,
     /// The request was malformed.
     BadRequest,
     /// Anything else.
@@ -92,6 +96,9 @@ pub struct SessionSummary {
     pub taint: String,
     /// Whether a turn is running.
     pub busy: bool,
+    /// The directory it works in, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// An installed tool, for listings.
@@ -173,6 +180,11 @@ pub enum Body {
         text: String,
         /// The model's first reply must be a tool call.
         require_tool: bool,
+        /// The directory the session works in, for a session this creates: relative
+        /// paths in its calls resolve against it. A session keeps the one it was
+        /// created with.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace: Option<String>,
     },
     /// Cancel the session's running turn.
     Cancel {
@@ -207,6 +219,9 @@ pub enum Body {
         args: String,
         /// Grants added by hand on top of the policy.
         overlay: Overlay,
+        /// The session's workspace, as for [`Body::Send`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace: Option<String>,
     },
     /// Recompute a session's taint from the audit log (`bx session rebuild`).
     RebuildSession {

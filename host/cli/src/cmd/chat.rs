@@ -6,6 +6,7 @@
 use std::io::{BufRead as _, Write as _};
 use std::sync::mpsc;
 
+use anyhow::Context as _;
 use bx_protocol::{Answer, Body, Envelope, ErrorCode};
 use bx_state::StateDir;
 use clap::Args;
@@ -30,6 +31,59 @@ pub(crate) struct ChatArgs {
     /// Make the model's first reply a tool call.
     #[arg(long)]
     require_tool: bool,
+    /// The directory the session works in (default: this one). Relative paths in the
+    /// model's calls resolve against it, and the policy's `{workspace}` names it. A
+    /// session keeps the workspace it was created with.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<std::path::PathBuf>,
+}
+
+/// The workspace a client asks for: `given`, else the current directory, as it resolves
+/// on disk (the daemon refuses one that does not).
+pub(crate) fn workspace(given: Option<&std::path::Path>) -> anyhow::Result<String> {
+    let dir = match given {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir().context("the current directory")?,
+    };
+    let real = std::fs::canonicalize(&dir)
+        .with_context(|| format!("workspace {} (see docs/runbook.md#workspace)", dir.display()))?;
+    real.into_os_string().into_string().map_err(|p| {
+        anyhow::anyhow!(
+            "workspace {}: not UTF-8 (see docs/runbook.md#workspace)",
+            std::path::Path::new(&p).display()
+        )
+    })
+}
+
+/// The workspace the session will have: its own when it has one. A `--workspace` that
+/// names another is an error; the current directory differing is only a note.
+fn settle_workspace(conn: &mut Conn, args: &ChatArgs, asked: &str) -> anyhow::Result<String> {
+    let held = match conn.request(Body::ListSessions {})? {
+        Body::Sessions { items } => {
+            items.into_iter().find(|s| s.session == args.session).and_then(|s| s.workspace)
+        }
+        _ => None,
+    };
+    match held {
+        Some(held) if held != asked => {
+            if args.workspace.is_some() {
+                anyhow::bail!(
+                    "session {} works in {}, fixed when it was created; talk in another --session to work in {} (see docs/runbook.md#workspace)",
+                    term::one_line(&args.session),
+                    term::one_line(&held),
+                    term::one_line(asked)
+                );
+            }
+            eprintln!(
+                "bx: session {} works in {} (fixed when it was created); --session NAME starts one here",
+                term::one_line(&args.session),
+                term::one_line(&held)
+            );
+            Ok(held)
+        }
+        Some(held) => Ok(held),
+        None => Ok(asked.to_owned()),
+    }
 }
 
 enum Input {
@@ -55,7 +109,9 @@ fn read_into(conn: &Conn, generation: u64, tx: mpsc::Sender<Input>) -> anyhow::R
 }
 
 pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
-    let conn = Conn::connect_or_start(state)?;
+    let asked = workspace(args.workspace.as_deref())?;
+    let mut conn = Conn::connect_or_start(state)?;
+    let shown = settle_workspace(&mut conn, args, &asked)?;
     let (tx, rx) = mpsc::channel::<Input>();
     read_into(&conn, 1, tx.clone())?;
     {
@@ -76,14 +132,24 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
             let _ = tx.send(Input::Interrupt);
         })?;
     }
-    let mut chat = Chat { state, conn: Some(conn), generation: 1, tx, rx, args, stdin_open: true };
+    let mut chat = Chat {
+        state,
+        conn: Some(conn),
+        generation: 1,
+        tx,
+        rx,
+        args,
+        workspace: asked,
+        stdin_open: true,
+    };
     if let Some(text) = &args.say {
         return chat.turn(text);
     }
     eprintln!(
-        "bx chat: session {} ({}; Ctrl-C cancels a turn, Ctrl-D leaves; approve a call by typing its id, or `bx approve ID` from another terminal)",
+        "bx chat: session {} in {} (state {}). Ctrl-D leaves, Ctrl-C cancels a turn; approve a call by typing its id, or `bx approve ID` from another terminal.",
         term::one_line(&args.session),
-        state.root().display()
+        term::one_line(&shown),
+        term::one_line(&state.root().display().to_string())
     );
     loop {
         if !chat.stdin_open {
@@ -117,6 +183,8 @@ struct Chat<'a> {
     tx: mpsc::Sender<Input>,
     rx: mpsc::Receiver<Input>,
     args: &'a ChatArgs,
+    /// The workspace sent with each message (a session created by it takes it).
+    workspace: String,
     stdin_open: bool,
 }
 
@@ -145,10 +213,12 @@ impl Chat<'_> {
     fn turn(&mut self, text: &str) -> anyhow::Result<u8> {
         let session = self.args.session.clone();
         let require_tool = self.args.require_tool;
+        let workspace = Some(self.workspace.clone());
         let id = self.conn()?.send(Body::Send {
             session: session.clone(),
             text: text.to_owned(),
             require_tool,
+            workspace,
         })?;
         let generation = self.generation;
         let mut approval: Option<String> = None;
@@ -214,7 +284,9 @@ impl Chat<'_> {
                         next_step(code)
                     );
                     return Ok(match code {
-                        ErrorCode::TurnLimit | ErrorCode::Cancelled => EXIT_TURN,
+                        ErrorCode::TurnLimit
+                        | ErrorCode::Cancelled
+                        | ErrorCode::RepeatedRefusal => EXIT_TURN,
                         ErrorCode::AuditUnavailable
                         | ErrorCode::NoModel
                         | ErrorCode::PolicyInvalid
@@ -225,6 +297,7 @@ impl Chat<'_> {
                         ErrorCode::SessionDamaged
                         | ErrorCode::CoreUnreadable
                         | ErrorCode::InferenceFailed
+                        | ErrorCode::BadWorkspace
                         | ErrorCode::BadRequest
                         | ErrorCode::Internal => EXIT_ERROR,
                     });
@@ -289,6 +362,12 @@ fn next_step(code: ErrorCode) -> &'static str {
     match code {
         ErrorCode::TurnLimit => "\n    next: rephrase, or raise the [loop] limit in config.toml",
         ErrorCode::Cancelled => "\n    next: send the next message",
+        ErrorCode::RepeatedRefusal => {
+            "\n    next: say what to do differently, or grant what the call needed (`bx policy explain`)"
+        }
+        ErrorCode::BadWorkspace => {
+            "\n    next: start bx chat in a project directory, or pass --workspace DIR"
+        }
         ErrorCode::InferenceUnreachable | ErrorCode::InferenceFailed => {
             "\n    next: `bx doctor` checks the model server; the chat goes on"
         }

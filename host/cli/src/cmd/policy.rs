@@ -96,14 +96,40 @@ fn explain(state: &StateDir, tool_name: &str, args: &str, session: &str) -> anyh
     let files = bx_state::Sessions::open(&state.sessions_dir())?;
     let ledger = bx_agent::Ledger::open(files, &state.audit_dir(&config))?;
     let (taint, damage) = ledger.peek(session)?;
+    let workspace = ledger.workspace_of(session);
     let (resources, decision) =
-        bx_agent::call::explain(&policy, taint, &tool, &call_args).map_err(anyhow::Error::msg)?;
+        bx_agent::call::explain(&policy, taint, &tool, &call_args, workspace.as_deref())
+            .map_err(anyhow::Error::msg)?;
     println!("tool:     {} {}", term::one_line(tool_name), tool.digest());
     println!(
         "session:  {}, taint {taint}{}",
         term::one_line(session),
         damage.map(|d| format!(" ({})", term::one_line(&d))).unwrap_or_default()
     );
+    let in_workspace = policy.for_workspace(workspace.as_deref());
+    match &workspace {
+        Some(w) => {
+            println!("workspace: {}", term::one_line(&w.display().to_string()));
+            // What each `{workspace}` rule stands for in this session.
+            let grants = policy.grants().iter().zip(in_workspace.grants());
+            let grants =
+                grants.map(|(r, a)| (format!("grant[{}]", r.index), &r.resource, &a.resource));
+            let denies = policy.denies().iter().zip(in_workspace.denies());
+            let denies =
+                denies.map(|(r, a)| (format!("deny[{}]", r.index), &r.resource, &a.resource));
+            for (name, rule, applied) in grants.chain(denies) {
+                if rule != applied {
+                    println!("  {name} {rule} = {}", term::one_line(&applied.to_string()));
+                }
+            }
+        }
+        None if policy.grants().len() != in_workspace.grants().len()
+            || policy.denies().len() != in_workspace.denies().len() =>
+        {
+            println!("workspace: none, so the {{workspace}} rules apply to nothing");
+        }
+        None => {}
+    }
     println!("resources:");
     for r in &resources {
         println!("  {}", term::one_line(&r.to_string()));

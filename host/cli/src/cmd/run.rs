@@ -57,6 +57,10 @@ pub(crate) struct RunArgs {
     /// Seconds an approval waits for an answer before it is refused.
     #[arg(long, default_value_t = DEFAULT_APPROVAL_SECS, value_name = "SECS")]
     approval_timeout: u64,
+    /// The session's workspace, for a session this creates: relative paths in the
+    /// arguments resolve against it (without one they are refused).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
 }
 
 fn absolute(path: &Path) -> anyhow::Result<String> {
@@ -130,14 +134,21 @@ pub(crate) fn run(state: &StateDir, args: &RunArgs) -> anyhow::Result<u8> {
     let overlay = overlay(args)?;
     // Catch a bad flag here, before anything is recorded.
     overlay.apply(&bx_broker::Policy::empty()).map_err(anyhow::Error::msg)?;
+    let workspace =
+        args.workspace.as_deref().map(|d| super::chat::workspace(Some(d))).transpose()?;
     match Conn::connect(state) {
-        Ok(conn) => via_daemon(conn, args, &overlay),
-        Err(_) => here(state, args, &overlay),
+        Ok(conn) => via_daemon(conn, args, &overlay, workspace),
+        Err(_) => here(state, args, &overlay, workspace.as_deref()),
     }
 }
 
 /// The call through the running daemon, the log's one writer.
-fn via_daemon(mut conn: Conn, args: &RunArgs, overlay: &Overlay) -> anyhow::Result<u8> {
+fn via_daemon(
+    mut conn: Conn,
+    args: &RunArgs,
+    overlay: &Overlay,
+    workspace: Option<String>,
+) -> anyhow::Result<u8> {
     let (tx, frames) = mpsc::channel();
     let mut reader = conn.reader()?;
     std::thread::spawn(move || {
@@ -157,6 +168,7 @@ fn via_daemon(mut conn: Conn, args: &RunArgs, overlay: &Overlay) -> anyhow::Resu
             hosts: overlay.hosts.clone(),
             deny: overlay.deny.clone(),
         },
+        workspace,
     })?;
     loop {
         let Ok(envelope) = frames.recv() else {
@@ -215,7 +227,12 @@ impl Drop for Closing<'_> {
 }
 
 /// The call here, holding the audit log's lock for its length.
-fn here(state: &StateDir, args: &RunArgs, overlay: &Overlay) -> anyhow::Result<u8> {
+fn here(
+    state: &StateDir,
+    args: &RunArgs,
+    overlay: &Overlay,
+    workspace: Option<&str>,
+) -> anyhow::Result<u8> {
     let config = bx_daemon::load_config(state)?;
     let audit_dir = state.audit_dir(&config);
     // The log first: if it cannot record, nothing runs.
@@ -252,8 +269,25 @@ fn here(state: &StateDir, args: &RunArgs, overlay: &Overlay) -> anyhow::Result<u
         eprintln!("bx: {}", term::shown(&e.to_string()));
         Ok(EXIT_UNAVAILABLE)
     };
-    let requested = match trust.propose(&args.session, &call_id, &args.name, tool.as_ref(), &value)
-    {
+    let workspace = match workspace.map(bx_agent::check_workspace).transpose() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("bx: {}", term::shown(&e.to_string()));
+            return Ok(EXIT_ERROR);
+        }
+    };
+    let workspace = match trust.ledger().workspace(&log, &args.session, workspace.as_deref()) {
+        Ok((w, _)) => w,
+        Err(e) => return unavailable(e),
+    };
+    let requested = match trust.propose(
+        &args.session,
+        &call_id,
+        &args.name,
+        tool.as_ref(),
+        &value,
+        workspace.as_deref(),
+    ) {
         Ok(r) => r,
         Err(e) => return unavailable(e),
     };

@@ -36,6 +36,10 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
             let ledger = Ledger::open(Sessions::open(&state.sessions_dir())?, &audit_dir)?;
             let (taint, damage) = ledger.peek(&id)?;
             println!("{}: {taint}", term::one_line(&id));
+            // A session made without one (by `bx tool run`, or before workspaces) has none.
+            if let Some(w) = ledger.workspace_of(&id) {
+                println!("  workspace {}", term::one_line(&w.display().to_string()));
+            }
             if let Some(d) = damage {
                 println!("  {} (see docs/runbook.md#session-state-damaged)", term::one_line(&d));
             }

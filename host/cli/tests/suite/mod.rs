@@ -10,6 +10,7 @@ mod reach;
 mod run;
 mod runbook;
 mod trust;
+mod workspace;
 
 // Helpers shared with the `verify-device` target.
 #[path = "../common/mod.rs"]

@@ -328,7 +328,7 @@ fn policy_init_check_and_explain() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let r = bx(st, &["policy", "check"]);
     assert!(
-        r.stdout.ends_with("ok: 3 grants, 1 deny rules, 4 examples hold\n"),
+        r.stdout.ends_with("ok: 3 grants, 8 deny rules, 6 examples hold\n"),
         "{}{}",
         r.stdout,
         r.stderr
@@ -342,40 +342,93 @@ fn policy_init_check_and_explain() {
     assert_eq!(r.stderr, expected.replace("broken.toml:", &format!("{}:", broken.display())));
 
     install(st, "fs_read");
+    // The default reads in the session's workspace and refuses secrets kept there.
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let ws_text = ws_path.to_str().unwrap();
+    std::fs::write(ws_path.join("a.md"), "alpha\n").unwrap();
+    std::fs::write(ws_path.join(".env"), "TOKEN=1\n").unwrap();
+    std::fs::write(ws_path.join(".hidden"), "").unwrap();
     let r = bx(
         st,
         &[
-            "policy",
-            "explain",
-            "--tool",
+            "tool",
+            "run",
             "fs.read",
             "--args",
-            r#"{"path":"/home/owner/notes/keys/k"}"#,
+            r#"{"path":"a.md"}"#,
+            "--session",
+            "proj",
+            "--workspace",
+            ws_text,
         ],
     );
-    assert!(
+    assert_eq!((r.code, r.stdout.as_str()), (0, "alpha\n"), "{}", r.stderr);
+    let explain = |args: &str| {
+        let r = bx(
+            st,
+            &["policy", "explain", "--tool", "fs.read", "--args", args, "--session", "proj"],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
         r.stdout
-            .contains("decision: deny\n  why: read /home/owner/notes/keys/k is refused by deny[0]"),
-        "{}{}",
-        r.stdout,
-        r.stderr
+    };
+    let out = explain(r#"{"path":"a.md"}"#);
+    assert!(
+        out.contains(&format!("workspace: {ws_text}\n  grant[0] {{workspace}} = {ws_text}\n")),
+        "{out}"
     );
+    assert!(out.contains(&format!("  read {ws_text}/a.md\n")), "{out}");
+    assert!(
+        out.contains(&format!(
+            "decision: allow\n  reaches {ws_text} (ReadOnly), label private/trusted"
+        )),
+        "{out}"
+    );
+    let out = explain(r#"{"path":".env"}"#);
+    assert!(
+        out.contains(&format!("decision: deny\n  why: read {ws_text}/.env is refused by deny[0]")),
+        "{out}"
+    );
+    let r = bx(st, &["session", "show", "proj"]);
+    assert!(r.stdout.contains(&format!("  workspace {ws_text}\n")), "{}", r.stdout);
+    // The workspace is fixed: a later run naming another keeps the first.
+    let other = tempfile::tempdir().unwrap();
+    let other_text = std::fs::canonicalize(other.path()).unwrap().display().to_string();
     let r = bx(
         st,
         &[
-            "policy",
-            "explain",
-            "--tool",
+            "tool",
+            "run",
             "fs.read",
             "--args",
-            r#"{"path":"/home/owner/notes/a.md"}"#,
+            r#"{"path":"a.md"}"#,
+            "--session",
+            "proj",
+            "--workspace",
+            &other_text,
         ],
     );
-    assert!(
-        r.stdout.contains(
-            "decision: allow\n  reaches /home/owner/notes (ReadOnly), label private/trusted"
-        ),
-        "{}",
-        r.stdout
-    );
+    assert_eq!((r.code, r.stdout.as_str()), (0, "alpha\n"), "{}", r.stderr);
+    // The broker refuses the name; inside a listing of the workspace the runtime leaves
+    // it out.
+    let r =
+        bx(st, &["tool", "run", "fs.read", "--args", r#"{"path":".env"}"#, "--session", "proj"]);
+    assert_ne!(r.code, 0);
+    assert!(!r.stdout.contains("TOKEN"), "{}", r.stdout);
+    install(st, "fs_list");
+    let r = bx(st, &["tool", "run", "fs.list", "--args", r#"{"path":"."}"#, "--session", "proj"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("a.md") && r.stdout.contains(".hidden"), "{}", r.stdout);
+    assert!(!r.stdout.contains(".env"), "{}", r.stdout);
+    // A session with no workspace refuses relative paths, naming the runbook entry.
+    let r =
+        bx(st, &["tool", "run", "fs.read", "--args", r#"{"path":"a.md"}"#, "--session", "bare"]);
+    assert!(r.stderr.contains("docs/runbook.md#no-workspace"), "{}", r.stderr);
+    // The request record keeps the path as written, and the resource as decided.
+    let request = audit_records(st)
+        .into_iter()
+        .find(|r| r["kind"] == "request" && r["fields"]["session"] == "proj")
+        .unwrap();
+    assert_eq!(request["fields"]["args"], r#"{"path":"a.md"}"#, "{request}");
+    assert_eq!(request["fields"]["resources"][0], format!("read {ws_text}/a.md"), "{request}");
 }
