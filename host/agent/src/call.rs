@@ -85,7 +85,12 @@ pub fn resolve_path(text: &str, workspace: Option<&Path>) -> Result<String, Stri
         ));
     }
     match workspace {
-        Some(ws) => Ok(ws.join(text).display().to_string()),
+        // Normalised (`notes/./a` is `notes/a`, `.` the workspace itself); a `..` is left
+        // in for the broker to refuse by name.
+        Some(ws) => {
+            let joined = ws.join(text);
+            Ok(bx_broker::normalize(&joined).unwrap_or(joined).display().to_string())
+        }
         None => Err(format!(
             "path {:?} is relative and this session has no workspace to resolve it against (see docs/runbook.md#no-workspace)",
             shown()

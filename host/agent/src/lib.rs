@@ -18,6 +18,6 @@ pub use baseline::{Baseline, SYSTEM_PROMPT};
 pub use call::{Decided, Overlay, Trust};
 pub use error::AgentError;
 pub use ledger::Ledger;
-pub use toolset::Toolset;
+pub use toolset::{Toolset, prompt_text};
 pub use transcript::Transcript;
 pub use turn::{Agent, AgentParts, Events, check_workspace};

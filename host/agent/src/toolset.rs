@@ -66,6 +66,28 @@ impl Toolset {
         &self.defs
     }
 
+    /// The definitions as constrained mode tells the model of them (see
+    /// [`prompt_text`]): each path argument (a resource the tool's `describe` names as
+    /// read or write) described as relative to the workspace, whatever the tool's own
+    /// text says ("absolute", from before workspaces).
+    pub fn constrained_defs(&self) -> Vec<ToolDef> {
+        let mut defs = self.defs.clone();
+        for def in &mut defs {
+            let Some(tool) = self.tools.get(&def.name) else { continue };
+            for r in &tool.description().resources {
+                if matches!(r.kind, bx_runtime::ResourceKind::UrlFetch) {
+                    continue;
+                }
+                if let Some(prop) = def.parameters["properties"].get_mut(&r.arg)
+                    && let Some(prop) = prop.as_object_mut()
+                {
+                    prop.insert("description".into(), serde_json::Value::String(PATH_HELP.into()));
+                }
+            }
+        }
+        defs
+    }
+
     /// A tool by name.
     pub fn get(&self, name: &str) -> Option<&LoadedTool> {
         self.tools.get(name)
@@ -75,5 +97,76 @@ impl Toolset {
     /// refused, and why.
     pub fn problems(&self) -> &[String] {
         &self.problems
+    }
+}
+
+/// What a path argument says of itself in constrained mode.
+const PATH_HELP: &str = "\".\" for the workspace itself, or a path relative to it";
+
+/// What the model is told of the tools `defs` in constrained mode, where the server sees
+/// no tools array (only the reply's grammar): how to reply, and one line per tool with
+/// its summary and its arguments (with their descriptions, `?` when optional). The same
+/// bytes for a tool epoch.
+pub fn prompt_text(defs: &[ToolDef]) -> String {
+    let mut out = String::from(
+        "Reply with one JSON object: {\"tool\": NAME, \"with\": {ARGUMENTS}} to call a tool, \
+         or {\"tool\": \"answer\", \"with\": TEXT} to answer the owner. When the owner asks \
+         about files or pages, call a tool first, and answer once you have its result. The \
+         tools:",
+    );
+    for def in defs {
+        let required: Vec<&str> = def.parameters["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        let args: Vec<String> = def.parameters["properties"]
+            .as_object()
+            .map(|props| {
+                props
+                    .iter()
+                    .map(|(k, v)| {
+                        let mark = if required.contains(&k.as_str()) { "" } else { "?" };
+                        match v["description"].as_str() {
+                            Some(d) => format!("{k}{mark} ({d})"),
+                            None => format!("{k}{mark}"),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "\n- {}: {} Arguments: {}.",
+            def.name,
+            def.description.trim_end_matches('.'),
+            args.join(", ")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prompt_names_each_tool_its_arguments_and_the_reply_shape() {
+        let defs = vec![ToolDef {
+            name: "fs.list".into(),
+            description: "List a directory.".into(),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": PATH_HELP}, "depth": {"type": "integer"}},
+                "required": ["path"],
+            }),
+        }];
+        let text = prompt_text(&defs);
+        assert!(
+            text.starts_with("Reply with one JSON object: {\"tool\": NAME, \"with\""),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("\n- fs.list: List a directory Arguments: depth?, path (\".\" for the workspace itself, or a path relative to it)."),
+            "{text}"
+        );
     }
 }

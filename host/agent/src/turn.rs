@@ -253,6 +253,14 @@ impl Agent {
         transcript.close_dangling_calls()?;
         transcript.append(&[Message::User { content: text.to_owned() }])?;
         let limits = &self.parts.limits;
+        // In constrained mode the server sees no tools array: the system prompt lists them.
+        let (defs, system) = if client.constrained() && !toolset.defs().is_empty() {
+            let defs = toolset.constrained_defs();
+            let system = format!("{}\n\n{}", baseline.system, crate::prompt_text(&defs));
+            (defs, system)
+        } else {
+            (toolset.constrained_defs(), baseline.system.clone())
+        };
         let mut usage = TurnUsage { prompt: 0, cached: 0, completion: 0 };
         let mut calls_run = 0;
         let mut first = true;
@@ -268,12 +276,12 @@ impl Agent {
                     limits.max_tokens
                 )));
             }
-            let mut messages = vec![Message::System { content: baseline.system.clone() }];
+            let mut messages = vec![Message::System { content: system.clone() }];
             messages.extend_from_slice(transcript.messages());
-            let required = first && require_tool && !toolset.defs().is_empty();
+            let required = first && require_tool && !defs.is_empty();
             let req = ChatRequest {
                 messages,
-                tools: toolset.defs().to_vec(),
+                tools: defs.clone(),
                 tool_choice: required.then_some(ToolChoice::Required),
                 max_tokens: Some(u32::try_from(budget).unwrap_or(u32::MAX)),
                 temperature: self.parts.temperature,
@@ -324,6 +332,7 @@ impl Agent {
             }
             first = false;
             let mut over = false;
+            let mut repeated: Option<String> = None;
             for call in &completion.tool_calls {
                 let over_limit = calls_run >= limits.max_tool_calls.get();
                 over |= over_limit;
@@ -331,20 +340,26 @@ impl Agent {
                     calls_run += 1;
                 }
                 let key = (call.name.clone(), call.arguments.to_string());
-                let again = refused.contains(&key);
-                let ctx = CallContext { workspace: workspace.as_deref(), over_limit, again };
+                let again = repeated.is_none() && refused.contains(&key);
+                let ending = repeated.is_some();
+                let ctx =
+                    CallContext { workspace: workspace.as_deref(), over_limit, again, ending };
                 let (content, denied) =
                     self.call_tool(session, &toolset, call, ctx, events).await?;
                 transcript.append(&[Message::Tool { tool_call_id: call.id.clone(), content }])?;
                 if again {
-                    return Err(AgentError::RepeatedRefusal(format!(
+                    // The calls after it in this reply are still recorded, and refused.
+                    repeated = Some(format!(
                         "{} with the same arguments",
                         bx_audit::bounded(&call.name, 200)
-                    )));
+                    ));
                 }
                 if denied {
                     refused.insert(key);
                 }
+            }
+            if let Some(what) = repeated {
+                return Err(AgentError::RepeatedRefusal(what));
             }
             if over {
                 return Err(AgentError::Limit(format!(
@@ -547,6 +562,11 @@ impl Agent {
                 "the same call was refused earlier in this turn (see docs/runbook.md#repeated-refusal)"
                     .to_owned(),
             )
+        } else if ctx.ending {
+            Some(
+                "not run: the turn ends, as an earlier call of this reply repeated a refused one (see docs/runbook.md#repeated-refusal)"
+                    .to_owned(),
+            )
         } else {
             ctx.over_limit.then(|| {
                 format!(
@@ -578,6 +598,8 @@ struct CallContext<'a> {
     over_limit: bool,
     /// The same call was refused earlier in the turn: refused, and the turn ends.
     again: bool,
+    /// An earlier call of this reply was such a repeat: refused, recorded.
+    ending: bool,
 }
 
 /// The longest workspace path accepted (Linux's `PATH_MAX`).

@@ -416,7 +416,7 @@ fn tool_path(url: &str) -> (Found, Vec<f64>) {
     assert_eq!(bx(s, &["tool", "remove", "fs.read"]).code, 0);
     install(s, "http_fetch");
     let fetch = format!(
-        "{{\"tool\": \"http.fetch\", \"arguments\": {{\"url\": \"http://127.0.0.1:{port}/page\"}}}}"
+        "{{\"tool\": \"http.fetch\", \"with\": {{\"url\": \"http://127.0.0.1:{port}/page\"}}}}"
     );
     let (_, events) = say(s, "web", &fetch, &["--require-tool"]);
     assert_eq!(of_type(&events, "tool_result")[0]["label"], "public/untrusted", "{events:?}");
@@ -424,7 +424,7 @@ fn tool_path(url: &str) -> (Found, Vec<f64>) {
     install(s, "fs_write");
     let target = out.path().join("a.txt");
     let write = format!(
-        "{{\"tool\": \"fs.write\", \"arguments\": {{\"path\": \"{}\", \"content\": \"approved\"}}}}",
+        "{{\"tool\": \"fs.write\", \"with\": {{\"path\": \"{}\", \"content\": \"approved\"}}}}",
         target.display()
     );
     let (mut chat, rx) = say_in_background(s, "web", &write, &["--require-tool"]);

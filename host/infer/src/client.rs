@@ -423,6 +423,13 @@ impl Client {
             }
             completion.content = text;
             completion.tool_calls = calls;
+        } else if completion.tool_calls.is_empty()
+            && let Some(call) = crate::request::call_in_text(&completion.content, &req.tools, 0)
+        {
+            // The text was streamed as text already; the call is what the model meant.
+            completion.content = String::new();
+            completion.tool_calls = vec![call];
+            completion.finish = FinishReason::ToolCalls;
         }
         Ok(completion)
     }

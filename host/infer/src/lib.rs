@@ -20,7 +20,8 @@ pub use client::{Client, EndThinking, InferConfig, RetryPolicy, SelfTest, ToolMo
 pub use error::InferError;
 pub use gate::{SlotGate, SlotGuard};
 pub use request::{
-    ChatRequest, Message, ToolCall, ToolChoice, ToolDef, constrained_schema, parse_constrained,
+    ChatRequest, Message, ToolCall, ToolChoice, ToolDef, call_in_text, constrained_schema,
+    parse_constrained,
 };
 pub use stream::{
     Assembler, Completion, FinishReason, StreamEvent, ThinkingCap, Timings, Usage, parse_sse_bytes,

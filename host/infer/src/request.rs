@@ -94,15 +94,13 @@ pub struct ChatRequest {
 
 /// One message as the server reads it. In constrained mode the server's template may not
 /// know tool calls, so a call is written back as the JSON reply the model produced
-/// (`{"tool": …, "arguments": …}`): the model sees its own words, and the bytes are the
+/// (`{"tool": …, "with": …}`): the model sees its own words, and the bytes are the
 /// same on every request.
 fn wire_message(m: &Message, constrained: bool) -> Value {
     match m {
         Message::Assistant { tool_calls, .. } if constrained && !tool_calls.is_empty() => {
-            let calls: Vec<String> = tool_calls
-                .iter()
-                .map(|c| json!({"tool": c.name, "arguments": c.arguments}).to_string())
-                .collect();
+            let calls: Vec<String> =
+                tool_calls.iter().map(|c| constrained_call(&c.name, &c.arguments)).collect();
             json!({"role": "assistant", "content": calls.join("\n")})
         }
         Message::System { content } => json!({"role": "system", "content": content}),
@@ -203,33 +201,46 @@ impl ChatRequest {
     }
 }
 
-/// The JSON schema of a constrained reply: one of `{"tool": NAME, "arguments": <that
-/// tool's schema>}` for each tool, plus `{"message": TEXT}` unless a call is required.
+/// The name a constrained reply gives to answering the owner instead of calling a tool.
+pub(crate) const ANSWER: &str = "answer";
+
+/// The JSON schema of a constrained reply: `{"tool": NAME, "with": <that tool's
+/// arguments>}` for each tool, plus `{"tool": "answer", "with": TEXT}` unless a call is
+/// required. The tool is chosen first: llama.cpp writes an object's properties in the
+/// order the schema lists them, and serde_json lists them by name, so the keys are named
+/// to sort `tool` before `with` (with `arguments` first, a small model had to write the
+/// arguments before it had said which tool they were for).
 pub fn constrained_schema(tools: &[ToolDef], required: bool) -> Value {
     let mut options: Vec<Value> = tools
         .iter()
         .map(|t| {
             json!({
                 "type": "object",
-                "properties": {"tool": {"const": t.name}, "arguments": t.parameters},
-                "required": ["tool", "arguments"],
+                "properties": {"tool": {"const": t.name}, "with": t.parameters},
+                "required": ["tool", "with"],
                 "additionalProperties": false,
             })
         })
         .collect();
-    if !required || tools.is_empty() {
+    if (!required || tools.is_empty()) && !tools.iter().any(|t| t.name == ANSWER) {
         options.push(json!({
             "type": "object",
-            "properties": {"message": {"type": "string"}},
-            "required": ["message"],
+            "properties": {"tool": {"const": ANSWER}, "with": {"type": "string"}},
+            "required": ["tool", "with"],
             "additionalProperties": false,
         }));
     }
     json!({"oneOf": options})
 }
 
+/// A call as a constrained reply writes it (and as the model reads its own calls back).
+pub(crate) fn constrained_call(name: &str, arguments: &Value) -> String {
+    json!({"tool": name, "with": arguments}).to_string()
+}
+
 /// Turns a constrained reply's content into the same values the native path produces:
-/// a message text, or one tool call (whose id is `call_<n>`).
+/// a message text, or one tool call (whose id is `call_<n>`). The older shapes
+/// (`{"message": TEXT}`, `{"tool": NAME, "arguments": …}`) are read too.
 pub fn parse_constrained(
     content: &str,
     tools: &[ToolDef],
@@ -243,10 +254,20 @@ pub fn parse_constrained(
     let name = value.get("tool").and_then(Value::as_str).ok_or_else(|| {
         InferError::Protocol("constrained reply has neither message nor tool".into())
     })?;
-    if !tools.iter().any(|t| t.name == name) {
-        return Err(InferError::Protocol(format!("constrained reply names unknown tool {name:?}")));
+    let arguments = value.get("with").or_else(|| value.get("arguments")).cloned();
+    if name == ANSWER && !tools.iter().any(|t| t.name == ANSWER) {
+        return match arguments {
+            Some(Value::String(text)) => Ok((text, vec![])),
+            _ => Err(InferError::Protocol("constrained answer has no text".into())),
+        };
     }
-    let arguments = value.get("arguments").cloned().unwrap_or(Value::Null);
+    if !tools.iter().any(|t| t.name == name) {
+        let shown: String = name.chars().take(200).collect();
+        return Err(InferError::Protocol(format!(
+            "constrained reply names unknown tool {shown:?}"
+        )));
+    }
+    let arguments = arguments.unwrap_or(Value::Null);
     if !arguments.is_object() {
         return Err(InferError::Protocol(format!("arguments of {name} are not an object")));
     }
@@ -254,6 +275,41 @@ pub fn parse_constrained(
         String::new(),
         vec![ToolCall { id: format!("call_{n}"), name: name.to_owned(), arguments }],
     ))
+}
+
+/// A tool call a model wrote as text instead of as a call (small models in native mode
+/// put `{"name": …, "arguments": …}` in a fenced block, or in `<tool_call>` tags the
+/// server's template does not know): one call, when the reply is that and nothing else
+/// and it names one of `tools`. What it proposes goes through the broker like any call.
+pub fn call_in_text(content: &str, tools: &[ToolDef], n: usize) -> Option<ToolCall> {
+    let mut text = content.trim();
+    if let Some(inner) =
+        text.strip_prefix("<tool_call>").and_then(|t| t.strip_suffix("</tool_call>"))
+    {
+        text = inner.trim();
+    }
+    if let Some(fenced) = text.strip_prefix("```") {
+        let body = fenced.strip_suffix("```")?;
+        // The fence's first line may name the language.
+        let body = body.split_once('\n').map_or(body, |(first, rest)| {
+            if first.trim().chars().all(|c| c.is_ascii_alphanumeric()) { rest } else { body }
+        });
+        text = body.trim();
+    }
+    let value: Value = serde_json::from_str(text).ok()?;
+    let name = value.get("name").or_else(|| value.get("tool"))?.as_str()?;
+    if !tools.iter().any(|t| t.name == name) {
+        return None;
+    }
+    let arguments = match value.get("arguments").or_else(|| value.get("with"))? {
+        Value::String(s) => serde_json::from_str(s).ok()?,
+        other => other.clone(),
+    };
+    arguments.is_object().then(|| ToolCall {
+        id: format!("call_{n}"),
+        name: name.to_owned(),
+        arguments,
+    })
 }
 
 #[cfg(test)]
@@ -333,11 +389,34 @@ mod tests {
                 }]
             )
         );
+        let with =
+            parse_constrained(r#"{"tool":"fs.read","with":{"path":"notes.txt"}}"#, &tools, 0);
+        assert_eq!(with.unwrap().1[0].arguments, json!({"path": "notes.txt"}));
         assert_eq!(
             parse_constrained(r#"{"message":"hi"}"#, &tools, 0).unwrap(),
             ("hi".into(), vec![])
         );
+        assert_eq!(
+            parse_constrained(r#"{"tool":"answer","with":"hi"}"#, &tools, 0).unwrap(),
+            ("hi".into(), vec![])
+        );
+        // The tool is the first key the grammar makes the model write.
+        let schema = constrained_schema(&tools, false).to_string();
+        assert!(schema.contains(r#""properties":{"tool":{"const":"fs.read"},"with":"#), "{schema}");
         assert!(parse_constrained(r#"{"tool":"rm","arguments":{}}"#, &tools, 0).is_err());
+        // A call written as text, alone in the reply, is read as the call.
+        let fenced = "```json\n{\"name\": \"fs.read\", \"arguments\": {\"path\": \"a\"}}\n```";
+        assert_eq!(call_in_text(fenced, &tools, 0).unwrap().arguments, json!({"path": "a"}));
+        let tagged = "<tool_call>\n{\"name\": \"fs.read\", \"arguments\": \"{\\\"path\\\": \\\"a\\\"}\"}\n</tool_call>";
+        assert_eq!(call_in_text(tagged, &tools, 0).unwrap().name, "fs.read");
+        for not in [
+            "Use ```json\n{\"name\": \"fs.read\", \"arguments\": {}}\n``` to read.",
+            "{\"name\": \"rm\", \"arguments\": {}}",
+            "{\"name\": \"fs.read\", \"arguments\": [1]}",
+            "plain text",
+        ] {
+            assert!(call_in_text(not, &tools, 0).is_none(), "{not}");
+        }
         assert!(parse_constrained("not json", &tools, 0).is_err());
         let schema = constrained_schema(&tools, true);
         assert_eq!(schema["oneOf"].as_array().unwrap().len(), 1);

@@ -163,7 +163,7 @@ fn after_an_untrusted_read_a_write_asks_and_a_second_client_answers_it() {
     let _daemon = Daemon::start(s);
 
     let fetch = format!(
-        "{{\"tool\": \"http.fetch\", \"arguments\": {{\"url\": \"http://127.0.0.1:{port}/page\"}}}}"
+        "{{\"tool\": \"http.fetch\", \"with\": {{\"url\": \"http://127.0.0.1:{port}/page\"}}}}"
     );
     let (_, events) = say(s, "web", &fetch, &["--require-tool", "--workspace", workspace]);
     let result = of_type(&events, "tool_result");
@@ -195,7 +195,7 @@ fn after_an_untrusted_read_a_write_asks_and_a_second_client_answers_it() {
     let target = out.path().join("a.txt");
     let write = |name: &str| {
         format!(
-            "{{\"tool\": \"fs.write\", \"arguments\": {{\"path\": \"{name}\", \"content\": \"{name}\"}}}}"
+            "{{\"tool\": \"fs.write\", \"with\": {{\"path\": \"{name}\", \"content\": \"{name}\"}}}}"
         )
     };
     // Approve from a second client.
@@ -355,4 +355,50 @@ fn ctrl_c_cancels_the_turn_and_the_session_goes_on() {
         transcript(s, "story").iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect();
     assert_eq!(roles.first().map(String::as_str), Some("user"));
     assert_eq!(roles.last().map(String::as_str), Some("assistant"));
+}
+
+#[test]
+fn list_the_files_here_lists_the_workspace() {
+    // A first-five-minutes run against the embedded default model (`make chat`'s), with
+    // the default policy (`bx policy init`), a session started in a folder, and the
+    // owner's words with no JSON in them: the first call is fs.list on that folder, it
+    // runs, and the answer names a file that is there. The folder's path is the same on
+    // every run of a checkout, so the model sees the same prompt each time.
+    let _one = serial();
+    let server = Server::start_with(1, &["--model", "qwen"]);
+    let state = state(&server.url(), "max_tokens = 512\nmax_tool_calls = 2");
+    let s = state.path();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    install(s, "fs_list");
+    install(s, "fs_read");
+    let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("first-five-minutes");
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).unwrap();
+    for name in ["recipes.md", "budget.csv", "holiday-plans.txt"] {
+        std::fs::write(folder.join(name), "x\n").unwrap();
+    }
+    let ws = std::fs::canonicalize(&folder).unwrap().display().to_string();
+    let _daemon = Daemon::start(s);
+    let (_, events) = say(s, "first", "list the files here", &["--workspace", &ws]);
+    let proposed = of_type(&events, "tool_call_proposed");
+    assert!(!proposed.is_empty(), "no call: {events:?}");
+    assert_eq!(proposed[0]["tool"], "fs.list", "{events:?}");
+    // Relative or absolute, as the model wrote it; the event carries it resolved.
+    let args: Value = serde_json::from_str(proposed[0]["args"].as_str().unwrap()).unwrap();
+    let listed = args["path"].as_str().unwrap_or_default().trim_end_matches('/');
+    assert_eq!(listed, ws, "{events:?}");
+    let result = of_type(&events, "tool_result");
+    assert_eq!(result[0]["status"], "ok", "{events:?}");
+    // The model's last words (in constrained mode its text reaches the transcript, not
+    // the content deltas).
+    let answer = transcript(s, "first")
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant")
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    assert!(
+        ["recipes", "budget", "holiday"].iter().any(|f| answer.contains(f)),
+        "the answer names no file: {answer:?} {events:?}"
+    );
 }

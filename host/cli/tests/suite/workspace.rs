@@ -130,11 +130,16 @@ fn relative_paths_resolve_in_the_workspace_and_the_prompt_names_it() {
 fn a_call_proposed_again_after_its_refusal_ends_the_turn() {
     // The model asks for a write outside the workspace, is refused, and asks again with
     // the same arguments: the turn ends there, not at the tool-call limit.
+    // The second reply repeats it and adds a listing: the listing is still recorded, and
+    // refused, as the turn ends.
     let script = Arc::new(|r: &Request| {
+        let motd = Call::new("fs.write", json!({"path": "/etc/motd", "content": "x"}));
         if r.is_self_test() {
             Reply::Text("ok".into())
+        } else if r.results_this_turn().is_empty() {
+            Reply::Calls(vec![motd])
         } else {
-            Reply::Calls(vec![Call::new("fs.write", json!({"path": "/etc/motd", "content": "x"}))])
+            Reply::Calls(vec![motd, Call::new("fs.list", json!({"path": "."}))])
         }
     });
     let model = ScriptedModel::start(script).unwrap();
@@ -143,7 +148,8 @@ fn a_call_proposed_again_after_its_refusal_ends_the_turn() {
     let _daemon = Daemon::start(s);
     let (code, events) = say(s, "loop", "write the motd", &["--workspace", &ws]);
     assert_eq!(code, 6, "{events:?}");
-    assert_eq!(of_type(&events, "tool_call_proposed").len(), 2, "{events:?}");
+    assert_eq!(of_type(&events, "tool_call_proposed").len(), 3, "{events:?}");
+    assert!(of_type(&events, "tool_result").is_empty(), "{events:?}");
     let error = of_type(&events, "error");
     assert_eq!(error.len(), 1, "{events:?}");
     assert_eq!(error[0]["code"], "repeated_refusal");
@@ -153,11 +159,15 @@ fn a_call_proposed_again_after_its_refusal_ends_the_turn() {
         .filter(|r| r["kind"] == "decision" && r["fields"]["session"] == "loop")
         .map(|r| format!("{} {}", r["fields"]["decision"], r["fields"]["why"]))
         .collect();
-    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert_eq!(decisions.len(), 3, "{decisions:?}");
     assert!(
         decisions[0].starts_with("\"deny\" \"no grant covers write /etc/motd"),
         "{decisions:?}"
     );
     assert!(decisions[1].contains("refused earlier in this turn"), "{decisions:?}");
-    assert_eq!(model.proposed().len(), 2);
+    assert!(decisions[2].contains("not run: the turn ends"), "{decisions:?}");
+    // Every call the model proposed has its request record.
+    let requests = audit_records(s).iter().filter(|r| r["kind"] == "request").count();
+    assert_eq!(model.proposed().len(), 3);
+    assert_eq!(requests, 3);
 }
