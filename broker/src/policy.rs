@@ -76,7 +76,8 @@ pub struct NamePattern {
 }
 
 impl NamePattern {
-    /// Parses a name rule: non-empty, no `/`, at most one `*`, not `.` or `..`.
+    /// Parses a name rule: non-empty, no `/`, at most one `*`, not `.` or `..`, no
+    /// control characters, not only spaces. Every other character (`?`, `[`) is itself.
     pub fn parse(text: &str) -> Result<NamePattern, String> {
         if text.is_empty() || text.contains('/') || text.contains('\0') {
             return Err("a name is one path component: not empty, no /".into());
@@ -86,6 +87,9 @@ impl NamePattern {
         }
         if text.matches('*').count() > 1 {
             return Err("a name has at most one *".into());
+        }
+        if text.chars().any(char::is_control) || text.trim().is_empty() {
+            return Err("a name has no control characters and is not only spaces".into());
         }
         Ok(NamePattern { text: text.to_owned() })
     }
@@ -476,7 +480,7 @@ fn rule_path(text: &str) -> Result<ResourceRule, String> {
         return normalize(Path::new(text)).map(ResourceRule::Path).map_err(|e| e.to_string());
     };
     if !rest.is_empty() && !rest.starts_with('/') {
-        return Err(format!("{WORKSPACE} is followed by / or ends the path"));
+        return Err(format!("after {WORKSPACE} comes / or the end of the path"));
     }
     if rest.contains(WORKSPACE) {
         return Err(format!("{WORKSPACE} may only begin a path"));
@@ -786,6 +790,10 @@ impl Policy {
                         None
                     }
                 },
+                (None, None, None) => {
+                    errors.push(src.error(whole.clone(), &rule, "needs a path, a host or a name"));
+                    None
+                }
                 _ => resource(
                     &src,
                     d.path.as_ref(),

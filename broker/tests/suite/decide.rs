@@ -420,7 +420,7 @@ fn workspace_rules_apply_to_the_session_workspace_only() {
 #[test]
 fn workspace_paths_are_checked_where_they_are_written() {
     for (path, why) in [
-        ("{workspace}src", "{workspace} is followed by / or ends the path"),
+        ("{workspace}src", "after {workspace} comes / or the end of the path"),
         ("/home/{workspace}", "{workspace} may only begin a path"),
         ("{workspace}/../etc", ".."),
         ("{workspace}/a/{workspace}", "{workspace} may only begin a path"),
@@ -463,11 +463,13 @@ fn name_rules_refuse_a_file_name_anywhere_and_the_grant_carries_them() {
     assert!(g.denied_prefix(Path::new("/home/o/p/sub/notes.md")).is_none());
     assert!(g.denied_prefix(Path::new("/home/o/p/.git/config")).is_some());
     // A name is one component with at most one `*`.
-    for bad in ["a/b", "*", "..", "*a*", ""] {
+    for bad in ["a/b", "*", "..", "*a*", "", "\\n", " "] {
         let text = format!("[[deny]]\ntool = \"*\"\nname = \"{bad}\"\n");
         let err = Policy::parse("p.toml", &text).unwrap_err().to_string();
         assert!(err.contains("deny[0].name"), "{bad}: {err}");
     }
+    let none = Policy::parse("p.toml", "[[deny]]\ntool = \"*\"\n").unwrap_err().to_string();
+    assert!(none.contains("needs a path, a host or a name"), "{none}");
     let both = "[[deny]]\ntool = \"*\"\nname = \".env\"\npath = \"/a\"\n";
     let err = Policy::parse("p.toml", both).unwrap_err().to_string();
     assert!(err.contains("give one of path, host or name"), "{err}");

@@ -315,6 +315,10 @@ pub enum Decided<'t> {
     Refused(Refused),
 }
 
+/// The longest refusal reason the model and the owner are shown (the audit record keeps
+/// up to [`MAX_FIELD_BYTES`]).
+pub const MAX_REASON_BYTES: usize = 2 << 10;
+
 /// A call refused, with the reason the model (and the owner) read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
@@ -364,9 +368,14 @@ impl<'t> Requested<'t> {
         let trust = self.trust;
         let (taint, note) =
             trust.ledger.taint_noting(&trust.audit, &self.session, Some(&self.call))?;
-        let with_note = |reason: String| match &note {
-            Some(n) => format!("{reason} ({n})"),
-            None => reason,
+        // Bounded: a reason may echo the model's arguments, and it goes back to the model
+        // and onto the owner's terminal.
+        let with_note = |reason: String| {
+            let reason = bounded(&reason, MAX_REASON_BYTES);
+            match &note {
+                Some(n) => format!("{reason} ({n})"),
+                None => reason,
+            }
         };
         let mut unavailable = false;
         let reason = match (self.tool, &self.resources) {
@@ -462,9 +471,10 @@ impl<'t> Asking<'t> {
             Decision::Allow(grant) => {
                 Decided::Allowed(Allowed { requested: self.requested, grant })
             }
-            Decision::Deny(reason) => {
-                Decided::Refused(Refused { reason: reason.message, unavailable: false })
-            }
+            Decision::Deny(reason) => Decided::Refused(Refused {
+                reason: bounded(&reason.message, MAX_REASON_BYTES),
+                unavailable: false,
+            }),
             Decision::Ask(_) => Decided::Refused(Refused {
                 reason: "the call still asks after the owner's answer".into(),
                 unavailable: false,

@@ -48,6 +48,7 @@ pub enum AgentError {
     RepeatedRefusal(String),
     /// The workspace a client named cannot be one.
     #[error("workspace {path:?}: {why} (see docs/runbook.md#workspace)")]
+    // (`path` is empty when the workspace asked for is not the problem.)
     BadWorkspace {
         /// The path as given (bounded).
         path: String,
@@ -72,6 +73,20 @@ pub enum AgentError {
 }
 
 impl AgentError {
+    /// A client named a workspace for a session that has another, or none.
+    pub fn workspace_moved(session: &str, held: Option<&std::path::Path>) -> AgentError {
+        let why = match held {
+            Some(w) => format!(
+                "session {session} works in {}, fixed when it was created; talk in another session to work elsewhere",
+                w.display()
+            ),
+            None => format!(
+                "session {session} was created without a workspace and keeps none; talk in another session to have one"
+            ),
+        };
+        AgentError::BadWorkspace { path: String::new(), why }
+    }
+
     /// The wire code for this error.
     pub fn code(&self) -> ErrorCode {
         match self {

@@ -220,7 +220,8 @@ impl Ledger {
 
     /// The session's workspace: the one recorded when it was created, else `requested`,
     /// which is then recorded on `log` (and so fixed for the session's life). The second
-    /// value is true when `requested` names another directory than the one that holds.
+    /// value is true when `requested` names another directory than the one that holds,
+    /// or asks for one in a session that exists without one.
     /// `requested` must be [valid](crate::check_workspace).
     pub fn workspace(
         &self,
@@ -234,6 +235,14 @@ impl Ledger {
             return Ok((Some(held), moved));
         }
         let Some(requested) = requested else { return Ok((None, false)) };
+        // A session that exists without one (made by `bx tool run`, or before bx had
+        // workspaces) keeps none: a workspace is only ever set when a session is created.
+        if known.contains_key(session)
+            || self.files.has_state(session)
+            || self.files.has_transcript(session)
+        {
+            return Ok((None, true));
+        }
         log.append(&Entry::Session(Session {
             session: session.to_owned(),
             call: None,

@@ -228,9 +228,12 @@ impl Agent {
     ) -> Result<Option<PathBuf>, AgentError> {
         let requested = requested.map(check_workspace).transpose()?;
         let trust = &self.trust;
-        let (workspace, _) = call::in_place(|| {
+        let (workspace, moved) = call::in_place(|| {
             trust.ledger().workspace(trust.audit(), session, requested.as_deref())
         })?;
+        if moved {
+            return Err(AgentError::workspace_moved(session, workspace.as_deref()));
+        }
         Ok(workspace)
     }
 

@@ -25,6 +25,13 @@ pub(crate) fn one_line(text: &str) -> String {
     bx_broker::escape_untrusted(text, false)
 }
 
+/// A reason or an error from outside bx, as one bounded line: what a refusal or a failed
+/// call prints (a reason can echo the model's arguments, of any length and with any
+/// newline in them).
+pub(crate) fn reason(text: &str) -> String {
+    one_line(&bx_audit::bounded(text, 4 << 10))
+}
+
 /// `value` as one line of JSON with every hidden character written as a `\u` escape
 /// (serde_json leaves DEL, C1 controls, bidi and zero-width characters raw).
 pub(crate) fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {

@@ -45,44 +45,48 @@ pub(crate) fn workspace(given: Option<&std::path::Path>) -> anyhow::Result<Strin
         Some(d) => d.to_path_buf(),
         None => std::env::current_dir().context("the current directory")?,
     };
-    let real = std::fs::canonicalize(&dir)
-        .with_context(|| format!("workspace {} (see docs/runbook.md#workspace)", dir.display()))?;
+    let real = std::fs::canonicalize(&dir).with_context(|| {
+        let shown = term::one_line(&dir.display().to_string());
+        format!("workspace {shown} (see docs/runbook.md#workspace)")
+    })?;
     real.into_os_string().into_string().map_err(|p| {
         anyhow::anyhow!(
             "workspace {}: not UTF-8 (see docs/runbook.md#workspace)",
-            std::path::Path::new(&p).display()
+            term::one_line(&p.to_string_lossy())
         )
     })
 }
 
-/// The workspace the session will have: its own when it has one. A `--workspace` that
-/// names another is an error; the current directory differing is only a note.
-fn settle_workspace(conn: &mut Conn, args: &ChatArgs, asked: &str) -> anyhow::Result<String> {
-    let held = match conn.request(Body::ListSessions {})? {
-        Body::Sessions { items } => {
-            items.into_iter().find(|s| s.session == args.session).and_then(|s| s.workspace)
-        }
+/// The workspace to send with each message: the session's own when it exists (with one,
+/// or without any), else `asked`. A `--workspace` that differs from what an existing
+/// session has is an error; the current directory differing is only a note.
+fn settle_workspace(
+    conn: &mut Conn,
+    args: &ChatArgs,
+    asked: &str,
+) -> anyhow::Result<Option<String>> {
+    let existing = match conn.request(Body::ListSessions {})? {
+        Body::Sessions { items } => items.into_iter().find(|s| s.session == args.session),
         _ => None,
     };
-    match held {
-        Some(held) if held != asked => {
+    let Some(existing) = existing else { return Ok(Some(asked.to_owned())) };
+    let session = term::one_line(&args.session);
+    match existing.workspace {
+        Some(held) if held == asked => Ok(Some(held)),
+        held => {
+            let has = match &held {
+                Some(h) => format!("works in {} (fixed when it was created)", term::one_line(h)),
+                None => "was created without a workspace, so relative paths are refused".into(),
+            };
             if args.workspace.is_some() {
                 anyhow::bail!(
-                    "session {} works in {}, fixed when it was created; talk in another --session to work in {} (see docs/runbook.md#workspace)",
-                    term::one_line(&args.session),
-                    term::one_line(&held),
+                    "session {session} {has}; talk in another --session to work in {} (see docs/runbook.md#workspace)",
                     term::one_line(asked)
                 );
             }
-            eprintln!(
-                "bx: session {} works in {} (fixed when it was created); --session NAME starts one here",
-                term::one_line(&args.session),
-                term::one_line(&held)
-            );
+            eprintln!("bx: session {session} {has}; --session NAME starts one here");
             Ok(held)
         }
-        Some(held) => Ok(held),
-        None => Ok(asked.to_owned()),
     }
 }
 
@@ -111,7 +115,7 @@ fn read_into(conn: &Conn, generation: u64, tx: mpsc::Sender<Input>) -> anyhow::R
 pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
     let asked = workspace(args.workspace.as_deref())?;
     let mut conn = Conn::connect_or_start(state)?;
-    let shown = settle_workspace(&mut conn, args, &asked)?;
+    let workspace = settle_workspace(&mut conn, args, &asked)?;
     let (tx, rx) = mpsc::channel::<Input>();
     read_into(&conn, 1, tx.clone())?;
     {
@@ -139,7 +143,7 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
         tx,
         rx,
         args,
-        workspace: asked,
+        workspace: workspace.clone(),
         stdin_open: true,
     };
     if let Some(text) = &args.say {
@@ -148,7 +152,7 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
     eprintln!(
         "bx chat: session {} in {} (state {}). Ctrl-D leaves, Ctrl-C cancels a turn; approve a call by typing its id, or `bx approve ID` from another terminal.",
         term::one_line(&args.session),
-        term::one_line(&shown),
+        term::one_line(workspace.as_deref().unwrap_or("no workspace")),
         term::one_line(&state.root().display().to_string())
     );
     loop {
@@ -184,7 +188,7 @@ struct Chat<'a> {
     rx: mpsc::Receiver<Input>,
     args: &'a ChatArgs,
     /// The workspace sent with each message (a session created by it takes it).
-    workspace: String,
+    workspace: Option<String>,
     stdin_open: bool,
 }
 
@@ -213,7 +217,7 @@ impl Chat<'_> {
     fn turn(&mut self, text: &str) -> anyhow::Result<u8> {
         let session = self.args.session.clone();
         let require_tool = self.args.require_tool;
-        let workspace = Some(self.workspace.clone());
+        let workspace = self.workspace.clone();
         let id = self.conn()?.send(Body::Send {
             session: session.clone(),
             text: text.to_owned(),
@@ -335,7 +339,7 @@ impl Chat<'_> {
                     );
                 }
                 Body::ToolDenied { reason, .. } => {
-                    eprintln!("[tool] refused: {}", term::shown(&reason));
+                    eprintln!("[tool] refused: {}", term::reason(&reason));
                 }
                 Body::ModelUsage { thinking_capped: true, .. } => {
                     eprintln!("\n[thinking capped: the model was made to answer]");

@@ -269,15 +269,20 @@ fn here(
         eprintln!("bx: {}", term::shown(&e.to_string()));
         Ok(EXIT_UNAVAILABLE)
     };
-    let workspace = match workspace.map(bx_agent::check_workspace).transpose() {
+    let asked = match workspace.map(bx_agent::check_workspace).transpose() {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("bx: {}", term::shown(&e.to_string()));
+            eprintln!("bx: {}", term::reason(&e.to_string()));
             return Ok(EXIT_ERROR);
         }
     };
-    let workspace = match trust.ledger().workspace(&log, &args.session, workspace.as_deref()) {
-        Ok((w, _)) => w,
+    let workspace = match trust.ledger().workspace(&log, &args.session, asked.as_deref()) {
+        Ok((held, true)) => {
+            let e = bx_agent::AgentError::workspace_moved(&args.session, held.as_deref());
+            eprintln!("bx: {}", term::reason(&e.to_string()));
+            return Ok(EXIT_ERROR);
+        }
+        Ok((w, false)) => w,
         Err(e) => return unavailable(e),
     };
     let requested = match trust.propose(
@@ -372,7 +377,7 @@ fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
             EXIT_OK
         }
         RunOutcome::Refused => {
-            eprintln!("bx: denied: {} (see docs/runbook.md#tool-denied)", term::shown(text));
+            eprintln!("bx: denied: {} (see docs/runbook.md#tool-denied)", term::reason(text));
             EXIT_DENIED
         }
         RunOutcome::Unavailable => {
@@ -382,16 +387,16 @@ fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
         RunOutcome::HostDenied => {
             eprintln!(
                 "bx: denied by the host: {} (see docs/runbook.md#tool-denied)",
-                term::shown(text)
+                term::reason(text)
             );
             EXIT_DENIED
         }
         RunOutcome::InvalidArgs => {
-            eprintln!("bx: invalid arguments: {}", term::shown(text));
+            eprintln!("bx: invalid arguments: {}", term::reason(text));
             EXIT_ERROR
         }
         RunOutcome::Failed => {
-            eprintln!("bx: tool failed: {}", term::shown(text));
+            eprintln!("bx: tool failed: {}", term::reason(text));
             EXIT_ERROR
         }
         RunOutcome::OutputTooLarge => {

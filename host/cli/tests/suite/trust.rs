@@ -391,7 +391,7 @@ fn policy_init_check_and_explain() {
     );
     let r = bx(st, &["session", "show", "proj"]);
     assert!(r.stdout.contains(&format!("  workspace {ws_text}\n")), "{}", r.stdout);
-    // The workspace is fixed: a later run naming another keeps the first.
+    // The workspace is fixed: a later run naming another is refused, and runs nothing.
     let other = tempfile::tempdir().unwrap();
     let other_text = std::fs::canonicalize(other.path()).unwrap().display().to_string();
     let r = bx(
@@ -408,7 +408,8 @@ fn policy_init_check_and_explain() {
             &other_text,
         ],
     );
-    assert_eq!((r.code, r.stdout.as_str()), (0, "alpha\n"), "{}", r.stderr);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert!(r.stderr.contains("fixed when it was created"), "{}", r.stderr);
     // The broker refuses the name; inside a listing of the workspace the runtime leaves
     // it out.
     let r =
@@ -424,6 +425,16 @@ fn policy_init_check_and_explain() {
     let r =
         bx(st, &["tool", "run", "fs.read", "--args", r#"{"path":"a.md"}"#, "--session", "bare"]);
     assert!(r.stderr.contains("docs/runbook.md#no-workspace"), "{}", r.stderr);
+    // A session that exists without a workspace never gets one later.
+    let later = ["tool", "run", "fs.read", "--args", r#"{"path":"a.md"}"#, "--session", "bare"];
+    let r = bx(st, &[&later[..], &["--workspace", ws_text]].concat());
+    assert!(r.stderr.contains("created without a workspace"), "{}", r.stderr);
+    assert!(!bx(st, &["session", "show", "bare"]).stdout.contains("workspace"));
+    // A refusal's reason is one bounded line, whatever the arguments hold.
+    let long = format!("{{\"path\":\"/etc/a\\nFAKE{}\"}}", "a".repeat(130_000));
+    let r = bx(st, &["tool", "run", "fs.read", "--args", &long, "--session", "proj"]);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", &r.stderr[..200]);
+    assert!(r.stderr.len() < 8 << 10, "{} bytes", r.stderr.len());
     // The request record keeps the path as written, and the resource as decided.
     let request = audit_records(st)
         .into_iter()
