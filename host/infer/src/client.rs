@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use eventsource_stream::Eventsource as _;
 use futures_util::StreamExt as _;
 use serde_json::Value;
 
@@ -178,23 +177,6 @@ pub struct Client {
 /// allocate without bound.
 const MAX_SLOTS: u64 = 256;
 
-#[derive(Debug)]
-enum ByteError {
-    TooLarge,
-    Transport(String),
-}
-
-impl std::fmt::Display for ByteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ByteError::TooLarge => f.write_str("event too large"),
-            ByteError::Transport(e) => f.write_str(e),
-        }
-    }
-}
-
-impl std::error::Error for ByteError {}
-
 /// Scales `d` by a factor between one half and one: clients that lost the same server
 /// at the same moment then do not retry in lockstep. Not for secrets: the seed is the
 /// clock's nanoseconds and a per-process counter, mixed by splitmix64.
@@ -298,6 +280,8 @@ impl Client {
     /// or reset connections and 503 (loading). Between attempts it waits, with jittered
     /// exponential backoff, for `/health`. Once a response has started, nothing is retried.
     async fn send(&self, body: Vec<u8>) -> Result<reqwest::Response, InferError> {
+        // Shared, not copied, by each attempt: a long history's body is large.
+        let body = bytes::Bytes::from(body);
         let started = Instant::now();
         let mut attempt = 0;
         loop {
@@ -445,46 +429,49 @@ impl Client {
     ) -> Result<Streamed, InferError> {
         let response = self.send(req.body(controls)).await?;
         let limit = self.cfg.max_event_bytes;
-        let mut lines = crate::stream::LineSplitter::new(limit);
-        let bytes = response.bytes_stream().map(move |chunk| {
-            let chunk = chunk.map_err(|e| ByteError::Transport(e.to_string()))?;
-            lines.push(&chunk).map_err(|_| ByteError::TooLarge)
-        });
-        let mut events = bytes.eventsource();
+        let mut decoder = crate::stream::SseDecoder::new(limit);
+        let mut body = response.bytes_stream();
         let mut asm = Assembler::new();
         let mut capped = false;
-        loop {
-            match tokio::time::timeout(self.cfg.idle_timeout, events.next()).await {
+        // The idle timeout runs from the last whole event, not the last byte: a server
+        // that trickles bytes without ever ending an event still times out.
+        let mut last_event = tokio::time::Instant::now();
+        'stream: loop {
+            let chunk = match tokio::time::timeout_at(
+                last_event + self.cfg.idle_timeout,
+                body.next(),
+            )
+            .await
+            {
                 Err(_) => return Err(InferError::IdleTimeout(self.cfg.idle_timeout)),
                 Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    let msg = e.to_string();
-                    if msg.contains("event too large") {
-                        return Err(InferError::EventTooLarge(limit));
+                Ok(Some(Err(e))) => return Err(InferError::Truncated(e.to_string())),
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            let events = decoder.push(&chunk).map_err(|e| e.into_infer(limit))?;
+            if !events.is_empty() {
+                last_event = tokio::time::Instant::now();
+            }
+            for ev in events {
+                for e in asm.feed(&ev.event, &ev.data)? {
+                    // In constrained mode the content is JSON for the client, not
+                    // text for the owner; it is reported once parsed, by `chat`.
+                    if !(controls.constrained && matches!(e, StreamEvent::Content(_))) {
+                        on_event(&e);
                     }
-                    return Err(InferError::Truncated(msg));
+                    if cap.as_mut().is_some_and(|c| c.observe(&e)) {
+                        capped = true;
+                        let live = controls.reasoning_control
+                            && self.end_reasoning(asm.completion_id()).await;
+                        if !live {
+                            // Dropping the stream closes the connection, and the
+                            // server stops this generation.
+                            return Ok(Streamed::StoppedAtCap(asm.reasoning().to_owned()));
+                        }
+                    }
                 }
-                Ok(Some(Ok(ev))) => {
-                    for e in asm.feed(&ev.event, &ev.data)? {
-                        // In constrained mode the content is JSON for the client, not
-                        // text for the owner; it is reported once parsed, by `chat`.
-                        if !(controls.constrained && matches!(e, StreamEvent::Content(_))) {
-                            on_event(&e);
-                        }
-                        if cap.as_mut().is_some_and(|c| c.observe(&e)) {
-                            capped = true;
-                            let live = controls.reasoning_control
-                                && self.end_reasoning(asm.completion_id()).await;
-                            if !live {
-                                // Dropping the stream closes the connection, and the
-                                // server stops this generation.
-                                return Ok(Streamed::StoppedAtCap(asm.reasoning().to_owned()));
-                            }
-                        }
-                    }
-                    if asm.is_done() {
-                        break;
-                    }
+                if asm.is_done() {
+                    break 'stream;
                 }
             }
         }
