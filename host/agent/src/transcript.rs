@@ -4,9 +4,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use bx_infer::Message;
+use bx_infer::{History, Message};
 
 use crate::error::AgentError;
 
@@ -19,7 +21,33 @@ pub(crate) const NO_RESULT: &str =
 pub struct Transcript {
     path: PathBuf,
     file: File,
-    messages: Vec<Message>,
+    history: Arc<History>,
+    /// What the file is, as this transcript last wrote or read it. A kept transcript
+    /// is only used again while the file still matches.
+    seen: Seen,
+}
+
+/// A file's identity, length and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl Seen {
+    fn of(m: &std::fs::Metadata) -> Seen {
+        Seen {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        }
+    }
+
+    /// Matches no file: the transcript must be read again.
+    const STALE: Seen = Seen { dev: 0, ino: 0, len: u64::MAX, mtime_ns: 0 };
 }
 
 impl Transcript {
@@ -55,12 +83,33 @@ impl Transcript {
             }
             messages.push(message);
         }
-        Ok(Transcript { path, file, messages })
+        let meta = file.metadata().map_err(|e| damaged(format!("cannot stat: {e}")))?;
+        // The length read, not the length now: after a write that came in between, the
+        // transcript is read again next time rather than skipping those bytes.
+        let seen = Seen { len: bytes.len() as u64, ..Seen::of(&meta) };
+        Ok(Transcript { path, file, history: Arc::new(History::new(messages)), seen })
+    }
+
+    /// Whether the file at this transcript's path is still the one it read and wrote
+    /// (the same file, length and modification time); false when anyone else replaced,
+    /// cut, edited or appended to it, and the transcript must be opened again.
+    pub fn is_current(&self) -> bool {
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| Seen::of(&m) == self.seen)
     }
 
     /// The messages, oldest first.
-    pub fn messages(&self) -> &[Message] {
-        &self.messages
+    pub fn messages(&self) -> Vec<Message> {
+        self.history.messages()
+    }
+
+    /// The file's length in bytes, as this transcript knows it.
+    pub fn bytes(&self) -> u64 {
+        self.seen.len
+    }
+
+    /// The messages as the requests of a turn share them.
+    pub fn history(&self) -> &Arc<History> {
+        &self.history
     }
 
     /// The file.
@@ -82,9 +131,18 @@ impl Transcript {
             path: self.path.display().to_string(),
             why: format!("cannot append: {e}"),
         };
+        // Until the write is done and checked, the transcript counts as stale: after a
+        // failure it is not used again without reading the file.
+        let expected = self.seen.len.saturating_add(text.len() as u64);
+        self.seen = Seen::STALE;
         self.file.write_all(text.as_bytes()).map_err(io)?;
         self.file.sync_data().map_err(io)?;
-        self.messages.extend_from_slice(messages);
+        if let Ok(m) = self.file.metadata()
+            && m.len() == expected
+        {
+            self.seen = Seen::of(&m);
+        }
+        self.history.extend(messages);
         Ok(())
     }
 
@@ -92,30 +150,35 @@ impl Transcript {
     /// turn that was cancelled or crashed between a call and its result), so the
     /// transcript is again one the server accepts. Returns how many it answered.
     pub fn close_dangling_calls(&mut self) -> Result<usize, AgentError> {
-        let Some(last_assistant) =
-            self.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. }))
-        else {
-            return Ok(0);
-        };
-        let Message::Assistant { tool_calls, .. } = &self.messages[last_assistant] else {
-            return Ok(0);
-        };
-        let answered: Vec<&str> = self.messages[last_assistant + 1..]
-            .iter()
-            .filter_map(|m| match m {
-                Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
-                _ => None,
-            })
-            .collect();
-        let missing: Vec<Message> = tool_calls
-            .iter()
-            .filter(|c| !answered.contains(&c.id.as_str()))
-            .map(|c| Message::Tool { tool_call_id: c.id.clone(), content: NO_RESULT.into() })
-            .collect();
+        let missing = self.history.with_messages(dangling);
         let n = missing.len();
         if n > 0 {
             self.append(&missing)?;
         }
         Ok(n)
     }
+}
+
+/// Results for the calls of the last assistant message in `messages` that have none.
+fn dangling(messages: &[Message]) -> Vec<Message> {
+    let Some(last_assistant) =
+        messages.iter().rposition(|m| matches!(m, Message::Assistant { .. }))
+    else {
+        return vec![];
+    };
+    let Message::Assistant { tool_calls, .. } = &messages[last_assistant] else {
+        return vec![];
+    };
+    let answered: Vec<&str> = messages[last_assistant + 1..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    tool_calls
+        .iter()
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .map(|c| Message::Tool { tool_call_id: c.id.clone(), content: NO_RESULT.into() })
+        .collect()
 }

@@ -64,7 +64,76 @@ pub struct Agent {
     toolset: Mutex<Arc<Toolset>>,
     /// Sessions with a turn running, each with the signal that cancels it.
     running: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The transcripts of recent sessions, kept between turns.
+    transcripts: Mutex<Kept>,
     calls: AtomicU64,
+}
+
+/// Most transcripts kept in memory between turns.
+const KEPT_TRANSCRIPTS: usize = 64;
+/// Most bytes of transcript files kept in memory between turns, in all; a transcript
+/// is held about three times over (the messages and their wire form).
+const KEPT_TRANSCRIPT_BYTES: u64 = 16 << 20;
+
+/// The transcripts kept between turns, least recently used first, so a turn reads only
+/// the new bytes of a long session rather than parsing and checking its whole file
+/// again. One is used again only while its file is the one it wrote
+/// ([`Transcript::is_current`]); otherwise the file is read afresh.
+#[derive(Debug, Default)]
+struct Kept {
+    order: std::collections::VecDeque<(String, Transcript)>,
+}
+
+impl Kept {
+    fn take(&mut self, session: &str) -> Option<Transcript> {
+        let at = self.order.iter().position(|(s, _)| s == session)?;
+        self.order.remove(at).map(|(_, t)| t)
+    }
+
+    fn put(&mut self, session: String, transcript: Transcript) {
+        if !transcript.is_current() {
+            return;
+        }
+        self.order.push_back((session, transcript));
+        let mut bytes = self.order.iter().fold(0u64, |n, (_, t)| n.saturating_add(t.bytes()));
+        while self.order.len() > KEPT_TRANSCRIPTS
+            || (bytes > KEPT_TRANSCRIPT_BYTES && !self.order.is_empty())
+        {
+            if let Some((_, t)) = self.order.pop_front() {
+                bytes = bytes.saturating_sub(t.bytes());
+            }
+        }
+    }
+}
+
+/// A session's transcript for the length of a turn; handed back to be kept when the
+/// turn ends in any way (its appends are on disk as they happen, so it matches its file
+/// even when the turn was cancelled part way).
+struct TurnTranscript<'a> {
+    agent: &'a Agent,
+    session: String,
+    transcript: Option<Transcript>,
+}
+
+impl std::ops::Deref for TurnTranscript<'_> {
+    type Target = Transcript;
+    fn deref(&self) -> &Transcript {
+        self.transcript.as_ref().unwrap_or_else(|| unreachable!("held until dropped"))
+    }
+}
+
+impl std::ops::DerefMut for TurnTranscript<'_> {
+    fn deref_mut(&mut self) -> &mut Transcript {
+        self.transcript.as_mut().unwrap_or_else(|| unreachable!("held until dropped"))
+    }
+}
+
+impl Drop for TurnTranscript<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.transcript.take() {
+            lock(&self.agent.transcripts).put(std::mem::take(&mut self.session), t);
+        }
+    }
 }
 
 /// Takes a lock whose data stays consistent across a panic (each update is one
@@ -108,6 +177,7 @@ impl Agent {
             approvals: Approvals::new(),
             toolset: Mutex::new(Arc::new(toolset)),
             running: Mutex::new(HashMap::new()),
+            transcripts: Mutex::new(Kept::default()),
             calls: AtomicU64::new(0),
             parts,
         })
@@ -200,7 +270,7 @@ impl Agent {
             }
             running.insert(session.to_owned(), Arc::clone(&signal));
         }
-        let _busy = Busy { agent: self, session: session.to_owned() };
+        let busy = Busy { agent: self, session: session.to_owned() };
         let limit = Duration::from_secs(self.parts.limits.max_turn_secs.get());
         let result = tokio::select! {
             r = tokio::time::timeout(
@@ -213,6 +283,9 @@ impl Agent {
             }
             () = signal.notified() => Err(AgentError::Cancelled("the owner cancelled it".into())),
         };
+        // The session is free before its client hears the turn is done: a client that
+        // sends its next message at once must not find it still busy.
+        drop(busy);
         if let Ok(usage) = &result {
             let _ = events.send(Body::TurnDone { session: session.to_owned(), usage: *usage });
         }
@@ -252,7 +325,7 @@ impl Agent {
         let workspace = self.workspace(session, workspace)?;
         let baseline = Baseline::load(&self.parts.state.core_file(), workspace.as_deref())?;
         let toolset = self.toolset()?;
-        let mut transcript = Transcript::open(&self.trust.ledger().files().transcript(session))?;
+        let mut transcript = self.transcript(session)?;
         transcript.close_dangling_calls()?;
         transcript.append(&[Message::User { content: text.to_owned() }])?;
         let limits = &self.parts.limits;
@@ -279,11 +352,10 @@ impl Agent {
                     limits.max_tokens
                 )));
             }
-            let mut messages = vec![Message::System { content: system.clone() }];
-            messages.extend_from_slice(transcript.messages());
             let required = first && require_tool && !defs.is_empty();
             let req = ChatRequest {
-                messages,
+                messages: vec![Message::System { content: system.clone() }],
+                history: Some(Arc::clone(transcript.history())),
                 tools: defs.clone(),
                 tool_choice: required.then_some(ToolChoice::Required),
                 max_tokens: Some(u32::try_from(budget).unwrap_or(u32::MAX)),
@@ -371,6 +443,21 @@ impl Agent {
                 )));
             }
         }
+    }
+
+    /// The session's transcript for a turn: the one kept from its last turn while its
+    /// file is unchanged, else read from the file.
+    fn transcript(&self, session: &str) -> Result<TurnTranscript<'_>, AgentError> {
+        let kept = lock(&self.transcripts).take(session).filter(Transcript::is_current);
+        let transcript = match kept {
+            Some(t) => t,
+            None => Transcript::open(&self.trust.ledger().files().transcript(session))?,
+        };
+        Ok(TurnTranscript {
+            agent: self,
+            session: session.to_owned(),
+            transcript: Some(transcript),
+        })
     }
 
     /// Keeps the session's slot on disk, so a restarted daemon sends it back there. Asking

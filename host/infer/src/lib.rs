@@ -20,7 +20,7 @@ pub use client::{Client, EndThinking, InferConfig, RetryPolicy, SelfTest, ToolMo
 pub use error::InferError;
 pub use gate::{SlotGate, SlotGuard};
 pub use request::{
-    ChatRequest, Message, ToolCall, ToolChoice, ToolDef, call_in_text, constrained_schema,
+    ChatRequest, History, Message, ToolCall, ToolChoice, ToolDef, call_in_text, constrained_schema,
     parse_constrained,
 };
 pub use stream::{

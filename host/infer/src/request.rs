@@ -2,6 +2,8 @@
 //! deterministically (the same transcript always gives the same bytes, so the server's
 //! prompt cache sees the same prefix).
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -71,11 +73,95 @@ pub enum ToolChoice {
     None,
 }
 
+/// A conversation that only grows, kept with each message's wire form, so a request
+/// over a long history costs a copy of its bytes rather than serialising every message
+/// again (a session's per-call cost would otherwise grow with its history). Shared
+/// between a transcript and the requests made from it.
+#[derive(Debug, Default)]
+pub struct History {
+    inner: Mutex<HistoryInner>,
+}
+
+#[derive(Debug, Default)]
+struct HistoryInner {
+    messages: Vec<Message>,
+    /// The wire form of the first `.0` messages, comma-separated, per mode (native,
+    /// constrained); each is built the first time a request in that mode is made, then
+    /// extended by the messages added since.
+    wire: [(usize, String); 2],
+}
+
+impl History {
+    /// A history holding `messages`.
+    pub fn new(messages: Vec<Message>) -> History {
+        History { inner: Mutex::new(HistoryInner { messages, wire: Default::default() }) }
+    }
+
+    /// Each update is one push, so a panic elsewhere leaves the data whole.
+    fn lock(&self) -> MutexGuard<'_, HistoryInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds `messages` at the end.
+    pub fn extend(&self, messages: &[Message]) {
+        self.lock().messages.extend_from_slice(messages);
+    }
+
+    /// How many messages it holds.
+    pub fn len(&self) -> usize {
+        self.lock().messages.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` with the messages, oldest first.
+    pub fn with_messages<R>(&self, f: impl FnOnce(&[Message]) -> R) -> R {
+        f(&self.lock().messages)
+    }
+
+    /// A copy of the messages.
+    pub fn messages(&self) -> Vec<Message> {
+        self.lock().messages.clone()
+    }
+
+    /// About how many bytes the wire form takes (what is rendered so far).
+    fn wire_len(&self, constrained: bool) -> usize {
+        self.lock().wire[usize::from(constrained)].1.len()
+    }
+
+    /// Appends the wire form of every message, comma-separated, to `out`.
+    fn write_wire(&self, constrained: bool, out: &mut String) {
+        let mut inner = self.lock();
+        let HistoryInner { messages, wire } = &mut *inner;
+        let (done, text) = &mut wire[usize::from(constrained)];
+        for m in &messages[*done..] {
+            if !text.is_empty() {
+                text.push(',');
+            }
+            text.push_str(&wire_message(m, constrained).to_string());
+        }
+        *done = messages.len();
+        out.push_str(text);
+    }
+}
+
+impl PartialEq for History {
+    fn eq(&self, other: &History) -> bool {
+        std::ptr::eq(self, other) || self.messages() == other.messages()
+    }
+}
+
 /// A chat request, before the client adds slot and stream controls.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatRequest {
-    /// The transcript.
+    /// The first messages (the system prompt), or the whole conversation when there is
+    /// no `history`.
     pub messages: Vec<Message>,
+    /// The conversation after `messages`, when it is kept as a [`History`].
+    pub history: Option<Arc<History>>,
     /// The tools array (fixed for a tool epoch).
     pub tools: Vec<ToolDef>,
     /// Tool choice; `None` leaves it to the server.
@@ -152,7 +238,6 @@ impl ChatRequest {
 
     pub(crate) fn body(&self, c: Controls) -> Vec<u8> {
         let mut body = json!({
-            "messages": self.messages.iter().map(|m| wire_message(m, c.constrained)).collect::<Vec<_>>(),
             "stream": true,
             "stream_options": {"include_usage": true},
             "id_slot": c.id_slot,
@@ -196,8 +281,30 @@ impl ChatRequest {
                 }
             }
         }
-        // serde_json's map is ordered by key, so this is the same bytes every time.
-        serde_json::to_vec(&body).unwrap_or_default()
+        // The messages come first, spliced in as text: a long history is copied, not
+        // serialised again. serde_json's map is ordered by key, so the rest is the same
+        // bytes every time.
+        let rest = body.to_string();
+        let history_len = self.history.as_ref().map_or(0, |h| h.wire_len(c.constrained));
+        let mut out = String::with_capacity(rest.len() + history_len + 4096);
+        out.push_str("{\"messages\":[");
+        for (i, m) in self.messages.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&wire_message(m, c.constrained).to_string());
+        }
+        if let Some(history) = &self.history {
+            if !self.messages.is_empty() && !history.is_empty() {
+                out.push(',');
+            }
+            history.write_wire(c.constrained, &mut out);
+        }
+        out.push(']');
+        // `rest` is a non-empty object (it always holds "stream"): its fields follow.
+        out.push(',');
+        out.push_str(rest.strip_prefix('{').unwrap_or(&rest));
+        out.into_bytes()
     }
 }
 
@@ -341,6 +448,7 @@ mod tests {
             temperature: Some(0.0),
             seed: Some(7),
             max_thinking_tokens: None,
+            history: None,
         }
     }
 
@@ -352,6 +460,37 @@ mod tests {
         let text = String::from_utf8(a).unwrap();
         assert!(text.contains(r#""arguments":"{\"path\":\"/n\",\"z\":1}""#), "{text}");
         assert!(text.contains(r#""id_slot":1"#) && text.contains(r#""cache_prompt":true"#));
+    }
+
+    #[test]
+    fn a_history_gives_the_bytes_of_the_same_messages_sent_whole() {
+        for constrained in [false, true] {
+            let c = Controls {
+                id_slot: 0,
+                constrained,
+                reasoning_control: false,
+                thinking_closed: false,
+            };
+            let whole = sample();
+            let (system, rest) = whole.messages.split_at(1);
+            let history = Arc::new(History::new(rest[..1].to_vec()));
+            let split = ChatRequest {
+                messages: system.to_vec(),
+                history: Some(Arc::clone(&history)),
+                ..whole.clone()
+            };
+            // Rendered once with two messages, then extended: the same bytes as whole.
+            let _ = split.body(c);
+            history.extend(&rest[1..]);
+            let body = split.body(c);
+            assert_eq!(String::from_utf8(body.clone()), String::from_utf8(whole.body(c)));
+            let parsed: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(parsed["messages"].as_array().unwrap().len(), 4);
+            assert_eq!(parsed["stream"], json!(true));
+        }
+        let empty = ChatRequest::default().to_body(0);
+        let parsed: Value = serde_json::from_slice(&empty).unwrap();
+        assert_eq!(parsed["messages"], json!([]));
     }
 
     #[test]

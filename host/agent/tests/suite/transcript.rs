@@ -74,12 +74,12 @@ proptest! {
             prop_assert!(now.starts_with(&before), "an append changed an earlier byte");
             prop_assert!(now.len() > before.len());
             before = now;
-            bodies.push(body(t.messages()));
+            bodies.push(body(&t.messages()));
         }
         // A restart: the transcript read back gives the same request, byte for byte.
         let reopened = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap();
         prop_assert_eq!(reopened.messages(), t.messages());
-        prop_assert_eq!(body(reopened.messages()), body(t.messages()));
+        prop_assert_eq!(body(&reopened.messages()), body(&t.messages()));
         // Each earlier request's messages are a prefix of every later one's.
         for pair in bodies.windows(2) {
             prop_assert!(messages_prefix(&pair[1]).starts_with(&messages_prefix(&pair[0])));
@@ -124,7 +124,8 @@ fn dangling_calls_get_a_result_so_the_next_request_is_well_formed() {
     .unwrap();
     assert_eq!(t.close_dangling_calls().unwrap(), 1);
     let t = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap();
-    let Some(Message::Tool { tool_call_id, content }) = t.messages().last() else { panic!() };
+    let messages = t.messages();
+    let Some(Message::Tool { tool_call_id, content }) = messages.last() else { panic!() };
     assert_eq!(tool_call_id, "b");
     assert!(content.starts_with("no result"));
     let mut t = t;
