@@ -117,6 +117,18 @@ impl Request {
 /// Decides the reply to each chat request.
 pub type Script = Arc<dyn Fn(&Request) -> Reply + Send + Sync>;
 
+/// A script that decides from the request's index and raw bytes, without parsing them:
+/// for measuring bx under a long history, where parsing every body would make the
+/// model's own time grow with it.
+pub type RawScript = Arc<dyn Fn(u64, &[u8]) -> Reply + Send + Sync>;
+
+/// How the server decides.
+#[derive(Clone)]
+enum Decides {
+    Parsed(Script),
+    Raw(RawScript),
+}
+
 /// The running server.
 pub struct ScriptedModel {
     server: Arc<tiny_http::Server>,
@@ -132,7 +144,7 @@ impl std::fmt::Debug for ScriptedModel {
     }
 }
 
-/// Slots the server says it has.
+/// Slots the server says it has, unless started with another number.
 const SLOTS: u64 = 4;
 
 fn chunk(delta: Value, finish: Option<&str>) -> String {
@@ -192,6 +204,21 @@ fn sse(reply: &Reply) -> Vec<u8> {
 impl ScriptedModel {
     /// Starts the server on a free loopback port, answering chat requests by `script`.
     pub fn start(script: Script) -> anyhow::Result<ScriptedModel> {
+        ScriptedModel::start_with_slots(script, SLOTS)
+    }
+
+    /// [`ScriptedModel::start`], saying it has `slots` slots (the load run's starvation
+    /// case has few slots for many sessions).
+    pub fn start_with_slots(script: Script, slots: u64) -> anyhow::Result<ScriptedModel> {
+        ScriptedModel::serve(Decides::Parsed(script), slots)
+    }
+
+    /// A server answering by a [`RawScript`], saying it has `slots` slots.
+    pub fn start_raw(script: RawScript, slots: u64) -> anyhow::Result<ScriptedModel> {
+        ScriptedModel::serve(Decides::Raw(script), slots)
+    }
+
+    fn serve(script: Decides, slots: u64) -> anyhow::Result<ScriptedModel> {
         let server = Arc::new(
             tiny_http::Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("binding: {e}"))?,
         );
@@ -203,9 +230,11 @@ impl ScriptedModel {
                 (Arc::clone(&server), Arc::clone(&proposed), Arc::clone(&requests));
             std::thread::spawn(move || {
                 for request in server.incoming_requests() {
-                    let script = Arc::clone(&script);
+                    let script = script.clone();
                     let (proposed, requests) = (Arc::clone(&proposed), Arc::clone(&requests));
-                    std::thread::spawn(move || answer(request, &script, &proposed, &requests));
+                    std::thread::spawn(move || {
+                        answer(request, &script, &proposed, &requests, slots);
+                    });
                 }
             })
         };
@@ -248,9 +277,10 @@ fn respond(request: tiny_http::Request, status: u16, content_type: &str, body: V
 
 fn answer(
     mut request: tiny_http::Request,
-    script: &Script,
+    script: &Decides,
     proposed: &Mutex<Vec<Call>>,
     requests: &AtomicU64,
+    slots: u64,
 ) {
     let path = request.url().split('?').next().unwrap_or("").to_owned();
     let json_reply = |v: Value| v.to_string().into_bytes();
@@ -258,14 +288,14 @@ fn answer(
         "/health" => respond(request, 200, "application/json", json_reply(json!({"status": "ok"}))),
         "/props" => {
             let props = json!({
-                "total_slots": SLOTS,
+                "total_slots": slots,
                 "chat_template_caps": {"supports_tools": true, "supports_tool_calls": true},
                 "model_path": "scripted",
             });
             respond(request, 200, "application/json", json_reply(props));
         }
         "/slots" => {
-            let slots: Vec<Value> = (0..SLOTS).map(|i| json!({"id": i, "n_ctx": 8192})).collect();
+            let slots: Vec<Value> = (0..slots).map(|i| json!({"id": i, "n_ctx": 8192})).collect();
             respond(request, 200, "application/json", json_reply(Value::Array(slots)));
         }
         "/v1/chat/completions/control" => {
@@ -274,9 +304,14 @@ fn answer(
         "/v1/chat/completions" => {
             let mut body = Vec::new();
             let _ = request.as_reader().take(64 << 20).read_to_end(&mut body);
-            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let index = requests.fetch_add(1, Ordering::SeqCst);
-            let reply = script(&Request { body, index });
+            let reply = match script {
+                Decides::Parsed(script) => {
+                    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    script(&Request { body, index })
+                }
+                Decides::Raw(script) => script(index, &body),
+            };
             if let Reply::Calls(calls) = &reply {
                 proposed
                     .lock()
