@@ -3,8 +3,8 @@
 //! the server's prompt cache sees the same prefix on every turn and after a restart.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write as _;
-use std::os::unix::fs::MetadataExt as _;
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,27 +27,32 @@ pub struct Transcript {
     seen: Seen,
 }
 
-/// A file's identity, length and modification time.
+/// A file's identity, length, and modification and change times. The change time
+/// cannot be set from user space, so an edit whose modification time was put back is
+/// still seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Seen {
     dev: u64,
     ino: u64,
     len: u64,
     mtime_ns: i128,
+    ctime_ns: i128,
 }
 
 impl Seen {
     fn of(m: &std::fs::Metadata) -> Seen {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
         Seen {
             dev: m.dev(),
             ino: m.ino(),
             len: m.len(),
-            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
         }
     }
 
     /// Matches no file: the transcript must be read again.
-    const STALE: Seen = Seen { dev: 0, ino: 0, len: u64::MAX, mtime_ns: 0 };
+    const STALE: Seen = Seen { dev: 0, ino: 0, len: u64::MAX, mtime_ns: 0, ctime_ns: 0 };
 }
 
 impl Transcript {
@@ -59,13 +64,21 @@ impl Transcript {
         let path = path.to_path_buf();
         let damaged =
             |why: String| AgentError::SessionDamaged { path: path.display().to_string(), why };
+        // Not through a symlink, and without waiting on a FIFO: the transcript is bx's
+        // own regular file, and a FIFO put in its place blocked the daemon's thread.
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
-            .map_err(|e| damaged(format!("cannot open: {e}")))?;
-        let bytes = std::fs::read(&path).map_err(|e| damaged(format!("cannot read: {e}")))?;
+            .map_err(|e| damaged(format!("cannot open: {e} (a symlink is refused)")))?;
+        let before = file.metadata().map_err(|e| damaged(format!("cannot stat: {e}")))?;
+        if !before.is_file() {
+            return Err(damaged("not a regular file".into()));
+        }
+        let mut bytes = Vec::new();
+        (&file).read_to_end(&mut bytes).map_err(|e| damaged(format!("cannot read: {e}")))?;
         let text = std::str::from_utf8(&bytes).map_err(|e| damaged(format!("not UTF-8: {e}")))?;
         if !text.is_empty() && !text.ends_with('\n') {
             let line = text.lines().count();
@@ -83,10 +96,14 @@ impl Transcript {
             }
             messages.push(message);
         }
-        let meta = file.metadata().map_err(|e| damaged(format!("cannot stat: {e}")))?;
-        // The length read, not the length now: after a write that came in between, the
-        // transcript is read again next time rather than skipping those bytes.
-        let seen = Seen { len: bytes.len() as u64, ..Seen::of(&meta) };
+        let after = file.metadata().map_err(|e| damaged(format!("cannot stat: {e}")))?;
+        // A write that came in while the file was read: read it again next time rather
+        // than take what was read as the whole file.
+        let seen = if Seen::of(&after) == Seen::of(&before) && after.len() == bytes.len() as u64 {
+            Seen::of(&after)
+        } else {
+            Seen::STALE
+        };
         Ok(Transcript { path, file, history: Arc::new(History::new(messages)), seen })
     }
 
@@ -132,12 +149,16 @@ impl Transcript {
             why: format!("cannot append: {e}"),
         };
         // Until the write is done and checked, the transcript counts as stale: after a
-        // failure it is not used again without reading the file.
+        // failure it is not used again without reading the file. A file someone else
+        // changed since bx last wrote it stays stale too: its change is not taken as
+        // bx's own.
+        let unchanged = self.is_current();
         let expected = self.seen.len.saturating_add(text.len() as u64);
         self.seen = Seen::STALE;
         self.file.write_all(text.as_bytes()).map_err(io)?;
         self.file.sync_data().map_err(io)?;
-        if let Ok(m) = self.file.metadata()
+        if unchanged
+            && let Ok(m) = self.file.metadata()
             && m.len() == expected
         {
             self.seen = Seen::of(&m);

@@ -91,7 +91,9 @@ impl Kept {
     }
 
     fn put(&mut self, session: String, transcript: Transcript) {
-        if !transcript.is_current() {
+        // One transcript over the whole bound is not kept (keeping it would push out
+        // every other).
+        if !transcript.is_current() || transcript.bytes() > KEPT_TRANSCRIPT_BYTES {
             return;
         }
         self.order.push_back((session, transcript));

@@ -24,6 +24,6 @@ pub use request::{
     parse_constrained,
 };
 pub use stream::{
-    Assembler, Completion, FinishReason, StreamEvent, ThinkingCap, Timings, Usage, parse_sse_bytes,
-    replay_sse,
+    Assembler, Completion, FinishReason, MAX_CALLS_PER_REPLY, StreamEvent, ThinkingCap, Timings,
+    Usage, parse_sse_bytes, replay_sse,
 };

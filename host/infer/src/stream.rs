@@ -122,6 +122,10 @@ struct PartialCall {
     arguments: String,
 }
 
+/// The most tool calls one reply may hold; the loop runs far fewer per turn
+/// (`[loop] max_tool_calls`), so more is a hostile or broken server.
+pub const MAX_CALLS_PER_REPLY: usize = 128;
+
 /// Assembles deltas into a [`Completion`]. Tool calls are keyed by index (falling back
 /// to id); the first non-empty id and name win; argument fragments are concatenated
 /// exactly and parsed only at the end.
@@ -243,17 +247,25 @@ impl Assembler {
         &self.reasoning
     }
 
-    fn call_slot(&mut self, index: Option<u64>, id: &str) -> usize {
+    /// The call a fragment belongs to, made when it is new. A reply may hold at most
+    /// [`MAX_CALLS_PER_REPLY`] calls: each fragment is matched by a search over them, and
+    /// a hostile server sending 128,000 empty calls in one 1.7 MB event made that cost
+    /// 27 s of CPU (found by a probe; the turn's deadline cannot stop a synchronous
+    /// loop).
+    fn call_slot(&mut self, index: Option<u64>, id: &str) -> Result<usize, InferError> {
         let found = match index {
             Some(i) => self.calls.iter().position(|c| c.index == Some(i)),
             None if !id.is_empty() => self.calls.iter().position(|c| c.id == id),
             None => self.calls.len().checked_sub(1),
         };
         match found {
-            Some(pos) => pos,
+            Some(pos) => Ok(pos),
+            None if self.calls.len() >= MAX_CALLS_PER_REPLY => Err(InferError::Protocol(format!(
+                "the reply has more than {MAX_CALLS_PER_REPLY} tool calls"
+            ))),
             None => {
                 self.calls.push(PartialCall { index, ..PartialCall::default() });
-                self.calls.len() - 1
+                Ok(self.calls.len() - 1)
             }
         }
     }
@@ -297,7 +309,7 @@ impl Assembler {
             }
             for tc in delta.tool_calls.unwrap_or_default() {
                 let id = tc.id.unwrap_or_default();
-                let slot = self.call_slot(tc.index, &id);
+                let slot = self.call_slot(tc.index, &id)?;
                 let call = &mut self.calls[slot];
                 if call.id.is_empty() && !id.is_empty() {
                     call.id = id.into_owned();
@@ -578,6 +590,22 @@ mod tests {
         // A line split across chunks is joined; an event never ended is dropped.
         let got = decode(&[b"da", b"ta: x", b"y\n", b"\n", b"data: z\n"]).unwrap();
         assert_eq!(got, vec![ev("message", "xy")]);
+    }
+
+    #[test]
+    fn a_reply_with_too_many_calls_is_refused_not_searched() {
+        let calls: Vec<String> =
+            (0..=MAX_CALLS_PER_REPLY).map(|i| format!("{{\"index\":{i}}}")).collect();
+        let data = format!(
+            "{{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{}]}}}}]}}",
+            calls.join(",")
+        );
+        let mut asm = Assembler::new();
+        let err = asm.feed("message", &data).unwrap_err();
+        assert!(err.to_string().contains("more than 128 tool calls"), "{err}");
+        let mut asm = Assembler::new();
+        let data = data.replacen(&format!(",{{\"index\":{MAX_CALLS_PER_REPLY}}}"), "", 1);
+        assert!(asm.feed("message", &data).is_ok());
     }
 
     #[test]

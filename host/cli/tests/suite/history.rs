@@ -122,3 +122,66 @@ fn the_next_message_sent_at_turn_done_finds_the_session_free() {
     }
     assert_eq!(busy, 0, "turns refused as busy right after the previous one was done");
 }
+
+/// The kept transcript is never preferred to the file once anyone else touched it: an
+/// edit made while a turn runs (here, by the model's server in the middle of its reply),
+/// or one whose modification time was put back, is what the next request carries; and a
+/// FIFO or a symlink put in the transcript's place is refused at once, not waited on.
+#[test]
+fn edits_during_a_turn_or_with_the_old_mtime_are_read_and_odd_files_refused() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path().to_path_buf();
+    let path = s.join("sessions/edit.transcript.jsonl");
+    let bodies = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let (seen, during) = (Arc::clone(&bodies), path.clone());
+    let model = ScriptedModel::start(Arc::new(move |r: &Request| {
+        if r.is_self_test() {
+            return Reply::Text("ok".into());
+        }
+        seen.lock().unwrap().push(r.body.clone());
+        if r.last_user() == "second" {
+            // While this turn runs: the first message, rewritten in place.
+            let text = std::fs::read_to_string(&during).unwrap();
+            std::fs::write(&during, text.replacen("original", "TAMPERED", 1)).unwrap();
+        }
+        Reply::Text("fine".into())
+    }))
+    .unwrap();
+    std::fs::write(s.join("config.toml"), format!("[inference]\nurl = \"{}\"\n", model.url()))
+        .unwrap();
+    let _daemon = Daemon::start(&s);
+    let contents = |body: &Value| -> Vec<String> {
+        body["messages"].as_array().unwrap().iter().map(|m| m["content"].to_string()).collect()
+    };
+    for text in ["original", "second", "third"] {
+        let (code, events) = say(&s, "edit", text, &[]);
+        assert_eq!(code, 0, "{events:?}");
+    }
+    let last = bodies.lock().unwrap().last().unwrap().clone();
+    assert!(contents(&last).contains(&"\"TAMPERED\"".to_owned()), "{:?}", contents(&last));
+    // In place, same length, and the modification time put back.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    std::fs::write(&path, text.replacen("TAMPERED", "HIDDEN!!", 1)).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
+    let (code, events) = say(&s, "edit", "fourth", &[]);
+    assert_eq!(code, 0, "{events:?}");
+    let last = bodies.lock().unwrap().last().unwrap().clone();
+    assert!(contents(&last).contains(&"\"HIDDEN!!\"".to_owned()), "{:?}", contents(&last));
+    // A FIFO and a symlink in the transcript's place: refused, each turn ending at once.
+    std::fs::remove_file(&path).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+    let (code, events) = say(&s, "edit", "fifth", &[]);
+    assert_eq!(code, 1, "{events:?}");
+    let error = of_type(&events, "error");
+    assert_eq!(error[0]["code"], "session_damaged", "{events:?}");
+    assert!(error[0]["message"].as_str().unwrap().contains("not a regular file"), "{error:?}");
+    std::fs::remove_file(&path).unwrap();
+    let elsewhere = s.join("elsewhere.jsonl");
+    std::fs::write(&elsewhere, &text).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    let (code, events) = say(&s, "edit", "sixth", &[]);
+    assert_eq!(code, 1, "{events:?}");
+    assert_eq!(of_type(&events, "error")[0]["code"], "session_damaged", "{events:?}");
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), text, "nothing written through it");
+}
