@@ -5,8 +5,11 @@
 #   make tools   the first-party tool components, checked against tools/digests.lock
 #   make test    tools, then the whole test suite
 #   make lint    rustfmt and clippy on both workspaces, warnings denied
-#   make bench   the benchmark tables (runtime, broker, audit, inference, the loop)
+#   make bench   the benchmark tables (runtime, broker, audit, inference, the loop, the
+#                daemon's per-call cost as a session's history grows)
 #   make stress  the audit crash test with 5,000 SIGKILLs instead of 200
+#   make load    the daemon under 4, 16 and 64 sessions at once (docs/load.md)
+#   make fuzz    every parser mutation-fuzzed for FUZZ_SECS seconds (docs/fuzzing.md)
 #   make eval    the agent benchmark: every user task and (user × injection) pair of
 #                fixtures/eval against the scripted attacker; MODEL=local for the user
 #                tasks against the embedded model, BX_INFER_URL=... for any server
@@ -21,7 +24,7 @@ TOOLS_OUT := tools/target/$(WASM_TARGET)/release
 # file paths that end up in panic messages are rewritten to fixed prefixes.
 TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
 
-.PHONY: setup build tools tools-lock test lint bench stress chat verify-device eval
+.PHONY: setup build tools tools-lock test lint bench stress chat verify-device eval load fuzz
 
 VENV := .venv
 # apt-get needs root; on a machine where make runs as a user, through sudo.
@@ -75,6 +78,8 @@ bench: tools
 	$(CARGO) bench --locked -p bx-audit --bench audit
 	$(CARGO) bench --locked -p bx-infer --bench infer
 	$(CARGO) bench --locked -p bx-agent --bench loop
+	$(CARGO) build --release --locked -p bx-cli -p bx-eval
+	target/release/bx-load --history
 
 # A chat with the model from `make setup`, in a demo state directory (.bx-demo/): bx
 # launches llama-server itself, with fs.read and fs.list installed by digest and a policy
@@ -101,6 +106,21 @@ MODEL ?=
 eval: tools
 	$(CARGO) build --locked -p bx-cli -p bx-eval
 	target/debug/bx-eval $(if $(MODEL),--model $(MODEL),$(if $(BX_INFER_URL),--model $(BX_INFER_URL)))
+
+# The real daemon, release build, against the scripted model (4 slots): calls/s, turn
+# latency, CPU per call, memory and the audit cross-check, at 4, 16 and 64 sessions.
+LOAD_SECS ?= 20
+load: tools
+	$(CARGO) build --release --locked -p bx-cli -p bx-eval
+	target/release/bx-load --sessions 4,16,64 --secs $(LOAD_SECS)
+
+# Each target for FUZZ_SECS seconds under a 2 GiB address-space limit, so a parser that
+# builds without bound fails (the input it was on is target/fuzz/TARGET/current).
+FUZZ_SECS ?= 600
+FUZZ_TARGETS := policy config wire sse audit transcript
+fuzz:
+	$(CARGO) build --release --locked -p bx-fuzz
+	for t in $(FUZZ_TARGETS); do (ulimit -v 2097152; target/release/bx-fuzz $$t --secs $(FUZZ_SECS)) || exit 1; done
 
 stress:
 	BX_AUDIT_CRASH_ITERATIONS=5000 $(CARGO) test --locked -p bx-audit --test all crash -- --nocapture

@@ -1,0 +1,442 @@
+//! Mutation fuzzing of bx's parsers on stable Rust: every input bx reads from a file, a
+//! socket or a server goes through one of the [targets](TARGETS), seeded from
+//! `fixtures/` and mutated by [`Mutator`]. A target fails when its parser panics, takes
+//! longer than [`SLOW`] on one input, or (checked by the driver, `make fuzz`) runs the
+//! process out of the memory it is given. See `docs/fuzzing.md`.
+//!
+//! Why not cargo-fuzz or AFL: both need nightly Rust or an instrumented toolchain, and
+//! bx builds on stable. This fuzzer is blind (no coverage feedback); it makes up for
+//! part of that with each format's tokens (a dictionary) and mutations that repeat,
+//! splice and nest, the ones that found the earlier bugs (a byte-order mark in a stream,
+//! deep dotted keys, millions of blank lines).
+
+use std::io::Cursor;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// One input taking longer than this is a finding (a parser that is quadratic or hangs).
+pub const SLOW: Duration = Duration::from_secs(2);
+/// The largest input made: above the parsers' own bounds where they have one (so those
+/// bounds are exercised), small enough to keep a run fast.
+pub const MAX_INPUT: usize = 1 << 20;
+
+/// A parser under test.
+pub struct Target {
+    /// Its name on the command line.
+    pub name: &'static str,
+    /// Where its seeds are, relative to the repository's `fixtures/`, and which files
+    /// (by how their names end).
+    pub seeds: &'static [(&'static str, &'static str)],
+    /// Tokens of its format, spliced in by the mutator.
+    pub dictionary: &'static [&'static [u8]],
+    /// Runs the parser on one input. Errors are expected; only a panic is a finding.
+    pub run: fn(&[u8], &Scratch),
+}
+
+/// A scratch directory for targets that read files (audit day files, transcripts).
+pub struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    /// A fresh scratch directory, on tmpfs when there is one.
+    pub fn new() -> anyhow::Result<Scratch> {
+        let shm = Path::new("/dev/shm");
+        let dir = if shm.is_dir() { tempfile::tempdir_in(shm)? } else { tempfile::tempdir()? };
+        Ok(Scratch { dir })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+const TOML: &[&[u8]] = &[
+    b"[[grant]]\n",
+    b"[[deny]]\n",
+    b"[[example]]\n",
+    b"[inference]\n",
+    b"[loop]\n",
+    b"[audit]\n",
+    b"[tools]\n",
+    b"tool = \"fs.read\"\n",
+    b"path = \"{workspace}\"\n",
+    b"name = \".env\"\n",
+    b"host = \"*\"\n",
+    b"when_clean = \"ask\"\n",
+    b"a.b.c.d.e.f.g.h = 1\n",
+    b"= ",
+    b"\"\"\"",
+    b"'''",
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b"\\u0000",
+    b"\xef\xbb\xbf",
+    b"\r\n",
+    b"\n",
+    b"#",
+    b"1979-05-27T07:32:00Z",
+    b"inf",
+    b"nan",
+    b"-0",
+    b"0x7fffffffffffffff",
+    b"18446744073709551616",
+];
+
+const JSON: &[&[u8]] = &[
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"\"",
+    b"\\\"",
+    b"\\u0000",
+    b"\\ud800",
+    b"\\u202e",
+    b":",
+    b",",
+    b"null",
+    b"true",
+    b"1e999",
+    b"-0",
+    b"18446744073709551616",
+    b"\"type\":",
+    b"\"msg\":",
+    b"\"v\":1,",
+    b"\"id\":",
+    b"\"session\":\"",
+    b"\"tool_calls\":[",
+    b"\"arguments\":\"",
+    b"\xef\xbb\xbf",
+    b"\xff\xfe",
+    b"\n",
+];
+
+const SSE: &[&[u8]] = &[
+    b"data: ",
+    b"data:",
+    b"event: ",
+    b"id: ",
+    b"retry: ",
+    b": comment\n",
+    b"\n\n",
+    b"\r\n",
+    b"\r",
+    b"[DONE]",
+    b"{\"choices\":[{\"index\":0,\"delta\":{",
+    b"\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":{\"name\":\"fs.read\",\"arguments\":\"",
+    b"\"reasoning_content\":\"",
+    b"\"content\":\"",
+    b"\"finish_reason\":\"length\"",
+    b"\"error\":{\"message\":\"",
+    b"\"usage\":{",
+    b"\"timings\":{",
+    b"\xef\xbb\xbf",
+    b"\xc3",
+    b"\xf0\x9f",
+];
+
+const AUDIT: &[&[u8]] = &[
+    b"\n",
+    b"{\"seq\":",
+    b"\"time\":\"2026-11-29T23:58:59.000Z\"",
+    b"\"time\":\"2026-11-29T08:256:31Z\"",
+    b"\"prev\":\"",
+    b"0000000000000000000000000000000000000000000000000000000000000000",
+    b"\"kind\":\"request\"",
+    b"\"kind\":\"result\"",
+    b"\"kind\":\"recovered\"",
+    b"\"kind\":\"break\"",
+    b"\"fields\":{",
+    b"\"session\":\"s1\"",
+    b"\"call\":\"c1\"",
+    b"18446744073709551615",
+    b"\xef\xbb\xbf",
+    b"\"",
+    b"}",
+];
+
+/// Every target.
+pub const TARGETS: &[Target] = &[
+    Target {
+        name: "policy",
+        seeds: &[("policy", ".toml")],
+        dictionary: TOML,
+        run: |bytes, _| {
+            if let Ok(text) = std::str::from_utf8(bytes) {
+                let _ = bx_broker::Policy::parse("policy.toml", text);
+            }
+        },
+    },
+    Target {
+        name: "config",
+        seeds: &[("config", ".toml")],
+        dictionary: TOML,
+        run: |bytes, _| {
+            if let Ok(text) = std::str::from_utf8(bytes) {
+                let _ = bx_state::Config::parse(Path::new("config.toml"), text);
+            }
+        },
+    },
+    Target {
+        name: "wire",
+        seeds: &[("wire", ".json")],
+        dictionary: JSON,
+        // A fixture is one envelope; as a frame it gets its 4-byte length (see `seed`).
+        run: |bytes, _| {
+            let _ = bx_protocol::decode(bytes);
+            let mut stream = Cursor::new(bytes);
+            while let Ok(Some(_)) = bx_protocol::read_frame(&mut stream) {}
+        },
+    },
+    Target {
+        name: "sse",
+        seeds: &[("sse", ".sse")],
+        dictionary: SSE,
+        run: |bytes, _| {
+            let _ = bx_infer::parse_sse_bytes(bytes);
+        },
+    },
+    Target {
+        name: "audit",
+        seeds: &[("audit/good", ".jsonl"), ("audit/torn", ".jsonl"), ("audit/forked", ".jsonl")],
+        dictionary: AUDIT,
+        run: |bytes, scratch| {
+            let dir = scratch.path().join("audit");
+            let _ = std::fs::remove_dir_all(&dir);
+            if std::fs::create_dir_all(&dir).is_ok()
+                && std::fs::write(dir.join("2026-11-29.jsonl"), bytes).is_ok()
+            {
+                let _ = bx_audit::verify(&dir);
+                let _ = bx_audit::for_each_entry(&dir, |_, _| {});
+            }
+        },
+    },
+    Target {
+        name: "transcript",
+        seeds: &[("transcripts", ".jsonl")],
+        dictionary: JSON,
+        run: |bytes, scratch| {
+            let path = scratch.path().join("s.transcript.jsonl");
+            if std::fs::write(&path, bytes).is_ok()
+                && let Ok(mut t) = bx_agent::Transcript::open(&path)
+            {
+                // Opening read-write appends the answers of dangling calls.
+                let _ = t.close_dangling_calls();
+            }
+        },
+    },
+];
+
+/// The target called `name`.
+pub fn target(name: &str) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.name == name)
+}
+
+/// The target's seeds from the repository's `fixtures/` (`fixtures` is that directory),
+/// each as the bytes its parser reads.
+pub fn seeds(target: &Target, fixtures: &Path) -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for (dir, ends) in target.seeds {
+        let dir = fixtures.join(dir);
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.to_str().is_some_and(|s| s.ends_with(ends)))
+            .collect();
+        paths.sort();
+        for p in paths {
+            let mut bytes = std::fs::read(&p)?;
+            if target.name == "wire" {
+                let body = bytes.strip_suffix(b"\n").unwrap_or(&bytes).to_vec();
+                bytes = (body.len() as u32).to_be_bytes().to_vec();
+                bytes.extend_from_slice(&body);
+            }
+            out.push((p, bytes));
+        }
+    }
+    anyhow::ensure!(!out.is_empty(), "no seeds for {} under {}", target.name, fixtures.display());
+    Ok(out)
+}
+
+/// Makes inputs from seeds: byte flips and replacements, insertions of the format's
+/// tokens and of bytes that break parsers, deletions, repeats of a slice (up to
+/// [`MAX_INPUT`]), splices of two seeds, nesting, and cuts.
+pub struct Mutator {
+    rng: fastrand::Rng,
+}
+
+const BYTES: &[u8] = &[0, 0x7f, 0xff, 0xc0, 0x80, b'\n', b'\r', b'"', b'\\', b'{', b'[', 0x1b];
+
+impl Mutator {
+    /// A mutator whose choices follow from `seed`.
+    pub fn new(seed: u64) -> Mutator {
+        Mutator { rng: fastrand::Rng::with_seed(seed) }
+    }
+
+    /// One input: a seed (or two spliced), with one to eight mutations.
+    pub fn make(&mut self, seeds: &[(PathBuf, Vec<u8>)], dictionary: &[&[u8]]) -> Vec<u8> {
+        let mut input = seeds[self.rng.usize(..seeds.len())].1.clone();
+        for _ in 0..self.rng.usize(1..=8) {
+            self.mutate(&mut input, seeds, dictionary);
+        }
+        input.truncate(MAX_INPUT);
+        input
+    }
+
+    fn mutate(&mut self, input: &mut Vec<u8>, seeds: &[(PathBuf, Vec<u8>)], dict: &[&[u8]]) {
+        let r = &mut self.rng;
+        match r.u8(..10) {
+            0 if !input.is_empty() => {
+                let i = r.usize(..input.len());
+                input[i] ^= 1 << r.u8(..8);
+            }
+            1 if !input.is_empty() => {
+                let i = r.usize(..input.len());
+                input[i] = BYTES[r.usize(..BYTES.len())];
+            }
+            2 | 3 if !dict.is_empty() => {
+                let token = dict[r.usize(..dict.len())];
+                let at = r.usize(..=input.len());
+                input.splice(at..at, token.iter().copied());
+            }
+            4 if !input.is_empty() => {
+                let from = r.usize(..input.len());
+                let to = (from + r.usize(1..=64)).min(input.len());
+                input.drain(from..to);
+            }
+            5 if !input.is_empty() => {
+                // Repeat a slice many times: deep nesting, long lines, many records.
+                let from = r.usize(..input.len());
+                let to = (from + r.usize(1..=32)).min(input.len());
+                let piece = input[from..to].to_vec();
+                let times = [2, 16, 256, 4096, 65536][r.usize(..5)];
+                let room = MAX_INPUT.saturating_sub(input.len()) / piece.len().max(1);
+                let times = times.min(room);
+                let at = to;
+                input.splice(at..at, piece.iter().copied().cycle().take(piece.len() * times));
+            }
+            6 => {
+                // Splice: the head of this one, the tail of another seed.
+                let other = &seeds[r.usize(..seeds.len())].1;
+                let cut = r.usize(..=input.len());
+                let from = r.usize(..=other.len());
+                input.truncate(cut);
+                input.extend_from_slice(&other[from..]);
+            }
+            7 if !input.is_empty() => {
+                let at = r.usize(..input.len());
+                input.truncate(at);
+            }
+            8 => {
+                let at = r.usize(..=input.len());
+                let n = r.usize(1..=16);
+                let junk: Vec<u8> = (0..n).map(|_| r.u8(..)).collect();
+                input.splice(at..at, junk);
+            }
+            _ => {
+                // Nest: wrap a slice in brackets, many levels deep.
+                let (open, close) = [(b'[', b']'), (b'{', b'}'), (b'"', b'"')][r.usize(..3)];
+                let depth = [1, 8, 64, 1024][r.usize(..4)];
+                let at = r.usize(..=input.len());
+                input.splice(at..at, std::iter::repeat_n(open, depth));
+                let end = (at + depth + r.usize(..=16)).min(input.len());
+                input.splice(end..end, std::iter::repeat_n(close, depth));
+            }
+        }
+    }
+}
+
+/// What one input did.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Parsed or refused, in time.
+    Fine(Duration),
+    /// The parser panicked, with this message.
+    Panicked(String),
+}
+
+/// Runs `target` on `input`, catching a panic.
+pub fn run_one(target: &Target, input: &[u8], scratch: &Scratch) -> Outcome {
+    let started = Instant::now();
+    match std::panic::catch_unwind(AssertUnwindSafe(|| (target.run)(input, scratch))) {
+        Ok(()) => Outcome::Fine(started.elapsed()),
+        Err(e) => Outcome::Panicked(
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "a panic without a message".into()),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixtures() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+    }
+
+    /// Every target has seeds, runs them, and runs a few hundred mutations of them
+    /// without a finding (the short form of `make fuzz`, so the targets stay alive).
+    #[test]
+    fn every_target_runs_its_seeds_and_mutations() {
+        let scratch = Scratch::new().unwrap();
+        for t in TARGETS {
+            let seeds = seeds(t, &fixtures()).unwrap();
+            let mut m = Mutator::new(7);
+            let inputs = seeds
+                .iter()
+                .map(|(_, b)| b.clone())
+                .chain((0..300).map(|_| m.make(&seeds, t.dictionary)));
+            for input in inputs {
+                match run_one(t, &input, &scratch) {
+                    Outcome::Fine(_) => {}
+                    Outcome::Panicked(why) => {
+                        panic!("{}: {why} on {:?}", t.name, String::from_utf8_lossy(&input))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The seeds are inputs the parsers accept, so mutations start from the inside of
+    /// each format rather than from its front door.
+    #[test]
+    fn the_seeds_parse() {
+        let dir = fixtures();
+        let text = std::fs::read_to_string(dir.join("policy/example.toml")).unwrap();
+        assert!(bx_broker::Policy::parse("example.toml", &text).is_ok());
+        for (path, bytes) in seeds(target("wire").unwrap(), &dir).unwrap() {
+            assert!(bx_protocol::decode(&bytes).is_ok(), "{}", path.display());
+        }
+        let scratch = Scratch::new().unwrap();
+        let path = scratch.path().join("t.jsonl");
+        std::fs::copy(dir.join("transcripts/session.transcript.jsonl"), &path).unwrap();
+        assert_eq!(bx_agent::Transcript::open(&path).unwrap().messages().len(), 7);
+        let sse = seeds(target("sse").unwrap(), &dir).unwrap();
+        assert!(sse.iter().any(|(_, b)| bx_infer::parse_sse_bytes(b).is_ok()));
+    }
+
+    /// The mutator reaches the sizes and depths that found bugs before.
+    #[test]
+    fn mutations_grow_nest_and_stay_bounded() {
+        let seeds = vec![(PathBuf::from("s"), b"a = 1\n[t]\n".to_vec())];
+        let mut m = Mutator::new(3);
+        let made: Vec<Vec<u8>> = (0..2000).map(|_| m.make(&seeds, TOML)).collect();
+        assert!(made.iter().all(|i| i.len() <= MAX_INPUT));
+        assert!(made.iter().any(|i| i.len() > 64 << 10), "no large input");
+        assert!(made.iter().any(|i| i.windows(64).any(|w| w.iter().all(|&b| b == b'['))));
+        assert!(
+            made.iter()
+                .any(|i| i.starts_with(b"\xef\xbb\xbf")
+                    || i.windows(3).any(|w| w == b"\xef\xbb\xbf"))
+        );
+    }
+}
