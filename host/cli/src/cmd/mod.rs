@@ -4,6 +4,7 @@ pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod chat;
 pub(crate) mod doctor;
+pub(crate) mod mcp;
 pub(crate) mod policy;
 pub(crate) mod run;
 pub(crate) mod serve;

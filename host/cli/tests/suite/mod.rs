@@ -7,6 +7,7 @@ mod eval;
 mod history;
 mod install;
 mod layering;
+mod mcp;
 mod reach;
 mod run;
 mod runbook;

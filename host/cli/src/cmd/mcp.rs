@@ -1,0 +1,399 @@
+//! `bx mcp`: bx's tools for another agent (Claude Code, Codex, Cursor, …) over the Model
+//! Context Protocol on stdio, under the owner's policy. It is a bridge into the daemon:
+//! every `tools/call` is a `run_tool` request there, so it passes the same trust path as
+//! a call from bx's own loop (the request, decision, approval and result on the one
+//! audit log, the policy re-read when it changes, the session's taint raised and
+//! persisted), and an approval waits for the owner's `bx approve` or `bx refuse`, never
+//! for the client. The protocol itself (framing, JSON-RPC, the handshake, malformed
+//! input) is rmcp's, the official Rust SDK. See `docs/mcp.md`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bx_protocol::{Body, Overlay, RunOutcome, ToolSummary};
+use bx_state::{StateDir, valid_session_id};
+use clap::Args;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ServerCapabilities, Tool,
+};
+use rmcp::service::{Peer, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
+
+use super::EXIT_OK;
+use crate::client::Conn;
+
+/// How often the installed tools are compared with the last list the client saw.
+const TOOLS_POLL: Duration = Duration::from_secs(1);
+/// How often a call that waits for the owner tells a client that asked for progress
+/// that it is still waiting.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// The longest session name taken from a client's name (the rest is cut).
+const MAX_CLIENT_NAME: usize = 48;
+
+/// `bx mcp`
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// The session every call of this connection is made in (its taint and workspace).
+    /// Default: `mcp-` and the client's name from its `initialize`.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// The directory the session works in, for a session this creates: relative paths
+    /// in the calls resolve against it. Default: the current directory (where the client
+    /// started `bx mcp`).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+}
+
+/// The MCP server of one connection.
+#[derive(Clone)]
+struct Bridge {
+    state: StateDir,
+    workspace: String,
+    /// The session: the owner's `--session`, else named at `initialize`.
+    session: Arc<Mutex<Option<String>>>,
+    /// The tools as last listed, to find a call to one that is not installed and to
+    /// notice when the set changes.
+    tools: Arc<Mutex<Vec<ToolSummary>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The session a client's name gives: `mcp-` and the name's letters, digits, `.`, `_`
+/// and `-` (anything else becomes `-`), cut to a bound.
+fn session_for(client: &str) -> String {
+    let name: String = client
+        .chars()
+        .take(MAX_CLIENT_NAME)
+        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' })
+        .collect();
+    let name = name.trim_matches('-');
+    if name.is_empty() { "mcp".to_owned() } else { format!("mcp-{name}") }
+}
+
+/// One request to the daemon and its reply, off the async threads (the client is
+/// blocking, and each request waits at most a minute).
+async fn request(state: &StateDir, msg: Body) -> Result<Body, ErrorData> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Body> {
+        Conn::connect(&state).context("the bx daemon stopped")?.request(msg)
+    })
+    .await
+    .map_err(|e| ErrorData::internal_error(format!("bx: {e}"), None))?
+    .map_err(|e| ErrorData::internal_error(format!("bx: {e:#}"), None))
+}
+
+/// The installed tools, from the daemon.
+async fn list(state: &StateDir) -> Result<Vec<ToolSummary>, ErrorData> {
+    match request(state, Body::ListTools {}).await? {
+        Body::Tools { items } => Ok(items),
+        Body::Error { message, runbook, .. } => {
+            Err(ErrorData::internal_error(format!("bx: {message} (see {runbook})"), None))
+        }
+        other => Err(ErrorData::internal_error(
+            format!("bx: the daemon answered {}", other.type_name()),
+            None,
+        )),
+    }
+}
+
+fn tool_of(t: &ToolSummary) -> Tool {
+    let schema: JsonObject = serde_json::from_str(&t.parameters).unwrap_or_default();
+    Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema))
+}
+
+/// What happened to a call, as the bridge hears it from the daemon.
+enum Heard {
+    /// The owner must answer this approval.
+    Waiting(String),
+    /// The call's outcome.
+    Done(Body),
+    /// The daemon's connection failed.
+    Lost(String),
+}
+
+/// The text of a refusal or failure, with the runbook entry the client should read.
+fn refusal(text: &str, runbook: &str) -> CallToolResult {
+    let text = if text.contains("docs/runbook.md") {
+        text.to_owned()
+    } else {
+        format!("{text} (see {runbook})")
+    };
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+fn result_of(outcome: Body) -> CallToolResult {
+    match outcome {
+        Body::ToolOutput { outcome, text, stderr, .. } => match outcome {
+            RunOutcome::Json | RunOutcome::Text => {
+                CallToolResult::success(vec![ContentBlock::text(text)])
+            }
+            RunOutcome::Refused => {
+                refusal(&format!("refused: {text}"), "docs/runbook.md#tool-denied")
+            }
+            RunOutcome::Unavailable => {
+                refusal(&format!("refused: {text}"), "docs/runbook.md#policy-invalid")
+            }
+            RunOutcome::HostDenied => refusal(
+                &format!("the host denied an operation: {text}"),
+                "docs/runbook.md#tool-denied",
+            ),
+            RunOutcome::Limit | RunOutcome::OutputTooLarge => {
+                refusal(&format!("stopped by a limit: {text}"), "docs/runbook.md#tool-limit")
+            }
+            RunOutcome::InvalidArgs | RunOutcome::Failed | RunOutcome::Stopped => {
+                let more = if stderr.is_empty() { String::new() } else { format!("\n{stderr}") };
+                CallToolResult::error(vec![ContentBlock::text(format!("{text}{more}"))])
+            }
+        },
+        Body::Error { message, runbook, .. } => refusal(&message, &runbook),
+        other => CallToolResult::error(vec![ContentBlock::text(format!(
+            "bx: the daemon answered {}",
+            other.type_name()
+        ))]),
+    }
+}
+
+impl Bridge {
+    fn session(&self) -> String {
+        lock(&self.session).clone().unwrap_or_else(|| "mcp".to_owned())
+    }
+
+    /// Runs one call through the daemon, telling `peer` of the wait for the owner when
+    /// the client asked for progress.
+    async fn call(
+        &self,
+        name: String,
+        arguments: JsonObject,
+        peer: &Peer<RoleServer>,
+        progress: Option<rmcp::model::ProgressToken>,
+    ) -> CallToolResult {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Heard>();
+        let (state, session, workspace) =
+            (self.state.clone(), self.session(), self.workspace.clone());
+        let args = serde_json::Value::Object(arguments).to_string();
+        std::thread::spawn(move || {
+            let heard = (|| -> anyhow::Result<Body> {
+                let mut conn = Conn::connect(&state).context("the bx daemon stopped")?;
+                let id = conn.send(Body::RunTool {
+                    session,
+                    tool: name,
+                    args,
+                    overlay: Overlay::default(),
+                    workspace: Some(workspace),
+                })?;
+                loop {
+                    let Some(envelope) = conn.recv()? else {
+                        anyhow::bail!("the daemon closed the connection mid-call");
+                    };
+                    if envelope.id != id {
+                        continue;
+                    }
+                    match envelope.msg {
+                        Body::ApprovalNeeded { approval, .. } => {
+                            let _ = tx.send(Heard::Waiting(approval));
+                        }
+                        done @ (Body::ToolOutput { .. } | Body::Error { .. }) => return Ok(done),
+                        _ => {}
+                    }
+                }
+            })();
+            let _ = tx.send(match heard {
+                Ok(done) => Heard::Done(done),
+                Err(e) => Heard::Lost(format!("{e:#}")),
+            });
+        });
+        let mut waiting: Option<String> = None;
+        let mut step = 0.0;
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        loop {
+            let heard = tokio::select! {
+                heard = rx.recv() => heard,
+                _ = tick.tick(), if waiting.is_some() => {
+                    step += 1.0;
+                    if let (Some(token), Some(approval)) = (&progress, &waiting) {
+                        let _ = peer.notify_progress(wait_note(token, step, approval)).await;
+                    }
+                    continue;
+                }
+            };
+            match heard {
+                Some(Heard::Waiting(approval)) => {
+                    step += 1.0;
+                    if let Some(token) = &progress {
+                        let _ = peer.notify_progress(wait_note(token, step, &approval)).await;
+                    }
+                    waiting = Some(approval);
+                }
+                Some(Heard::Done(body)) => return result_of(body),
+                Some(Heard::Lost(why)) => {
+                    return refusal(&format!("bx: {why}"), "docs/runbook.md#internal-error");
+                }
+                None => return refusal("bx: the call was lost", "docs/runbook.md#internal-error"),
+            }
+        }
+    }
+}
+
+fn wait_note(
+    token: &rmcp::model::ProgressToken,
+    step: f64,
+    approval: &str,
+) -> ProgressNotificationParam {
+    ProgressNotificationParam::new(token.clone(), step).with_message(format!(
+        "waiting for the owner to answer approval {approval} (`bx approve {approval}` or `bx refuse {approval}`)"
+    ))
+}
+
+impl ServerHandler for Bridge {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(
+            ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build(),
+        )
+        .with_server_info(Implementation::new("bx", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "bx runs these tools as WebAssembly components under its owner's policy. A call \
+             the policy refuses comes back as an error result naming the reason; a call that \
+             needs the owner's approval waits for it (the owner answers with `bx approve`). \
+             Relative paths are resolved against the session's workspace.",
+        )
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        {
+            let mut session = lock(&self.session);
+            if session.is_none() {
+                *session = Some(session_for(&request.client_info.name));
+            }
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let items = list(&self.state).await?;
+        let tools = items.iter().map(tool_of).collect();
+        *lock(&self.tools) = items;
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let mut known = lock(&self.tools).iter().any(|t| t.name == name);
+        if !known {
+            let items = list(&self.state).await?;
+            known = items.iter().any(|t| t.name == name);
+            *lock(&self.tools) = items;
+        }
+        if !known {
+            return Err(ErrorData::invalid_params(
+                format!("no tool named {} is installed", bx_audit::bounded(&name, 200)),
+                None,
+            ));
+        }
+        let progress = context.meta.get_progress_token();
+        let arguments = request.arguments.unwrap_or_default();
+        let result = self.call(name, arguments, &context.peer, progress).await;
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// Sends `notifications/tools/list_changed` whenever the installed set differs from the
+/// one the client last listed (an install, a removal, a new version).
+async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
+    let key = |items: &[ToolSummary]| -> Vec<(String, String)> {
+        let mut k: Vec<_> = items.iter().map(|t| (t.name.clone(), t.digest.clone())).collect();
+        k.sort();
+        k
+    };
+    // What is installed when the connection starts is what its first listing shows.
+    let mut seen = match list(&bridge.state).await {
+        Ok(items) => key(&items),
+        Err(_) => key(&lock(&bridge.tools)),
+    };
+    let mut tick = tokio::time::interval(TOOLS_POLL);
+    loop {
+        tick.tick().await;
+        let Ok(items) = list(&bridge.state).await else { continue };
+        let now = key(&items);
+        if now != seen {
+            seen = now;
+            *lock(&bridge.tools) = items;
+            if peer.notify_tool_list_changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Serves MCP on stdin and stdout until the client closes them.
+pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
+    if let Some(s) = &args.session {
+        anyhow::ensure!(
+            valid_session_id(s),
+            "--session {}: letters, digits, `.`, `_` and `-` only",
+            crate::term::one_line(s)
+        );
+    }
+    let workspace = super::chat::workspace(args.workspace.as_deref())?;
+    // The daemon runs the calls; start it as `bx chat` would when none answers. What
+    // it says goes to stderr: stdout is the protocol's.
+    Conn::connect_or_start(state)?;
+    let bridge = Bridge {
+        state: state.clone(),
+        workspace,
+        session: Arc::new(Mutex::new(args.session.clone())),
+        tools: Arc::new(Mutex::new(Vec::new())),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let service = bridge
+            .clone()
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow::anyhow!("MCP handshake: {e}"))?;
+        let watcher = tokio::spawn(watch_tools(bridge, service.peer().clone()));
+        let ended = service.waiting().await;
+        watcher.abort();
+        ended.map(|_| ()).map_err(|e| anyhow::anyhow!("MCP: {e}"))
+    })?;
+    Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_name_becomes_a_valid_session() {
+        assert_eq!(session_for("claude-code"), "mcp-claude-code");
+        assert_eq!(session_for("My Client/1.0"), "mcp-My-Client-1.0");
+        assert_eq!(session_for("\u{202e}\n"), "mcp");
+        let long = session_for(&"x".repeat(500));
+        assert!(valid_session_id(&long) && long.len() <= 4 + MAX_CLIENT_NAME);
+        for name in ["", "..", "-", "a b", "\u{1f600}"] {
+            assert!(valid_session_id(&session_for(name)), "{name:?}");
+        }
+    }
+}
