@@ -47,6 +47,8 @@ setup:
 	  $(VENV)/bin/python host/infer/llama_server.py --print-model qwen >/dev/null; }
 	# The official MCP Python SDK: a real client of `bx mcp` in the tests.
 	$(VENV)/bin/python -c "import mcp" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary mcp==2.3.0
+	# The MCP Inspector (npm), whose CLI mode is a second real client in the tests.
+	test -x .tools/inspector/node_modules/.bin/mcp-inspector || npm install -q --no-audit --no-fund --prefix .tools/inspector @modelcontextprotocol/inspector@0.15.0
 	# Go's sumdb/note and sumdb/tlog (Debian's packages), which check bx's signed audit
 	# checkpoints in the audit log's interoperability test.
 	dpkg -s $(GO_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(GO_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(GO_PACKAGES); }

@@ -123,3 +123,59 @@ fn the_python_sdk_lists_calls_is_refused_waits_for_the_owner_and_hears_of_an_ins
     let r = bx(&s, &["audit", "verify"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
+
+/// The MCP Inspector's CLI mode (`@modelcontextprotocol/inspector` 0.15.0 from npm,
+/// installed into `.tools/` by `make setup`) lists and calls bx's tools; its calls are
+/// on the audit log in the session named after it.
+#[test]
+fn the_mcp_inspector_lists_and_calls_the_tools() {
+    let inspector = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.tools/inspector/node_modules/.bin/mcp-inspector");
+    assert!(inspector.exists(), "{} is missing: run `make setup`", inspector.display());
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path().to_path_buf();
+    assert_eq!(bx(&s, &["policy", "init"]).code, 0);
+    install(&s, "fs_read");
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("notes.txt"), "milk, eggs\n").unwrap();
+    let daemon = Daemon::start(&s);
+    let inspect = |method: &[&str]| -> Value {
+        let out = Command::new(&inspector)
+            .arg("--cli")
+            .arg(env!("CARGO_BIN_EXE_bx"))
+            .arg("--state-dir")
+            .arg(&s)
+            .arg("mcp")
+            .args(method)
+            .current_dir(ws.path())
+            .env_remove("BX_HOME")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let listed = inspect(&["--method", "tools/list"]);
+    assert_eq!(listed["tools"][0]["name"], "fs.read", "{listed}");
+    assert_eq!(listed["tools"][0]["inputSchema"]["required"], json!(["path"]), "{listed}");
+    let read = inspect(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "fs.read",
+        "--tool-arg",
+        "path=notes.txt",
+    ]);
+    assert_eq!(read["isError"], false, "{read}");
+    assert_eq!(read["content"][0]["text"], "milk, eggs\n", "{read}");
+    let refused =
+        inspect(&["--method", "tools/call", "--tool-name", "fs.read", "--tool-arg", "path=../x"]);
+    assert_eq!(refused["isError"], true, "{refused}");
+    daemon.stop();
+    let requests: Vec<Value> =
+        audit_records(&s).into_iter().filter(|r| r["kind"] == "request").collect();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert!(requests.iter().all(|r| r["fields"]["session"] == "mcp-inspector-cli"), "{requests:?}");
+    let r = bx(&s, &["audit", "verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}
