@@ -46,6 +46,18 @@ pub(crate) struct McpArgs {
     /// started `bx mcp`).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// Serve Streamable HTTP at ADDR (`127.0.0.1:7010`) instead of stdio, each request
+    /// with the bearer token of `mcp.token` in the state directory.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// With --http: accept an address that is not loopback (other machines can then
+    /// reach it; the token and the Host check still apply).
+    #[arg(long, requires = "http")]
+    allow_remote: bool,
+    /// With --http: another name the Host header may carry (repeatable; loopback names
+    /// are always accepted).
+    #[arg(long = "allow-host", value_name = "NAME", requires = "http")]
+    allow_hosts: Vec<String>,
 }
 
 /// The MCP server of one connection.
@@ -343,7 +355,126 @@ async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
     }
 }
 
-/// Serves MCP on stdin and stdout until the client closes them.
+/// The bearer token file in the state directory.
+const TOKEN_FILE: &str = "mcp.token";
+
+/// The token every HTTP request must carry: read from `mcp.token` in the state
+/// directory, made (32 random bytes, hex, mode 0600) when missing. A file that others
+/// can read is refused rather than used.
+fn token(state: &StateDir) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let path = state.root().join(TOKEN_FILE);
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        // Never through a symlink.
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+    {
+        Ok(mut file) => {
+            let mut raw = [0u8; 32];
+            getrandom::fill(&mut raw).map_err(|e| anyhow::anyhow!("random bytes: {e}"))?;
+            let token = hex::encode(raw);
+            file.write_all(format!("{token}\n").as_bytes())?;
+            file.sync_all()?;
+            eprintln!("bx mcp: made a bearer token in {}", path.display());
+            Ok(token)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(&path)?;
+            anyhow::ensure!(
+                meta.is_file() && meta.mode() & 0o077 == 0,
+                "{} must be a regular file only its owner can read (mode 0600); see docs/runbook.md#mcp-token",
+                path.display()
+            );
+            let text = std::fs::read_to_string(&path)?;
+            let token = text.trim().to_owned();
+            anyhow::ensure!(
+                token.len() >= 32 && token.bytes().all(|b| b.is_ascii_graphic()),
+                "{} does not hold a token (32 or more printable characters); see docs/runbook.md#mcp-token",
+                path.display()
+            );
+            Ok(token)
+        }
+        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
+    }
+}
+
+/// Whether two tokens are equal, comparing every byte whatever the first difference.
+fn same_token(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// Refuses a request without `Authorization: Bearer <token>`.
+async fn authorize(
+    axum::extract::State(expected): axum::extract::State<Arc<String>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if same_token(given.as_bytes(), expected.as_bytes()) {
+        next.run(request).await
+    } else {
+        (
+            axum::http::StatusCode::UNAUTHORIZED,
+            "bx mcp: a bearer token is required (see docs/mcp.md#http)\n",
+        )
+            .into_response()
+    }
+}
+
+/// Serves Streamable HTTP at `addr` until SIGINT or SIGTERM.
+async fn serve_http(
+    bridge: Bridge,
+    args: &McpArgs,
+    addr: std::net::SocketAddr,
+    token: String,
+) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    hosts.extend(args.allow_hosts.iter().cloned());
+    // No browser page may drive it: any request with an Origin header is refused (DNS
+    // rebinding), and the Host must be one of these names.
+    let config =
+        StreamableHttpServerConfig::default().with_allowed_hosts(hosts).enforce_origin_validation();
+    let fixed = args.session.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(Bridge { session: Arc::new(Mutex::new(fixed.clone())), ..bridge.clone() }),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let app = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(Arc::new(token), authorize));
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    eprintln!("bx mcp: serving Streamable HTTP at http://{}/mcp", listener.local_addr()?);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        })
+        .await
+        .context("serving HTTP")
+}
+
+/// Serves MCP on stdin and stdout (or over HTTP with `--http`) until the client closes
+/// them.
 pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
     if let Some(s) = &args.session {
         anyhow::ensure!(
@@ -367,6 +498,14 @@ pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    if let Some(addr) = args.http {
+        anyhow::ensure!(
+            addr.ip().is_loopback() || args.allow_remote,
+            "--http {addr} is not a loopback address; add --allow-remote to serve other machines (see docs/mcp.md#http)"
+        );
+        let token = token(state)?;
+        return runtime.block_on(serve_http(bridge, args, addr, token)).map(|()| EXIT_OK);
+    }
     runtime.block_on(async move {
         let service = bridge
             .clone()

@@ -53,6 +53,7 @@ fn the_python_sdk_lists_calls_is_refused_waits_for_the_owner_and_hears_of_an_ins
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let mut client = Command::new(python())
         .arg(&script)
+        .arg("stdio")
         .arg(env!("CARGO_BIN_EXE_bx"))
         .arg(&s)
         .arg(&ws_real)
@@ -176,6 +177,106 @@ fn the_mcp_inspector_lists_and_calls_the_tools() {
         audit_records(&s).into_iter().filter(|r| r["kind"] == "request").collect();
     assert_eq!(requests.len(), 2, "{requests:?}");
     assert!(requests.iter().all(|r| r["fields"]["session"] == "mcp-inspector-cli"), "{requests:?}");
+    let r = bx(&s, &["audit", "verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}
+
+/// `bx mcp --http`: the Python SDK over Streamable HTTP with the bearer token (list, a
+/// granted call, a refused one, one the owner approves, an unknown tool), and the
+/// server's own checks, seen from raw requests: no token, a wrong token, a Host that is
+/// not loopback (DNS rebinding), any Origin, and a non-loopback address without
+/// `--allow-remote`.
+#[test]
+fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path().to_path_buf();
+    assert_eq!(bx(&s, &["policy", "init"]).code, 0);
+    for tool in ["fs_read", "fs_list", "fs_write"] {
+        install(&s, tool);
+    }
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("notes.txt"), "milk, eggs\n").unwrap();
+    let ws_real = std::fs::canonicalize(ws.path()).unwrap();
+    let daemon = Daemon::start(&s);
+
+    let refused = bx(&s, &["mcp", "--http", "0.0.0.0:0"]);
+    assert_eq!(refused.code, 1);
+    assert!(refused.stderr.contains("--allow-remote"), "{}", refused.stderr);
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(&s)
+        .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
+        .arg(&ws_real)
+        .env_remove("BX_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("bx mcp --http ended before serving").unwrap();
+        if let Some(at) = line.find("http://") {
+            break line[at..].trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let token_file = s.join("mcp.token");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777, 0o600);
+    let token = std::fs::read_to_string(&token_file).unwrap().trim().to_owned();
+
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let http = reqwest::blocking::Client::new();
+    let post = |headers: &[(&str, String)]| -> u16 {
+        let mut req = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(init.to_string());
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        req.send().unwrap().status().as_u16()
+    };
+    let bearer = format!("Bearer {token}");
+    assert_eq!(post(&[]), 401, "no token");
+    assert_eq!(post(&[("authorization", format!("Bearer {}", "0".repeat(64)))]), 401);
+    assert_eq!(post(&[("authorization", bearer.clone()), ("host", "evil.example".into())]), 403);
+    assert_eq!(
+        post(&[("authorization", bearer.clone()), ("origin", "http://evil.example".into())]),
+        403
+    );
+    assert_eq!(post(&[("authorization", bearer)]), 200);
+
+    let (stop, done) = std::sync::mpsc::channel();
+    let approving = approver(s.clone(), done);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+    let out = Command::new(python()).arg(&script).args(["http", &url, &token]).output().unwrap();
+    let _ = stop.send(());
+    let approved = approving.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let steps: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let step = |name: &str| steps.iter().find(|s| s["step"] == name).cloned().unwrap();
+    assert_eq!(step("listed")["tools"], json!(["fs.list", "fs.read", "fs.write"]));
+    assert_eq!(step("granted")["text"], "milk, eggs\n");
+    assert_eq!(step("refused")["is_error"], true);
+    assert_eq!((approved, step("asked")["is_error"].clone()), (1, json!(false)));
+    assert_eq!(step("unknown")["code"], -32602);
+    assert_eq!(std::fs::read_to_string(ws_real.join("new.txt")).unwrap(), "written over MCP\n");
+
+    assert!(
+        Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap().success()
+    );
+    assert!(server.wait().unwrap().success(), "bx mcp --http ends cleanly on SIGTERM");
+    daemon.stop();
+    let requests: Vec<Value> =
+        audit_records(&s).into_iter().filter(|r| r["kind"] == "request").collect();
+    assert_eq!(requests.len(), 3, "{requests:?}");
     let r = bx(&s, &["audit", "verify"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
