@@ -308,23 +308,52 @@ impl ServerHandler for Bridge {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
-        let mut known = lock(&self.tools).iter().any(|t| t.name == name);
-        if !known {
+        let find = |tools: &[ToolSummary]| tools.iter().find(|t| t.name == name).cloned();
+        let mut tool = find(&lock(&self.tools));
+        if tool.is_none() {
             let items = list(&self.state).await?;
-            known = items.iter().any(|t| t.name == name);
+            tool = find(&items);
             *lock(&self.tools) = items;
         }
-        if !known {
+        let Some(tool) = tool else {
             return Err(ErrorData::invalid_params(
                 format!("no tool named {} is installed", bx_audit::bounded(&name, 200)),
                 None,
             ));
-        }
+        };
         let progress = context.meta.get_progress_token();
         let arguments = request.arguments.unwrap_or_default();
+        fits(&tool, &arguments)?;
         let result = self.call(name, arguments, &context.peer, progress).await;
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// Refuses arguments that do not fit the tool's schema, as a JSON-RPC error naming
+/// where, before anything reaches the daemon (the tool would refuse them too, but as a
+/// call on the log).
+fn fits(tool: &ToolSummary, arguments: &JsonObject) -> Result<(), ErrorData> {
+    let schema: serde_json::Value = serde_json::from_str(&tool.parameters)
+        .unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+    let validator = jsonschema::validator_for(&schema).map_err(|e| {
+        ErrorData::internal_error(
+            format!("bx: the schema of {} is not valid: {e}", tool.name),
+            None,
+        )
+    })?;
+    let instance = serde_json::Value::Object(arguments.clone());
+    validator.validate(&instance).map_err(|e| {
+        let at = e.instance_path().to_string();
+        let at = if at.is_empty() { "the arguments".to_owned() } else { at };
+        ErrorData::invalid_params(
+            format!(
+                "arguments of {} do not fit its schema at {at}: {}",
+                tool.name,
+                bx_audit::bounded(&e.to_string(), 512)
+            ),
+            None,
+        )
+    })
 }
 
 /// Sends `notifications/tools/list_changed` whenever the installed set differs from the

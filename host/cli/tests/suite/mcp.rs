@@ -280,3 +280,105 @@ fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
     let r = bx(&s, &["audit", "verify"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
+
+/// Bad input over stdio gets a JSON-RPC error, and the server goes on serving: an
+/// unknown method, a call to a tool that does not exist, arguments that do not fit the
+/// schema; malformed JSON and a 100 MB line are dropped by rmcp (no id to answer).
+/// A client that goes away mid-call leaves the call's records complete: the approval it
+/// waited for times out as a refusal on the log.
+#[test]
+fn bad_input_is_an_error_or_dropped_and_a_client_gone_mid_call_leaves_whole_records() {
+    use std::io::Write as _;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path().to_path_buf();
+    std::fs::write(s.join("config.toml"), "[loop]\napproval_secs = 2\n").unwrap();
+    assert_eq!(bx(&s, &["policy", "init"]).code, 0);
+    for tool in ["fs_read", "fs_write"] {
+        install(&s, tool);
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(&s);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(&s)
+        .args(["mcp", "--workspace"])
+        .arg(ws.path())
+        .env_remove("BX_HOME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let replies = forward_lines(server.stdout.take().unwrap(), |l| {
+        serde_json::from_str::<Value>(&l).unwrap()
+    });
+    let mut send = |v: &str| {
+        stdin.write_all(v.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    let reply = |id: u64| -> Value {
+        loop {
+            let r = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+            if r["id"] == id {
+                return r;
+            }
+        }
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+    );
+    assert_eq!(reply(1)["result"]["serverInfo"]["name"], "bx");
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    send("{this is not json");
+    send(&format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(100 << 20)
+    ));
+    send(r#"{"jsonrpc":"2.0","id":2,"method":"no/such/method"}"#);
+    assert_eq!(reply(2)["error"]["code"], -32601);
+    send(
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"rm.rf","arguments":{}}}"#,
+    );
+    assert_eq!(reply(3)["error"]["code"], -32602);
+    send(
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fs.read","arguments":{"path":5}}}"#,
+    );
+    let misfit = reply(4);
+    assert_eq!(misfit["error"]["code"], -32602, "{misfit}");
+    assert!(misfit["error"]["message"].as_str().unwrap().contains("/path"), "{misfit}");
+    send(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#);
+    assert!(reply(5)["result"].is_object(), "still serving after the bad lines");
+    // Nothing of the above reached the log as a call.
+    assert!(audit_records(&s).iter().all(|r| r["kind"] != "request"));
+    // A write asks the owner; the client goes away while it waits.
+    send(
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"fs.write","arguments":{"path":"a.txt","content":"x"}}}"#,
+    );
+    let mut waited = 0;
+    while bx(&s, &["approvals", "--json"]).stdout.matches("\"approval\"").count() == 0 {
+        waited += 1;
+        assert!(waited < 600, "the call never asked");
+        std::thread::yield_now();
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    // The approval times out (2 s) as a refusal, and the call's records are complete.
+    let mut waited = 0;
+    loop {
+        let r = bx(&s, &["audit", "verify", "--json"]);
+        let report: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
+        let approvals = audit_records(&s).iter().filter(|r| r["kind"] == "approval").count();
+        if approvals == 1 {
+            assert_eq!(r.code, 0, "{}", r.stdout);
+            assert_eq!(report["calls_without_result"], json!([]), "{report}");
+            break;
+        }
+        waited += 1;
+        assert!(waited < 6000, "the approval never timed out");
+        std::thread::yield_now();
+    }
+    assert!(!ws.path().join("a.txt").exists(), "the unanswered write did not run");
+    daemon.stop();
+}
