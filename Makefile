@@ -82,6 +82,7 @@ bench: tools
 	$(CARGO) bench --locked -p bx-audit --bench audit
 	$(CARGO) bench --locked -p bx-infer --bench infer
 	$(CARGO) bench --locked -p bx-agent --bench loop
+	$(CARGO) bench --locked -p bx-cli --bench mcp
 	$(CARGO) build --release --locked -p bx-cli -p bx-eval
 	target/release/bx-load --history
 

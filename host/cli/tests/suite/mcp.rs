@@ -15,6 +15,36 @@ fn python() -> std::path::PathBuf {
     venv
 }
 
+/// A state directory with `config` as its `config.toml`, the default policy and `tools`
+/// installed; a workspace with `notes.txt`, by its real path.
+struct Setup {
+    _state: tempfile::TempDir,
+    s: PathBuf,
+    _ws: tempfile::TempDir,
+    ws: PathBuf,
+}
+
+fn setup(config: &str, tools: &[&str]) -> Setup {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path().to_path_buf();
+    std::fs::write(s.join("config.toml"), config).unwrap();
+    assert_eq!(bx(&s, &["policy", "init"]).code, 0);
+    for tool in tools {
+        install(&s, tool);
+    }
+    let ws_dir = tempfile::tempdir().unwrap();
+    std::fs::write(ws_dir.path().join("notes.txt"), "milk, eggs\n").unwrap();
+    let ws = std::fs::canonicalize(ws_dir.path()).unwrap();
+    Setup { _state: state, s, _ws: ws_dir, ws }
+}
+
+/// The request records on `s`'s log, after checking that the log verifies.
+fn requests_verified(s: &Path) -> Vec<Value> {
+    let r = bx(s, &["audit", "verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    audit_records(s).into_iter().filter(|r| r["kind"] == "request").collect()
+}
+
 /// Approves every call that waits, from another process (`bx approve`), until `done`.
 fn approver(state: PathBuf, done: std::sync::mpsc::Receiver<()>) -> std::thread::JoinHandle<usize> {
     std::thread::spawn(move || {
@@ -37,15 +67,8 @@ fn approver(state: PathBuf, done: std::sync::mpsc::Receiver<()>) -> std::thread:
 
 #[test]
 fn the_python_sdk_lists_calls_is_refused_waits_for_the_owner_and_hears_of_an_install() {
-    let state = tempfile::tempdir().unwrap();
-    let s = state.path().to_path_buf();
-    assert_eq!(bx(&s, &["policy", "init"]).code, 0);
-    for tool in ["fs_read", "fs_list", "fs_write"] {
-        install(&s, tool);
-    }
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(ws.path().join("notes.txt"), "milk, eggs\n").unwrap();
-    let ws_real = std::fs::canonicalize(ws.path()).unwrap();
+    let Setup { s, ws: ws_real, .. } = &setup("", &["fs_read", "fs_list", "fs_write"]);
+    let (s, ws_real) = (s.clone(), ws_real.clone());
     let daemon = Daemon::start(&s);
 
     let (stop, done) = std::sync::mpsc::channel();
@@ -133,12 +156,8 @@ fn the_mcp_inspector_lists_and_calls_the_tools() {
     let inspector = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../.tools/inspector/node_modules/.bin/mcp-inspector");
     assert!(inspector.exists(), "{} is missing: run `make setup`", inspector.display());
-    let state = tempfile::tempdir().unwrap();
-    let s = state.path().to_path_buf();
-    assert_eq!(bx(&s, &["policy", "init"]).code, 0);
-    install(&s, "fs_read");
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(ws.path().join("notes.txt"), "milk, eggs\n").unwrap();
+    let Setup { s, ws, .. } = &setup("", &["fs_read"]);
+    let (s, ws) = (s.clone(), ws.clone());
     let daemon = Daemon::start(&s);
     let inspect = |method: &[&str]| -> Value {
         let out = Command::new(&inspector)
@@ -148,7 +167,7 @@ fn the_mcp_inspector_lists_and_calls_the_tools() {
             .arg(&s)
             .arg("mcp")
             .args(method)
-            .current_dir(ws.path())
+            .current_dir(&ws)
             .env_remove("BX_HOME")
             .output()
             .unwrap();
@@ -173,12 +192,9 @@ fn the_mcp_inspector_lists_and_calls_the_tools() {
         inspect(&["--method", "tools/call", "--tool-name", "fs.read", "--tool-arg", "path=../x"]);
     assert_eq!(refused["isError"], true, "{refused}");
     daemon.stop();
-    let requests: Vec<Value> =
-        audit_records(&s).into_iter().filter(|r| r["kind"] == "request").collect();
+    let requests = requests_verified(&s);
     assert_eq!(requests.len(), 2, "{requests:?}");
     assert!(requests.iter().all(|r| r["fields"]["session"] == "mcp-inspector-cli"), "{requests:?}");
-    let r = bx(&s, &["audit", "verify"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
 
 /// `bx mcp --http`: the Python SDK over Streamable HTTP with the bearer token (list, a
@@ -188,15 +204,8 @@ fn the_mcp_inspector_lists_and_calls_the_tools() {
 /// `--allow-remote`.
 #[test]
 fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
-    let state = tempfile::tempdir().unwrap();
-    let s = state.path().to_path_buf();
-    assert_eq!(bx(&s, &["policy", "init"]).code, 0);
-    for tool in ["fs_read", "fs_list", "fs_write"] {
-        install(&s, tool);
-    }
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(ws.path().join("notes.txt"), "milk, eggs\n").unwrap();
-    let ws_real = std::fs::canonicalize(ws.path()).unwrap();
+    let Setup { s, ws: ws_real, .. } = &setup("", &["fs_read", "fs_list", "fs_write"]);
+    let (s, ws_real) = (s.clone(), ws_real.clone());
     let daemon = Daemon::start(&s);
 
     let refused = bx(&s, &["mcp", "--http", "0.0.0.0:0"]);
@@ -274,11 +283,7 @@ fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
     );
     assert!(server.wait().unwrap().success(), "bx mcp --http ends cleanly on SIGTERM");
     daemon.stop();
-    let requests: Vec<Value> =
-        audit_records(&s).into_iter().filter(|r| r["kind"] == "request").collect();
-    assert_eq!(requests.len(), 3, "{requests:?}");
-    let r = bx(&s, &["audit", "verify"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(requests_verified(&s).len(), 3);
 }
 
 /// Bad input over stdio gets a JSON-RPC error, and the server goes on serving: an
@@ -289,20 +294,14 @@ fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
 #[test]
 fn bad_input_is_an_error_or_dropped_and_a_client_gone_mid_call_leaves_whole_records() {
     use std::io::Write as _;
-    let state = tempfile::tempdir().unwrap();
-    let s = state.path().to_path_buf();
-    std::fs::write(s.join("config.toml"), "[loop]\napproval_secs = 2\n").unwrap();
-    assert_eq!(bx(&s, &["policy", "init"]).code, 0);
-    for tool in ["fs_read", "fs_write"] {
-        install(&s, tool);
-    }
-    let ws = tempfile::tempdir().unwrap();
+    let Setup { s, ws, .. } = &setup("[loop]\napproval_secs = 2\n", &["fs_read", "fs_write"]);
+    let (s, ws) = (s.clone(), ws.clone());
     let daemon = Daemon::start(&s);
     let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
         .arg("--state-dir")
         .arg(&s)
         .args(["mcp", "--workspace"])
-        .arg(ws.path())
+        .arg(&ws)
         .env_remove("BX_HOME")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -379,6 +378,6 @@ fn bad_input_is_an_error_or_dropped_and_a_client_gone_mid_call_leaves_whole_reco
         assert!(waited < 6000, "the approval never timed out");
         std::thread::yield_now();
     }
-    assert!(!ws.path().join("a.txt").exists(), "the unanswered write did not run");
+    assert!(!ws.join("a.txt").exists(), "the unanswered write did not run");
     daemon.stop();
 }
