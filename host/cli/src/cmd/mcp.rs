@@ -17,7 +17,7 @@ use bx_state::{StateDir, valid_session_id};
 use clap::Args;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
+    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ServerCapabilities, Tool,
 };
 use rmcp::service::{Peer, RequestContext};
@@ -31,14 +31,18 @@ const TOOLS_POLL: Duration = Duration::from_secs(1);
 /// How often a call that waits for the owner tells a client that asked for progress
 /// that it is still waiting.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-/// The longest session name taken from a client's name (the rest is cut).
-const MAX_CLIENT_NAME: usize = 48;
+/// The most characters of the workspace's directory name in a session name.
+const MAX_DIR_NAME: usize = 40;
+/// Calls one `bx mcp` process sends to the daemon at once; more wait here. The daemon
+/// serves 16 connections in all (`[loop] max_connections`), and a client that sent 20
+/// calls waiting for approval took every one of them, locking out the owner's chat.
+const MAX_CALLS_IN_FLIGHT: usize = 4;
 
 /// `bx mcp`
 #[derive(Debug, Args)]
 pub(crate) struct McpArgs {
-    /// The session every call of this connection is made in (its taint and workspace).
-    /// Default: `mcp-` and the client's name from its `initialize`.
+    /// The session every call is made in (its taint and workspace). Default: one named
+    /// after the workspace (`mcp-NAME-HASH`), never after anything the client says.
     #[arg(long, value_name = "ID")]
     session: Option<String>,
     /// The directory the session works in, for a session this creates: relative paths
@@ -65,27 +69,40 @@ pub(crate) struct McpArgs {
 struct Bridge {
     state: StateDir,
     workspace: String,
-    /// The session: the owner's `--session`, else named at `initialize`.
-    session: Arc<Mutex<Option<String>>>,
+    /// The session: the owner's `--session`, else the workspace's.
+    session: String,
     /// The tools as last listed, to find a call to one that is not installed and to
     /// notice when the set changes.
     tools: Arc<Mutex<Vec<ToolSummary>>>,
+    /// Calls in flight to the daemon, at most [`MAX_CALLS_IN_FLIGHT`] for all of this
+    /// process's clients: each holds one of the daemon's connections while it runs or
+    /// waits for the owner.
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The session a client's name gives: `mcp-` and the name's letters, digits, `.`, `_`
-/// and `-` (anything else becomes `-`), cut to a bound.
-fn session_for(client: &str) -> String {
-    let name: String = client
+/// The session a workspace gives when the owner named none: `mcp-`, the directory's
+/// name (letters, digits, `.`, `_` and `-`; anything else becomes `-`) cut to a bound,
+/// and 8 hex digits of the SHA-256 of its whole path. Never from the client: a session
+/// named after the client's `initialize` let a client shed its taint by reconnecting
+/// under another name (found by a probe).
+fn session_for(workspace: &str) -> String {
+    use sha2::Digest as _;
+    let base = std::path::Path::new(workspace)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name: String = base
         .chars()
-        .take(MAX_CLIENT_NAME)
+        .take(MAX_DIR_NAME)
         .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' })
         .collect();
-    let name = name.trim_matches('-');
-    if name.is_empty() { "mcp".to_owned() } else { format!("mcp-{name}") }
+    let name = name.trim_matches(|c| c == '-' || c == '.');
+    let hash = hex::encode(&sha2::Sha256::digest(workspace.as_bytes())[..4]);
+    if name.is_empty() { format!("mcp-{hash}") } else { format!("mcp-{name}-{hash}") }
 }
 
 /// One request to the daemon and its reply, off the async threads (the client is
@@ -173,7 +190,7 @@ fn result_of(outcome: Body) -> CallToolResult {
 
 impl Bridge {
     fn session(&self) -> String {
-        lock(&self.session).clone().unwrap_or_else(|| "mcp".to_owned())
+        self.session.clone()
     }
 
     /// Runs one call through the daemon, telling `peer` of the wait for the owner when
@@ -185,6 +202,9 @@ impl Bridge {
         peer: &Peer<RoleServer>,
         progress: Option<rmcp::model::ProgressToken>,
     ) -> CallToolResult {
+        let Ok(_permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
+            return refusal("bx: the bridge is shutting down", "docs/runbook.md#internal-error");
+        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Heard>();
         let (state, session, workspace) =
             (self.state.clone(), self.session(), self.workspace.clone());
@@ -274,21 +294,6 @@ impl ServerHandler for Bridge {
              needs the owner's approval waits for it (the owner answers with `bx approve`). \
              Relative paths are resolved against the session's workspace.",
         )
-    }
-
-    async fn initialize(
-        &self,
-        request: InitializeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<InitializeResult, ErrorData> {
-        {
-            let mut session = lock(&self.session);
-            if session.is_none() {
-                *session = Some(session_for(&request.client_info.name));
-            }
-        }
-        context.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(
@@ -478,9 +483,8 @@ async fn serve_http(
     // rebinding), and the Host must be one of these names.
     let config =
         StreamableHttpServerConfig::default().with_allowed_hosts(hosts).enforce_origin_validation();
-    let fixed = args.session.clone();
     let service = StreamableHttpService::new(
-        move || Ok(Bridge { session: Arc::new(Mutex::new(fixed.clone())), ..bridge.clone() }),
+        move || Ok(bridge.clone()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
@@ -516,11 +520,14 @@ pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
     // The daemon runs the calls; start it as `bx chat` would when none answers. What
     // it says goes to stderr: stdout is the protocol's.
     Conn::connect_or_start(state)?;
+    let session = args.session.clone().unwrap_or_else(|| session_for(&workspace));
+    eprintln!("bx mcp: session {session}, working in {}", crate::term::one_line(&workspace));
     let bridge = Bridge {
         state: state.clone(),
         workspace,
-        session: Arc::new(Mutex::new(args.session.clone())),
+        session,
         tools: Arc::new(Mutex::new(Vec::new())),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT)),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -554,14 +561,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_client_name_becomes_a_valid_session() {
-        assert_eq!(session_for("claude-code"), "mcp-claude-code");
-        assert_eq!(session_for("My Client/1.0"), "mcp-My-Client-1.0");
-        assert_eq!(session_for("\u{202e}\n"), "mcp");
-        let long = session_for(&"x".repeat(500));
-        assert!(valid_session_id(&long) && long.len() <= 4 + MAX_CLIENT_NAME);
-        for name in ["", "..", "-", "a b", "\u{1f600}"] {
-            assert!(valid_session_id(&session_for(name)), "{name:?}");
+    fn a_workspace_names_a_valid_session_of_its_own() {
+        let a = session_for("/home/o/src/project");
+        assert!(a.starts_with("mcp-project-") && a.len() == "mcp-project-".len() + 8, "{a}");
+        assert_eq!(a, session_for("/home/o/src/project"), "the same workspace, the same session");
+        assert_ne!(a, session_for("/home/o/old/project"), "another path, another session");
+        assert!(session_for("/").starts_with("mcp-") && session_for("/").len() == 12);
+        let long = "/x/".repeat(400);
+        for ws in ["/tmp/My Client\u{202e}\n", "/tmp/..", "/tmp/-", "/x/\u{1f600}", long.as_str()] {
+            let s = session_for(ws);
+            assert!(valid_session_id(&s) && s.len() <= 4 + MAX_DIR_NAME + 9, "{ws:?}: {s}");
         }
     }
 }

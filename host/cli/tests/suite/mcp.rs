@@ -38,6 +38,15 @@ fn setup(config: &str, tools: &[&str]) -> Setup {
     Setup { _state: state, s, _ws: ws_dir, ws }
 }
 
+/// The session `bx mcp` works in for workspace `ws` when the owner names none: named
+/// after the workspace, whatever the client calls itself.
+fn workspace_session(ws: &Path) -> String {
+    use sha2::Digest as _;
+    let path = ws.to_str().unwrap();
+    let name = ws.file_name().unwrap().to_str().unwrap().trim_matches(|c| c == '-' || c == '.');
+    format!("mcp-{name}-{}", hex::encode(&sha2::Sha256::digest(path.as_bytes())[..4]))
+}
+
 /// The request records on `s`'s log, after checking that the log verifies.
 fn requests_verified(s: &Path) -> Vec<Value> {
     let r = bx(s, &["audit", "verify"]);
@@ -138,7 +147,8 @@ fn the_python_sdk_lists_calls_is_refused_waits_for_the_owner_and_hears_of_an_ins
     let records = audit_records(&s);
     let requests: Vec<&Value> = records.iter().filter(|r| r["kind"] == "request").collect();
     assert_eq!(requests.len(), 3, "{requests:?}");
-    assert!(requests.iter().all(|r| r["fields"]["session"] == "mcp-mcp"), "{requests:?}");
+    let session = workspace_session(&ws_real);
+    assert!(requests.iter().all(|r| r["fields"]["session"] == session), "{requests:?}");
     for kind in ["decision", "approval", "result"] {
         assert!(records.iter().any(|r| r["kind"] == kind), "no {kind} record");
     }
@@ -194,7 +204,10 @@ fn the_mcp_inspector_lists_and_calls_the_tools() {
     daemon.stop();
     let requests = requests_verified(&s);
     assert_eq!(requests.len(), 2, "{requests:?}");
-    assert!(requests.iter().all(|r| r["fields"]["session"] == "mcp-inspector-cli"), "{requests:?}");
+    // Named after the workspace, not the client: a client cannot shed its session's
+    // taint by reconnecting under another name.
+    let session = workspace_session(&ws);
+    assert!(requests.iter().all(|r| r["fields"]["session"] == session), "{requests:?}");
 }
 
 /// `bx mcp --http`: the Python SDK over Streamable HTTP with the bearer token (list, a
@@ -380,4 +393,71 @@ fn bad_input_is_an_error_or_dropped_and_a_client_gone_mid_call_leaves_whole_reco
     }
     assert!(!ws.join("a.txt").exists(), "the unanswered write did not run");
     daemon.stop();
+}
+
+/// One client's calls hold at most four of the daemon's connections at a time: eight
+/// pipelined writes that each wait for the owner show up as at most four approvals, and
+/// all eight run as the owner answers (a probe held all 16 connections with 20 such
+/// calls, locking the owner's chat out).
+#[test]
+fn one_client_holds_at_most_four_of_the_daemons_connections() {
+    use std::io::Write as _;
+    let Setup { s, ws, .. } = &setup("", &["fs_write"]);
+    let (s, ws) = (s.clone(), ws.clone());
+    let daemon = Daemon::start(&s);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(&s)
+        .args(["mcp", "--workspace"])
+        .arg(&ws)
+        .env_remove("BX_HOME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let replies = forward_lines(server.stdout.take().unwrap(), |l| {
+        serde_json::from_str::<Value>(&l).unwrap()
+    });
+    let mut send = |v: String| {
+        stdin.write_all(v.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"hog","version":"1"}}}"#.into());
+    let _ = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into());
+    for i in 0..8 {
+        send(format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"fs.write","arguments":{{"path":"f{i}.txt","content":"x"}}}}}}"#,
+            10 + i
+        ));
+    }
+    let (mut most, mut approved, mut polls) = (0, 0, 0);
+    while approved < 8 {
+        polls += 1;
+        assert!(polls < 20_000, "approved {approved} of 8");
+        let r = bx(&s, &["approvals", "--json"]);
+        let listed: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
+        let items = listed["items"].as_array().cloned().unwrap_or_default();
+        most = most.max(items.len());
+        // Answer only once four wait (or all that are left), so the bound is seen.
+        if items.len() >= 4.min(8 - approved) {
+            for a in &items {
+                if bx(&s, &["approve", a["approval"].as_str().unwrap()]).code == 0 {
+                    approved += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(most, 4, "at most four calls of one client wait at once");
+    for _ in 0..8 {
+        let r = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    daemon.stop();
+    assert_eq!(requests_verified(&s).len(), 8);
 }
