@@ -104,12 +104,16 @@ fn a_forced_tool_call_reads_a_granted_file_and_the_audit_log_holds_it() {
     );
     let _daemon = Daemon::start(s);
     // Every argument spelled out: left to itself the tiny model sometimes picks a small
-    // `limit`, and the test wants the whole file back.
-    let text = format!("{{\"path\": \"{}\", \"offset\": 0, \"limit\": 4096}}", file.display());
-    let (code, events) = say(s, "reader", &text, &["--require-tool"]);
+    // `limit`, and the test wants the whole file back. The path is relative to the
+    // session's workspace: a random temporary path was sometimes miscopied by the tiny
+    // model (CI: the call was proposed, refused, and had no result).
+    let text = "{\"path\": \"notes.txt\", \"offset\": 0, \"limit\": 4096}";
+    let ws = notes.path().to_str().unwrap();
+    let (code, events) = say(s, "reader", text, &["--require-tool", "--workspace", ws]);
     let proposed = of_type(&events, "tool_call_proposed");
     assert_eq!(proposed[0]["tool"], "fs.read", "{events:?}");
     let result = of_type(&events, "tool_result");
+    assert!(!result.is_empty(), "the call had no result: {events:?}");
     assert_eq!(
         (&result[0]["status"], &result[0]["label"]),
         (&Value::from("ok"), &Value::from("private/trusted")),
