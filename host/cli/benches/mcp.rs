@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,37 +89,6 @@ fn setup(bx: &Path, root: &Path) -> (PathBuf, PathBuf) {
     (state, ws)
 }
 
-/// `bx serve`, ready once it says so; stopped when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-        let _ = self.0.wait();
-    }
-}
-
-fn daemon(bx: &Path, state: &Path) -> Daemon {
-    use std::io::BufRead as _;
-    let mut child = Command::new(bx)
-        .arg("--state-dir")
-        .arg(state)
-        .arg("serve")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    for line in lines.by_ref() {
-        if line.unwrap().contains("listening on") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    Daemon(child)
-}
-
 fn bx_mcp(bx: &Path, state: &Path, ws: &Path) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(bx);
     c.arg("--state-dir").arg(state).args(["mcp", "--workspace"]).arg(ws).stderr(Stdio::null());
@@ -157,12 +126,12 @@ fn main() {
     let bx = PathBuf::from(env!("CARGO_BIN_EXE_bx"));
     let root = tempfile::tempdir().unwrap();
     let (state, ws) = setup(&bx, root.path());
-    let _daemon = daemon(&bx, &state);
+    let _daemon = bx_eval::run::Daemon::start(&bx, &state).unwrap();
     // The same, with the state directory (and so the audit log) on tmpfs, where fsync
     // costs nothing: what the log's durability costs per call.
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let (shm_state, shm_ws) = setup(&bx, shm.path());
-    let _shm_daemon = daemon(&bx, &shm_state);
+    let _shm_daemon = bx_eval::run::Daemon::start(&bx, &shm_state).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
 
     // The child processes are spawned inside the runtime (tokio's process reactor).

@@ -70,8 +70,10 @@ pub struct RunResult {
     pub secs: f64,
 }
 
-/// A daemon for one suite.
-struct Daemon {
+/// `bx serve` on a state directory, ready once it said it listens (read from its stderr,
+/// not guessed); stopped with SIGTERM when dropped. The load run and the MCP benchmark
+/// start theirs with it too.
+pub struct Daemon {
     child: Child,
 }
 
@@ -82,37 +84,48 @@ impl Drop for Daemon {
     }
 }
 
+impl Daemon {
+    /// Starts `bx` (the binary at `bx`) serving `state`.
+    pub fn start(bx: &Path, state: &Path) -> anyhow::Result<Daemon> {
+        let mut child = Command::new(bx)
+            .arg("--state-dir")
+            .arg(state)
+            .env_remove("BX_HOME")
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+        let mut lines = BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    let ready = line.contains("listening on");
+                    seen.push(line);
+                    if ready {
+                        break;
+                    }
+                }
+                _ => anyhow::bail!("bx serve stopped before listening:\n{}", seen.join("\n")),
+            }
+        }
+        // Keep draining its stderr so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Daemon { child })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 fn bx(paths: &Paths, state: &Path) -> Command {
     let mut c = Command::new(&paths.bx);
     c.arg("--state-dir").arg(state).env_remove("BX_HOME");
     c
-}
-
-fn start_daemon(paths: &Paths, state: &Path) -> anyhow::Result<Daemon> {
-    let mut child = bx(paths, state)
-        .arg("serve")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
-    let mut lines = BufReader::new(stderr).lines();
-    let mut seen = Vec::new();
-    loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                let ready = line.contains("listening on");
-                seen.push(line);
-                if ready {
-                    break;
-                }
-            }
-            _ => anyhow::bail!("bx serve stopped before listening:\n{}", seen.join("\n")),
-        }
-    }
-    // Keep draining its stderr so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Daemon { child })
 }
 
 /// The owner: judges an approval block by what it shows, and nothing else. It approves
@@ -380,7 +393,7 @@ impl<'a> SuiteRun<'a> {
             state.join("config.toml"),
             format!("[inference]\n{inference}\n[loop]\n{limits}approval_secs = 60\n"),
         )?;
-        let daemon = start_daemon(paths, &state)?;
+        let daemon = Daemon::start(&paths.bx, &state)?;
         let owner = OwnerLine::connect(&state)?;
         Ok(SuiteRun {
             owner_kind: Owner::Careful,

@@ -15,11 +15,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bx_eval::model::{Call, Reply, ScriptedModel};
+use bx_eval::run::Daemon;
 use bx_protocol::{Body, Envelope, VERSION};
 use serde_json::json;
 
@@ -73,18 +74,6 @@ fn args() -> anyhow::Result<Args> {
     Ok(a)
 }
 
-/// The daemon, stopped with SIGTERM when dropped.
-struct Daemon {
-    child: Child,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
-
 /// A state directory with fs.read installed by digest, the default policy (reading the
 /// workspace is allowed) and `[inference] url` at `model`; and a workspace.
 struct Setup {
@@ -129,31 +118,6 @@ fn setup(a: &Args, model: &ScriptedModel, sessions: usize) -> anyhow::Result<Set
     bx(a, &state, &["tool", "install", wasm.to_str().unwrap_or_default(), "--digest", &digest])?;
     let workspace = std::fs::canonicalize(&ws)?.to_string_lossy().into_owned();
     Ok(Setup { _dir: dir, state, workspace })
-}
-
-fn start_daemon(a: &Args, state: &Path) -> anyhow::Result<Daemon> {
-    use std::io::BufRead as _;
-    let mut child = Command::new(&a.bx)
-        .arg("--state-dir")
-        .arg(state)
-        .arg("serve")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let mut seen = Vec::new();
-    loop {
-        match lines.next() {
-            Some(Ok(line)) if line.contains("listening on") => break,
-            Some(Ok(line)) => seen.push(line),
-            _ => anyhow::bail!("bx serve stopped before listening:\n{}", seen.join("\n")),
-        }
-    }
-    // Keep reading, so the daemon never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Daemon { child })
 }
 
 /// The model: each turn's first request gets one fs.read of notes.txt, the next (the
@@ -352,8 +316,8 @@ fn cross_check(
 fn load(a: &Args, sessions: usize) -> anyhow::Result<bool> {
     let model = model(a.slots)?;
     let s = setup(a, &model, sessions)?;
-    let daemon = start_daemon(a, &s.state)?;
-    let pid = daemon.child.id();
+    let daemon = Daemon::start(&a.bx, &s.state)?;
+    let pid = daemon.pid();
     let cpu_before = cpu_ns(pid);
     let deadline = Instant::now() + Duration::from_secs(a.secs);
     let started = Instant::now();
@@ -476,8 +440,8 @@ fn level(
 fn history(a: &Args) -> anyhow::Result<bool> {
     let model = model(a.slots)?;
     let s = setup(a, &model, 1)?;
-    let daemon = start_daemon(a, &s.state)?;
-    let pid = daemon.child.id();
+    let daemon = Daemon::start(&a.bx, &s.state)?;
+    let pid = daemon.pid();
     let mut client = Client::connect(&s.state)?;
     println!(
         "bx-load --history: daemon CPU per call (one fs.read turn), {SAMPLES} samples of \
