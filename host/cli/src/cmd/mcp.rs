@@ -391,6 +391,8 @@ async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
 
 /// The bearer token file in the state directory.
 const TOKEN_FILE: &str = "mcp.token";
+/// The most bytes of the token file read.
+const MAX_TOKEN_FILE: u64 = 4096;
 
 /// The token every HTTP request must carry: read from `mcp.token` in the state
 /// directory, made (32 random bytes, hex, mode 0600) when missing. A file that others
@@ -423,7 +425,13 @@ fn token(state: &StateDir) -> anyhow::Result<String> {
                 "{} must be a regular file only its owner can read (mode 0600); see docs/runbook.md#mcp-token",
                 path.display()
             );
-            let text = std::fs::read_to_string(&path)?;
+            // A token is 64 characters; a file of any size is not read whole.
+            let mut text = String::new();
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(std::fs::File::open(&path)?, MAX_TOKEN_FILE),
+                &mut text,
+            )
+            .with_context(|| format!("reading {}", path.display()))?;
             let token = text.trim().to_owned();
             anyhow::ensure!(
                 token.len() >= 32 && token.bytes().all(|b| b.is_ascii_graphic()),
