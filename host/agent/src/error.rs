@@ -73,8 +73,12 @@ pub enum AgentError {
 }
 
 impl AgentError {
-    /// A client named a workspace for a session that has another, or none.
-    pub fn workspace_moved(session: &str, held: Option<&std::path::Path>) -> AgentError {
+    /// A client named the workspace `asked` for a session that has another, or none.
+    pub fn workspace_moved(
+        session: &str,
+        asked: Option<&std::path::Path>,
+        held: Option<&std::path::Path>,
+    ) -> AgentError {
         let why = match held {
             Some(w) => format!(
                 "session {session} works in {}, fixed when it was created; talk in another session to work elsewhere",
@@ -84,7 +88,10 @@ impl AgentError {
                 "session {session} was created without a workspace and keeps none; talk in another session to have one"
             ),
         };
-        AgentError::BadWorkspace { path: String::new(), why }
+        let path = asked.map_or_else(String::new, |p| {
+            bx_audit::bounded(&p.display().to_string(), bx_audit::MAX_FIELD_BYTES)
+        });
+        AgentError::BadWorkspace { path, why }
     }
 
     /// The wire code for this error.
@@ -130,5 +137,18 @@ impl AgentError {
             ErrorCode::BadWorkspace => "docs/runbook.md#workspace",
             ErrorCode::BadRequest | ErrorCode::Internal => "docs/runbook.md#internal-error",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_moved_workspace_names_the_one_asked_for_and_the_one_held() {
+        let path = std::path::Path::new;
+        let e = AgentError::workspace_moved("s", Some(path("/asked")), Some(path("/held")));
+        let text = e.to_string();
+        assert!(text.starts_with("workspace \"/asked\": session s works in /held"), "{text}");
     }
 }

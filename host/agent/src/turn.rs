@@ -307,7 +307,11 @@ impl Agent {
             trust.ledger().workspace(trust.audit(), session, requested.as_deref())
         })?;
         if moved {
-            return Err(AgentError::workspace_moved(session, workspace.as_deref()));
+            return Err(AgentError::workspace_moved(
+                session,
+                requested.as_deref(),
+                workspace.as_deref(),
+            ));
         }
         Ok(workspace)
     }

@@ -10,7 +10,7 @@ JSON object per line for each step, so the Rust test asserts on what a real clie
 the tool list, a granted call, a refused call, a call that waits for the owner (the
 test approves it with `bx approve` from another process), a call to a tool that does
 not exist, and the `tools/list_changed` notification after the test installs a tool
-(it prints `install-now` and waits for the notification; over stdio only).
+(it prints `install-now` and waits for the notification).
 """
 
 import json
@@ -32,7 +32,7 @@ def text_of(result):
     return "".join(getattr(c, "text", "") for c in result.content)
 
 
-async def scenario(read, write, changed, on_message, watch_changes):
+async def scenario(read, write, changed, on_message):
     async with ClientSession(read, write, message_handler=on_message) as session:
         init = await session.initialize()
         say("initialized", server=init.server_info.name, tools=init.capabilities.tools is not None)
@@ -68,12 +68,11 @@ async def scenario(read, write, changed, on_message, watch_changes):
         except MCPError as e:
             say("unknown", code=e.code, error=e.message)
 
-        if watch_changes:
-            say("install-now")
-            with anyio.fail_after(30):
-                await changed.wait()
-            listed = await session.list_tools()
-            say("changed", tools=sorted(t.name for t in listed.tools))
+        say("install-now")
+        with anyio.fail_after(30):
+            await changed.wait()
+        listed = await session.list_tools()
+        say("changed", tools=sorted(t.name for t in listed.tools))
 
 
 async def main(transport, *rest):
@@ -89,13 +88,13 @@ async def main(transport, *rest):
             command=bx, args=["--state-dir", state, "mcp", "--workspace", workspace]
         )
         async with stdio_client(params) as (read, write):
-            await scenario(read, write, changed, on_message, True)
+            await scenario(read, write, changed, on_message)
     else:
         url, token = rest
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx2.AsyncClient(headers=headers, timeout=120) as client:
             async with streamable_http_client(url, http_client=client) as (read, write):
-                await scenario(read, write, changed, on_message, False)
+                await scenario(read, write, changed, on_message)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,13 @@ use rmcp::model::{
     InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ServerCapabilities, Tool,
 };
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 
 use super::EXIT_OK;
 use crate::client::Conn;
+
+mod lines;
 
 /// How often the installed tools are compared with the last list the client saw.
 const TOOLS_POLL: Duration = Duration::from_secs(1);
@@ -296,6 +298,12 @@ impl ServerHandler for Bridge {
         )
     }
 
+    /// Each connection (stdio, or an HTTP session) hears of installs and removals from
+    /// its own watcher, which ends when the connection does.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        tokio::spawn(watch_tools(self.clone(), context.peer));
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -550,18 +558,19 @@ pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
         let token = token(state)?;
         return runtime.block_on(serve_http(bridge, args, addr, token)).map(|()| EXIT_OK);
     }
-    runtime.block_on(async move {
+    let (transport, written) = lines::Lines::stdio().context("starting the stdio threads")?;
+    let served = runtime.block_on(async move {
         let service = bridge
             .clone()
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
             .map_err(|e| anyhow::anyhow!("MCP handshake: {e}"))?;
-        let watcher = tokio::spawn(watch_tools(bridge, service.peer().clone()));
         let ended = service.waiting().await;
-        watcher.abort();
         ended.map(|_| ()).map_err(|e| anyhow::anyhow!("MCP: {e}"))
-    })?;
-    Ok(EXIT_OK)
+    });
+    // What was answered before the end is written out, unless stdout is stuck.
+    let _ = written.recv_timeout(Duration::from_secs(5));
+    served.map(|()| EXIT_OK)
 }
 
 #[cfg(test)]

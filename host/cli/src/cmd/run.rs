@@ -278,7 +278,11 @@ fn here(
     };
     let workspace = match trust.ledger().workspace(&log, &args.session, asked.as_deref()) {
         Ok((held, true)) => {
-            let e = bx_agent::AgentError::workspace_moved(&args.session, held.as_deref());
+            let e = bx_agent::AgentError::workspace_moved(
+                &args.session,
+                asked.as_deref(),
+                held.as_deref(),
+            );
             eprintln!("bx: {}", term::reason(&e.to_string()));
             return Ok(EXIT_ERROR);
         }

@@ -74,21 +74,16 @@ fn approver(state: PathBuf, done: std::sync::mpsc::Receiver<()>) -> std::thread:
     })
 }
 
-#[test]
-fn the_python_sdk_lists_calls_is_refused_waits_for_the_owner_and_hears_of_an_install() {
-    let Setup { s, ws: ws_real, .. } = &setup("", &["fs_read", "fs_list", "fs_write"]);
-    let (s, ws_real) = (s.clone(), ws_real.clone());
-    let daemon = Daemon::start(&s);
-
-    let (stop, done) = std::sync::mpsc::channel();
-    let approving = approver(s.clone(), done);
+/// Runs `mcp_client.py` with `args`, installing fs.search when it says `install-now`;
+/// returns its exit status, the steps it printed and its stderr.
+fn python_client(
+    s: &Path,
+    args: &[&std::ffi::OsStr],
+) -> (std::process::ExitStatus, Vec<Value>, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let mut client = Command::new(python())
         .arg(&script)
-        .arg("stdio")
-        .arg(env!("CARGO_BIN_EXE_bx"))
-        .arg(&s)
-        .arg(&ws_real)
+        .args(args)
         .env_remove("BX_HOME")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -100,14 +95,26 @@ fn the_python_sdk_lists_calls_is_refused_waits_for_the_owner_and_hears_of_an_ins
     for line in std::io::BufReader::new(client.stdout.take().unwrap()).lines() {
         let step: Value = serde_json::from_str(&line.unwrap()).unwrap();
         if step["step"] == "install-now" {
-            install(&s, "fs_search");
+            install(s, "fs_search");
         }
         steps.push(step);
     }
-    let status = client.wait().unwrap();
+    (client.wait().unwrap(), steps, errors.join().unwrap())
+}
+
+#[test]
+fn the_python_sdk_lists_calls_is_refused_waits_for_the_owner_and_hears_of_an_install() {
+    let Setup { s, ws: ws_real, .. } = &setup("", &["fs_read", "fs_list", "fs_write"]);
+    let (s, ws_real) = (s.clone(), ws_real.clone());
+    let daemon = Daemon::start(&s);
+
+    let (stop, done) = std::sync::mpsc::channel();
+    let approving = approver(s.clone(), done);
+    let bx_exe = std::ffi::OsString::from(env!("CARGO_BIN_EXE_bx"));
+    let (status, steps, errors) =
+        python_client(&s, &["stdio".as_ref(), &bx_exe, s.as_ref(), ws_real.as_ref()]);
     let _ = stop.send(());
     let approved = approving.join().unwrap();
-    let errors = errors.join().unwrap();
     assert!(status.success(), "the client failed: {steps:?}\n{errors}");
     let step = |name: &str| steps.iter().find(|s| s["step"] == name).cloned().unwrap();
 
@@ -276,13 +283,11 @@ fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
 
     let (stop, done) = std::sync::mpsc::channel();
     let approving = approver(s.clone(), done);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-    let out = Command::new(python()).arg(&script).args(["http", &url, &token]).output().unwrap();
+    let (status, steps, errors) =
+        python_client(&s, &["http".as_ref(), url.as_ref(), token.as_ref()]);
     let _ = stop.send(());
     let approved = approving.join().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let steps: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(status.success(), "the client failed: {steps:?}\n{errors}");
     let step = |name: &str| steps.iter().find(|s| s["step"] == name).cloned().unwrap();
     assert_eq!(step("listed")["tools"], json!(["fs.list", "fs.read", "fs.write"]));
     assert_eq!(step("granted")["text"], "milk, eggs\n");
@@ -290,6 +295,8 @@ fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
     assert_eq!((approved, step("asked")["is_error"].clone()), (1, json!(false)));
     assert_eq!(step("unknown")["code"], -32602);
     assert_eq!(std::fs::read_to_string(ws_real.join("new.txt")).unwrap(), "written over MCP\n");
+    // The install reached the HTTP client as a notification on its session's stream.
+    assert_eq!(step("changed")["tools"], json!(["fs.list", "fs.read", "fs.search", "fs.write"]));
 
     assert!(
         Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap().success()
@@ -299,13 +306,14 @@ fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
     assert_eq!(requests_verified(&s).len(), 3);
 }
 
-/// Bad input over stdio gets a JSON-RPC error, and the server goes on serving: an
-/// unknown method, a call to a tool that does not exist, arguments that do not fit the
-/// schema; malformed JSON and a 100 MB line are dropped by rmcp (no id to answer).
+/// Bad input over stdio gets a JSON-RPC error, and the server goes on serving: malformed
+/// JSON and a 100 MB line (`id` null: none can be read), an unknown method, a call to a
+/// tool that does not exist, params that are not MCP's, arguments that do not fit the
+/// schema.
 /// A client that goes away mid-call leaves the call's records complete: the approval it
 /// waited for times out as a refusal on the log.
 #[test]
-fn bad_input_is_an_error_or_dropped_and_a_client_gone_mid_call_leaves_whole_records() {
+fn bad_input_is_answered_with_an_error_and_a_client_gone_mid_call_leaves_whole_records() {
     use std::io::Write as _;
     let Setup { s, ws, .. } = &setup("[loop]\napproval_secs = 2\n", &["fs_read", "fs_write"]);
     let (s, ws) = (s.clone(), ws.clone());
@@ -330,7 +338,7 @@ fn bad_input_is_an_error_or_dropped_and_a_client_gone_mid_call_leaves_whole_reco
         stdin.write_all(b"\n").unwrap();
         stdin.flush().unwrap();
     };
-    let reply = |id: u64| -> Value {
+    let reply = |id: Value| -> Value {
         loop {
             let r = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
             if r["id"] == id {
@@ -341,27 +349,36 @@ fn bad_input_is_an_error_or_dropped_and_a_client_gone_mid_call_leaves_whole_reco
     send(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
     );
-    assert_eq!(reply(1)["result"]["serverInfo"]["name"], "bx");
+    assert_eq!(reply(json!(1))["result"]["serverInfo"]["name"], "bx");
     send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     send("{this is not json");
+    let unparsed = reply(Value::Null);
+    assert_eq!(unparsed["error"]["code"], -32700, "{unparsed}");
     send(&format!(
         r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"pad":"{}"}}}}"#,
         "x".repeat(100 << 20)
     ));
+    let oversized = reply(Value::Null);
+    assert_eq!(oversized["error"]["code"], -32600, "{oversized}");
+    assert!(oversized["error"]["message"].as_str().unwrap().contains("8388608 bytes"));
+    send(
+        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"fs.read","arguments":[1,2]}}"#,
+    );
+    assert_eq!(reply(json!(8))["error"]["code"], -32602);
     send(r#"{"jsonrpc":"2.0","id":2,"method":"no/such/method"}"#);
-    assert_eq!(reply(2)["error"]["code"], -32601);
+    assert_eq!(reply(json!(2))["error"]["code"], -32601);
     send(
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"rm.rf","arguments":{}}}"#,
     );
-    assert_eq!(reply(3)["error"]["code"], -32602);
+    assert_eq!(reply(json!(3))["error"]["code"], -32602);
     send(
         r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fs.read","arguments":{"path":5}}}"#,
     );
-    let misfit = reply(4);
+    let misfit = reply(json!(4));
     assert_eq!(misfit["error"]["code"], -32602, "{misfit}");
     assert!(misfit["error"]["message"].as_str().unwrap().contains("/path"), "{misfit}");
     send(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#);
-    assert!(reply(5)["result"].is_object(), "still serving after the bad lines");
+    assert!(reply(json!(5))["result"].is_object(), "still serving after the bad lines");
     // Nothing of the above reached the log as a call.
     assert!(audit_records(&s).iter().all(|r| r["kind"] != "request"));
     // A write asks the owner; the client goes away while it waits.

@@ -1,0 +1,272 @@
+//! The stdio transport of `bx mcp`: newline-delimited JSON-RPC, one message per line,
+//! as the MCP specification frames it, with an answer for every line that is not a
+//! message. rmcp's own stdio transport drops a line that is not JSON and a line over
+//! its limit without a word (rust-sdk#938 chose that, fearing an error storm with a peer
+//! that answers errors with garbage); a client then waits for a reply that never comes.
+//! Here each such line gets one JSON-RPC error, `id` null as JSON-RPC 2.0 says when the
+//! id cannot be read, so the exchange is one answer per bad line and never grows.
+//!
+//! Both ends are plain threads: one reads stdin, splits lines (tokio-util's
+//! [`LinesCodec`], bounded), parses them and hands messages to the service; one writes
+//! what the service sends to stdout. tokio's own stdin and stdout would pass every read
+//! and write through its blocking pool, a thread hop each way per message.
+
+use bytes::BytesMut;
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, ErrorCode, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::{ErrorData, RoleServer};
+use tokio::sync::mpsc;
+use tokio_util::codec::{Decoder as _, LinesCodec, LinesCodecError};
+
+/// The longest line read (8 MiB). A tool call's arguments go to the daemon in one frame
+/// of at most 4 MiB, so a longer request could not be carried anyway; past the limit
+/// the line is discarded as it arrives, never held.
+pub(crate) const MAX_LINE_BYTES: usize = 8 << 20;
+/// Messages parsed but not yet taken by the service, and replies not yet written.
+/// When either is full the reader stops reading: a client that sends without reading
+/// what comes back is slowed, not buffered without end.
+const QUEUE: usize = 32;
+
+/// The service's end of the transport.
+pub(crate) struct Lines {
+    incoming: mpsc::Receiver<ClientJsonRpcMessage>,
+    outgoing: Option<mpsc::Sender<ServerJsonRpcMessage>>,
+}
+
+/// What one line is.
+#[derive(Debug)]
+enum Line {
+    Message(Box<ClientJsonRpcMessage>),
+    /// Not a message; this is the answer.
+    Error(Box<ServerJsonRpcMessage>),
+    /// Nothing to answer: an empty line, or a notification bx cannot read (notifications
+    /// never get an answer).
+    Nothing,
+}
+
+impl Lines {
+    /// Starts the two threads on this process's stdin and stdout. The returned receiver
+    /// yields once the writer has written everything sent before the transport closed
+    /// (or has failed): wait on it, bounded, before the process exits.
+    pub(crate) fn stdio() -> std::io::Result<(Lines, std::sync::mpsc::Receiver<()>)> {
+        let (to_service, incoming) = mpsc::channel(QUEUE);
+        let (outgoing, to_write) = mpsc::channel(QUEUE);
+        // The reader's handle on the writer is weak: once the service lets go of its
+        // end, the writer finishes even while the reader still waits on stdin.
+        let replies = outgoing.downgrade();
+        std::thread::Builder::new()
+            .name("mcp-stdin".into())
+            .spawn(move || read_lines(std::io::stdin().lock(), &to_service, &replies))?;
+        let (written, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new().name("mcp-stdout".into()).spawn(move || {
+            write_lines(std::io::stdout().lock(), to_write);
+            let _ = written.send(());
+        })?;
+        Ok((Lines { incoming, outgoing: Some(outgoing) }, done))
+    }
+}
+
+impl rmcp::transport::Transport<RoleServer> for Lines {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), std::io::Error>> + Send + 'static {
+        let outgoing = self.outgoing.clone();
+        async move {
+            let Some(outgoing) = outgoing else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the transport is closed",
+                ));
+            };
+            outgoing.send(item).await.map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed")
+            })
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        self.incoming.recv().await
+    }
+
+    async fn close(&mut self) -> Result<(), std::io::Error> {
+        self.outgoing = None;
+        self.incoming.close();
+        Ok(())
+    }
+}
+
+/// Reads lines until the input ends, the service is gone, or the writer is.
+fn read_lines(
+    mut input: impl std::io::Read,
+    to_service: &mpsc::Sender<ClientJsonRpcMessage>,
+    replies: &mpsc::WeakSender<ServerJsonRpcMessage>,
+) {
+    let mut codec = LinesCodec::new_with_max_length(MAX_LINE_BYTES);
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut ended = false;
+    loop {
+        let decoded = if ended { codec.decode_eof(&mut buf) } else { codec.decode(&mut buf) };
+        let line = match decoded {
+            Ok(Some(text)) => classify(&text),
+            Ok(None) if ended => return,
+            Ok(None) => {
+                match input.read(&mut chunk) {
+                    Ok(0) => ended = true,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+                continue;
+            }
+            Err(LinesCodecError::MaxLineLengthExceeded) => error(
+                ErrorData::invalid_request(
+                    format!(
+                        "a line over {MAX_LINE_BYTES} bytes is not read (bx mcp's limit); it was discarded"
+                    ),
+                    None,
+                ),
+                None,
+            ),
+            // Bytes that are not UTF-8: the codec has already taken the line.
+            Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                parse_error("the line is not UTF-8")
+            }
+            Err(LinesCodecError::Io(_)) => return,
+        };
+        let sent = match line {
+            Line::Message(m) => to_service.blocking_send(*m).is_ok(),
+            Line::Error(reply) => {
+                replies.upgrade().is_some_and(|r| r.blocking_send(*reply).is_ok())
+            }
+            Line::Nothing => true,
+        };
+        if !sent {
+            return;
+        }
+    }
+}
+
+/// Writes each message as one line, flushing when nothing more is waiting.
+fn write_lines(mut out: impl std::io::Write, mut to_write: mpsc::Receiver<ServerJsonRpcMessage>) {
+    let mut line = Vec::new();
+    while let Some(msg) = to_write.blocking_recv() {
+        line.clear();
+        if serde_json::to_writer(&mut line, &msg).is_err() {
+            continue;
+        }
+        line.push(b'\n');
+        if out.write_all(&line).is_err() || (to_write.is_empty() && out.flush().is_err()) {
+            return;
+        }
+    }
+    let _ = out.flush();
+}
+
+fn error(e: ErrorData, id: Option<RequestId>) -> Line {
+    Line::Error(Box::new(ServerJsonRpcMessage::error(e, id)))
+}
+
+fn parse_error(why: &str) -> Line {
+    error(ErrorData::new(ErrorCode::PARSE_ERROR, format!("parse error: {why}"), None), None)
+}
+
+/// The methods bx serves. rmcp reads a request to one of them whose params do not fit as
+/// a custom request, which would then be answered "method not found".
+const SERVED: &[&str] = &["initialize", "ping", "tools/list", "tools/call"];
+
+fn classify(text: &str) -> Line {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text).trim();
+    if text.is_empty() {
+        return Line::Nothing;
+    }
+    let e = match serde_json::from_str::<ClientJsonRpcMessage>(text) {
+        Ok(ClientJsonRpcMessage::Request(r)) => {
+            if let ClientRequest::CustomRequest(c) = &r.request
+                && SERVED.contains(&c.method.as_str())
+            {
+                let why = format!("the params of {} do not have the form MCP gives them", c.method);
+                return error(ErrorData::invalid_params(why, None), Some(r.id));
+            }
+            return Line::Message(Box::new(ClientJsonRpcMessage::Request(r)));
+        }
+        Ok(m) => return Line::Message(Box::new(m)),
+        Err(e) => e,
+    };
+    if e.is_syntax() || e.is_eof() {
+        return parse_error(&e.to_string());
+    }
+    // JSON, but not a message: answer with its id if it has one a request could have.
+    let value: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let id = match value.get("id") {
+        Some(serde_json::Value::Number(n)) => n.as_i64().map(RequestId::Number),
+        Some(serde_json::Value::String(s)) => Some(RequestId::String(s.as_str().into())),
+        _ => None,
+    };
+    if id.is_none() && value.get("method").is_some() {
+        return Line::Nothing;
+    }
+    error(ErrorData::invalid_request(format!("not a JSON-RPC message: {e}"), None), id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8]) -> (Vec<ClientJsonRpcMessage>, Vec<serde_json::Value>) {
+        let (to_service, mut incoming) = mpsc::channel(1024);
+        let (replies, mut to_write) = mpsc::channel(1024);
+        read_lines(input, &to_service, &replies.downgrade());
+        drop((to_service, replies));
+        let mut messages = Vec::new();
+        while let Ok(m) = incoming.try_recv() {
+            messages.push(m);
+        }
+        let mut errors = Vec::new();
+        while let Ok(m) = to_write.try_recv() {
+            errors.push(serde_json::to_value(&m).unwrap());
+        }
+        (messages, errors)
+    }
+
+    #[test]
+    fn every_line_that_is_not_a_message_gets_one_error_and_reading_goes_on() {
+        let big = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"ping","pad":"{}"}}"#,
+            "x".repeat(MAX_LINE_BYTES)
+        );
+        let input = [
+            "{not json",
+            "",
+            r#"{"jsonrpc":"2.0","id":"q"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fs.read","arguments":[1,2]}}"#,
+            &big,
+            r#"{"jsonrpc":"2.0","method":"notifications/whatever","params":7}"#,
+            "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\r",
+        ]
+        .join("\n");
+        let mut bytes = input.into_bytes();
+        bytes.extend_from_slice(b"\n\xff\xfe\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}");
+        let (messages, errors) = lines(&bytes);
+        let codes: Vec<_> =
+            errors.iter().map(|e| (e["id"].clone(), e["error"]["code"].clone())).collect();
+        assert_eq!(
+            codes,
+            [
+                (serde_json::Value::Null, (-32700).into()),
+                ("q".into(), (-32600).into()),
+                (3.into(), (-32602).into()),
+                (serde_json::Value::Null, (-32600).into()),
+                (serde_json::Value::Null, (-32700).into()),
+            ],
+            "{errors:#?}"
+        );
+        assert!(errors[3]["error"]["message"].as_str().unwrap().contains("8388608 bytes"));
+        // The two pings, the last without its newline at the end of the input.
+        assert_eq!(messages.len(), 2, "{messages:?}");
+    }
+}
