@@ -228,10 +228,14 @@ impl Trust {
         overlay.apply(&policy).map(Arc::new)
     }
 
-    /// A proposed call: its request goes on the log (on disk) before anything is decided,
-    /// whatever is wrong with it. `tool` is the installed tool of that name, if any;
-    /// relative paths in `args` resolve against `workspace` (the session's). The record
-    /// keeps the arguments as written and the resources as decided.
+    /// A proposed call: its request goes on the log before anything is decided, whatever
+    /// is wrong with it. The record is written now and synced with the decision's:
+    /// [`Requested::decide`] returns only once both are on disk, so the request is
+    /// durable before its decision takes effect, at one fsync for the two
+    /// ([`bx_audit::AuditLog::append_deferred`]). `tool` is the installed tool of that
+    /// name, if any; relative paths in `args` resolve against `workspace` (the
+    /// session's). The record keeps the arguments as written and the resources as
+    /// decided.
     pub fn propose<'t>(
         &'t self,
         session: &str,
@@ -250,7 +254,7 @@ impl Trust {
         let listed =
             resources.as_deref().unwrap_or_default().iter().map(ToString::to_string).collect();
         let digest = tool.map_or("", |t| t.digest());
-        self.audit.append(&Entry::Request(bx_audit::Request::new(
+        self.audit.append_deferred(&Entry::Request(bx_audit::Request::new(
             session, call, name, digest, &args_text, listed,
         )))?;
         Ok(Requested {

@@ -577,16 +577,20 @@ impl Agent {
         let tool = toolset.get(name);
         let (value, refusal) = call::parse_args(args);
         let trust = &self.trust;
-        let requested = call::in_place(|| {
-            trust.propose(session, &id, name, tool, &value, workspace.as_deref())
+        // The request and its decision are on disk before the client hears of the call
+        // (one trip off the async threads, one fsync for both).
+        let (shown, decided) = call::in_place(|| -> Result<_, AgentError> {
+            let requested =
+                trust.propose(session, &id, name, tool, &value, workspace.as_deref())?;
+            let shown = requested.args().to_owned();
+            Ok((shown, requested.decide(overlay, refusal)?))
         })?;
         let _ = events.send(Body::ToolCallProposed {
             session: session.to_owned(),
             call: id.clone(),
             tool: name.to_owned(),
-            args: requested.args().to_owned(),
+            args: shown,
         });
-        let decided = call::in_place(|| requested.decide(overlay, refusal))?;
         Ok(match self.settle(session, &id, decided, events).await? {
             Ok(finished) => call::output_of(&id, &finished),
             Err(refused) => {
@@ -635,24 +639,6 @@ impl Agent {
         let id = format!("t{:x}-{}", now_ms(), self.calls.fetch_add(1, Ordering::Relaxed));
         let tool = toolset.get(&call.name);
         let trust = &self.trust;
-        // The request is on disk before the client hears of the call.
-        let requested = call::in_place(|| {
-            trust.propose(session, &id, &call.name, tool, &call.arguments, ctx.workspace)
-        })?;
-        let _ = events.send(Body::ToolCallProposed {
-            session: session.to_owned(),
-            call: id.clone(),
-            tool: call.name.clone(),
-            args: requested.args().to_owned(),
-        });
-        let denied = |reason: String| {
-            let _ = events.send(Body::ToolDenied {
-                session: session.to_owned(),
-                call: id.clone(),
-                reason: reason.clone(),
-            });
-            format!("refused: {reason}. The call did not run; do not repeat it unchanged.")
-        };
         let refusal = if ctx.again {
             Some(
                 "the same call was refused earlier in this turn (see docs/runbook.md#repeated-refusal)"
@@ -671,7 +657,28 @@ impl Agent {
                 )
             })
         };
-        let decided = call::in_place(|| requested.decide(&Overlay::default(), refusal))?;
+        // The request and its decision are on disk before the client hears of the call
+        // (one trip off the async threads, one fsync for both).
+        let (shown, decided) = call::in_place(|| -> Result<_, AgentError> {
+            let requested =
+                trust.propose(session, &id, &call.name, tool, &call.arguments, ctx.workspace)?;
+            let shown = requested.args().to_owned();
+            Ok((shown, requested.decide(&Overlay::default(), refusal)?))
+        })?;
+        let _ = events.send(Body::ToolCallProposed {
+            session: session.to_owned(),
+            call: id.clone(),
+            tool: call.name.clone(),
+            args: shown,
+        });
+        let denied = |reason: String| {
+            let _ = events.send(Body::ToolDenied {
+                session: session.to_owned(),
+                call: id.clone(),
+                reason: reason.clone(),
+            });
+            format!("refused: {reason}. The call did not run; do not repeat it unchanged.")
+        };
         let finished = match self.settle(session, &id, decided, events).await? {
             Ok(finished) => finished,
             Err(refused) => return Ok((denied(refused.reason), true)),

@@ -5,7 +5,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::anchor::{Anchor, origin_dir};
@@ -62,7 +62,8 @@ pub struct Receipt {
 
 struct Inner {
     /// The current day's file, opened for append; `None` before the first record.
-    file: Option<(String, File)>,
+    /// Shared with a sync in flight, which runs without the lock.
+    file: Option<(String, Arc<File>)>,
     /// Sequence number and hash of the last record written (not necessarily synced).
     seq: u64,
     head: String,
@@ -398,6 +399,23 @@ impl AuditLog {
     /// record longer than [`MAX_RECORD_BYTES`] is refused ([`AuditError::TooLarge`]) and
     /// nothing is written; the log stays available.
     pub fn append(&self, entry: &Entry) -> Result<Receipt, AuditError> {
+        let (inner, receipt) = self.write_record(entry)?;
+        self.sync_through(inner, receipt.seq)?;
+        Ok(receipt)
+    }
+
+    /// Appends one record without waiting for it to reach the disk: the next
+    /// [`AuditLog::append`] (from any thread) returns only once this record is synced
+    /// too, since a sync covers every record written before it. For a record whose own
+    /// step has no effect until the next record is durable: a call's request is followed
+    /// by its decision, and nothing acts on the decision before that append returns. A
+    /// crash in between loses both, and the call never ran.
+    pub fn append_deferred(&self, entry: &Entry) -> Result<Receipt, AuditError> {
+        self.write_record(entry).map(|(_, receipt)| receipt)
+    }
+
+    /// Writes one record (not yet synced), holding the lock still.
+    fn write_record(&self, entry: &Entry) -> Result<(MutexGuard<'_, Inner>, Receipt), AuditError> {
         let fields = entry.fields();
         let mut inner = self.lock();
         if let Some(why) = &inner.failed {
@@ -435,7 +453,17 @@ impl AuditLog {
             inner.recent.drain(..drop);
             inner.recent_start += drop as u64;
         }
-        let mine = record.seq;
+        let receipt = Receipt { seq: record.seq, hash };
+        Ok((inner, receipt))
+    }
+
+    /// Waits until a sync covers record `mine`, syncing for everyone written so far when
+    /// no sync is in flight; then writes a checkpoint when one is due.
+    fn sync_through<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        mine: u64,
+    ) -> Result<(), AuditError> {
         // Group commit: whoever finds no sync in flight syncs for everyone written so far;
         // the others wait until a sync covers their record (or the log fails).
         loop {
@@ -451,14 +479,7 @@ impl AuditLog {
             }
             let target = inner.seq;
             let Some((_, file)) = &inner.file else { break };
-            let file = match file.try_clone() {
-                Ok(f) => f,
-                Err(e) => {
-                    inner.failed = Some(format!("sync failed: {e}"));
-                    self.synced.notify_all();
-                    continue;
-                }
-            };
+            let file = Arc::clone(file);
             inner.syncing = true;
             drop(inner);
             let result = file.sync_data();
@@ -479,7 +500,7 @@ impl AuditLog {
                 self.export(job, &[])?;
             }
         }
-        Ok(Receipt { seq: mine, hash })
+        Ok(())
     }
 
     fn write_line(&self, inner: &mut Inner, day: &str, line: &[u8]) -> std::io::Result<()> {
@@ -504,10 +525,10 @@ impl AuditLog {
             }
             inner.offset = file.metadata()?.len();
             inner.newest_day = Some(target.clone());
-            inner.file = Some((target, file));
+            inner.file = Some((target, Arc::new(file)));
         }
         match &mut inner.file {
-            Some((_, file)) => file.write_all(line),
+            Some((_, file)) => (&**file).write_all(line),
             None => Err(std::io::Error::other("no day file")),
         }
     }
@@ -664,6 +685,13 @@ impl AuditLog {
     pub fn head(&self) -> Receipt {
         let inner = self.lock();
         Receipt { seq: inner.seq, hash: inner.head.clone() }
+    }
+
+    /// The sequence number of the last record known to be on disk: every record up to
+    /// it has been synced. Behind [`AuditLog::head`] only after
+    /// [`AuditLog::append_deferred`], until the next append.
+    pub fn synced(&self) -> u64 {
+        self.lock().synced
     }
 
     /// Why the log is unavailable, if it is.

@@ -134,3 +134,21 @@ fn sigkill_at_random_points_loses_no_returned_record() {
         iterations as f64 / secs
     );
 }
+
+/// A deferred record (a call's request) is written at once but synced by the next
+/// append (its decision), which returns only once both are on disk.
+#[test]
+fn a_deferred_record_is_synced_by_the_next_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    log.append(&note("s", "before")).unwrap();
+    let request = log.append_deferred(&request("s", "c1", "{}")).unwrap();
+    assert_eq!(log.head().seq, request.seq);
+    assert_eq!(log.synced(), request.seq - 1, "not synced by itself");
+    let on_disk = std::fs::read_to_string(bx_audit::day_files(dir.path()).unwrap()[0].clone());
+    assert!(on_disk.unwrap().contains("\"c1\""), "written at once");
+    let decision = log.append(&note("s", "decision")).unwrap();
+    assert_eq!(log.synced(), decision.seq, "the next append syncs both");
+    log.close().unwrap();
+    assert!(verify(dir.path()).unwrap().is_clean());
+}
