@@ -176,9 +176,9 @@ pub(crate) async fn handle(
                     drop(busy);
                 });
             }
-            Body::RunTool { session, tool, args, overlay, workspace } => {
+            Body::RunTool { session, tool, args, overlay, workspace, quiet } => {
                 let (agent, out, busy) = (Arc::clone(&agent), out.clone(), ticket.busy());
-                let call = ByHand { session, tool, args, overlay, workspace };
+                let call = ByHand { session, tool, args, overlay, workspace, quiet };
                 turns.spawn(async move {
                     run_tool(agent, out, id, call).await;
                     drop(busy);
@@ -276,15 +276,30 @@ pub(crate) async fn handle(
 }
 
 /// Forwards a turn's events to `out` as replies to request `id`.
-fn forwarder(out: &Out, id: u64) -> (bx_agent::Events, tokio::task::JoinHandle<()>) {
+/// Sends a request's events to the client as they come, those that `keep` lets through.
+fn forwarder(
+    out: &Out,
+    id: u64,
+    keep: fn(&Body) -> bool,
+) -> (bx_agent::Events, tokio::task::JoinHandle<()>) {
     let (events, mut rx) = mpsc::unbounded_channel::<Body>();
     let out = out.clone();
     let forward = tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
-            out.send(id, msg);
+            if keep(&msg) {
+                out.send(id, msg);
+            }
         }
     });
     (events, forward)
+}
+
+fn every(_: &Body) -> bool {
+    true
+}
+
+fn approvals_only(msg: &Body) -> bool {
+    matches!(msg, Body::ApprovalNeeded { .. })
 }
 
 async fn turn(
@@ -296,7 +311,7 @@ async fn turn(
     require_tool: bool,
     workspace: Option<String>,
 ) {
-    let (events, forward) = forwarder(&out, id);
+    let (events, forward) = forwarder(&out, id, every);
     let result =
         unwinding(agent.turn(&session, &text, require_tool, workspace.as_deref(), &events)).await;
     drop(events);
@@ -335,11 +350,12 @@ struct ByHand {
     args: String,
     overlay: bx_protocol::Overlay,
     workspace: Option<String>,
+    quiet: bool,
 }
 
 async fn run_tool(agent: Arc<Agent>, out: Out, id: u64, call: ByHand) {
-    let ByHand { session, tool, args, overlay, workspace } = call;
-    let (events, forward) = forwarder(&out, id);
+    let ByHand { session, tool, args, overlay, workspace, quiet } = call;
+    let (events, forward) = forwarder(&out, id, if quiet { approvals_only } else { every });
     let overlay = Overlay {
         read: overlay.read,
         write: overlay.write,

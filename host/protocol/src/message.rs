@@ -229,6 +229,11 @@ pub enum Body {
         /// The session's workspace, as for [`Body::Send`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         workspace: Option<String>,
+        /// Only `approval_needed` and the outcome come back, not the call's other
+        /// events: for a client that shows nothing else (`bx mcp`), each event spared is
+        /// a write and a wake-up on both sides.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        quiet: bool,
     },
     /// Recompute a session's taint from the audit log (`bx session rebuild`).
     RebuildSession {

@@ -7,6 +7,7 @@
 //! for the client. The protocol itself (framing, JSON-RPC, the handshake, malformed
 //! input) is rmcp's, the official Rust SDK. See `docs/mcp.md`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -27,6 +28,7 @@ use super::EXIT_OK;
 use crate::client::Conn;
 
 mod lines;
+mod link;
 
 /// How often the installed tools are compared with the last list the client saw.
 const TOOLS_POLL: Duration = Duration::from_secs(1);
@@ -39,6 +41,8 @@ const MAX_DIR_NAME: usize = 40;
 /// serves 16 connections in all (`[loop] max_connections`), and a client that sent 20
 /// calls waiting for approval took every one of them, locking out the owner's chat.
 const MAX_CALLS_IN_FLIGHT: usize = 4;
+/// Compiled schemas kept (one per installed tool); past it the cache starts afresh.
+const MAX_COMPILED_SCHEMAS: usize = 256;
 
 /// `bx mcp`
 #[derive(Debug, Args)]
@@ -69,7 +73,8 @@ pub(crate) struct McpArgs {
 /// The MCP server of one connection.
 #[derive(Clone)]
 struct Bridge {
-    state: StateDir,
+    /// The daemon, over one connection shared by every call of this process.
+    daemon: Arc<link::Daemon>,
     workspace: String,
     /// The session: the owner's `--session`, else the workspace's.
     session: String,
@@ -80,6 +85,8 @@ struct Bridge {
     /// process's clients: each holds one of the daemon's connections while it runs or
     /// waits for the owner.
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// Each tool's argument schema, compiled once, by its text.
+    compiled: Arc<Mutex<HashMap<String, Arc<jsonschema::Validator>>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -107,21 +114,13 @@ fn session_for(workspace: &str) -> String {
     if name.is_empty() { format!("mcp-{hash}") } else { format!("mcp-{name}-{hash}") }
 }
 
-/// One request to the daemon and its reply, off the async threads (the client is
-/// blocking, and each request waits at most a minute).
-async fn request(state: &StateDir, msg: Body) -> Result<Body, ErrorData> {
-    let state = state.clone();
-    tokio::task::spawn_blocking(move || -> anyhow::Result<Body> {
-        Conn::connect(&state).context("the bx daemon stopped")?.request(msg)
-    })
-    .await
-    .map_err(|e| ErrorData::internal_error(format!("bx: {e}"), None))?
-    .map_err(|e| ErrorData::internal_error(format!("bx: {e:#}"), None))
-}
-
 /// The installed tools, from the daemon.
-async fn list(state: &StateDir) -> Result<Vec<ToolSummary>, ErrorData> {
-    match request(state, Body::ListTools {}).await? {
+async fn list(daemon: &link::Daemon) -> Result<Vec<ToolSummary>, ErrorData> {
+    let listed = daemon
+        .request(Body::ListTools {})
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("bx: {e:#}"), None))?;
+    match listed {
         Body::Tools { items } => Ok(items),
         Body::Error { message, runbook, .. } => {
             Err(ErrorData::internal_error(format!("bx: {message} (see {runbook})"), None))
@@ -136,16 +135,6 @@ async fn list(state: &StateDir) -> Result<Vec<ToolSummary>, ErrorData> {
 fn tool_of(t: &ToolSummary) -> Tool {
     let schema: JsonObject = serde_json::from_str(&t.parameters).unwrap_or_default();
     Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema))
-}
-
-/// What happened to a call, as the bridge hears it from the daemon.
-enum Heard {
-    /// The owner must answer this approval.
-    Waiting(String),
-    /// The call's outcome.
-    Done(Body),
-    /// The daemon's connection failed.
-    Lost(String),
 }
 
 /// The text of a refusal or failure, with the runbook entry the client should read.
@@ -200,54 +189,34 @@ impl Bridge {
     async fn call(
         &self,
         name: String,
-        arguments: JsonObject,
+        args: String,
         peer: &Peer<RoleServer>,
         progress: Option<rmcp::model::ProgressToken>,
     ) -> CallToolResult {
         let Ok(_permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
             return refusal("bx: the bridge is shutting down", "docs/runbook.md#internal-error");
         };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Heard>();
-        let (state, session, workspace) =
-            (self.state.clone(), self.session(), self.workspace.clone());
-        let args = serde_json::Value::Object(arguments).to_string();
-        std::thread::spawn(move || {
-            let heard = (|| -> anyhow::Result<Body> {
-                let mut conn = Conn::connect(&state).context("the bx daemon stopped")?;
-                let id = conn.send(Body::RunTool {
-                    session,
-                    tool: name,
-                    args,
-                    overlay: Overlay::default(),
-                    workspace: Some(workspace),
-                })?;
-                loop {
-                    let Some(envelope) = conn.recv()? else {
-                        anyhow::bail!("the daemon closed the connection mid-call");
-                    };
-                    if envelope.id != id {
-                        continue;
-                    }
-                    match envelope.msg {
-                        Body::ApprovalNeeded { approval, .. } => {
-                            let _ = tx.send(Heard::Waiting(approval));
-                        }
-                        done @ (Body::ToolOutput { .. } | Body::Error { .. }) => return Ok(done),
-                        _ => {}
-                    }
-                }
-            })();
-            let _ = tx.send(match heard {
-                Ok(done) => Heard::Done(done),
-                Err(e) => Heard::Lost(format!("{e:#}")),
-            });
-        });
+        let sent = self
+            .daemon
+            .open(Body::RunTool {
+                session: self.session(),
+                tool: name,
+                args,
+                overlay: Overlay::default(),
+                workspace: Some(self.workspace.clone()),
+                quiet: true,
+            })
+            .await;
+        let mut replies = match sent {
+            Ok(r) => r,
+            Err(e) => return refusal(&format!("bx: {e:#}"), "docs/runbook.md#internal-error"),
+        };
         let mut waiting: Option<String> = None;
         let mut step = 0.0;
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         loop {
             let heard = tokio::select! {
-                heard = rx.recv() => heard,
+                heard = replies.next() => heard,
                 _ = tick.tick(), if waiting.is_some() => {
                     step += 1.0;
                     if let (Some(token), Some(approval)) = (&progress, &waiting) {
@@ -257,18 +226,23 @@ impl Bridge {
                 }
             };
             match heard {
-                Some(Heard::Waiting(approval)) => {
+                Some(Body::ApprovalNeeded { approval, .. }) => {
                     step += 1.0;
                     if let Some(token) = &progress {
                         let _ = peer.notify_progress(wait_note(token, step, &approval)).await;
                     }
                     waiting = Some(approval);
                 }
-                Some(Heard::Done(body)) => return result_of(body),
-                Some(Heard::Lost(why)) => {
-                    return refusal(&format!("bx: {why}"), "docs/runbook.md#internal-error");
+                Some(done @ (Body::ToolOutput { .. } | Body::Error { .. })) => {
+                    return result_of(done);
                 }
-                None => return refusal("bx: the call was lost", "docs/runbook.md#internal-error"),
+                Some(_) => {}
+                None => {
+                    return refusal(
+                        "bx: the daemon closed the connection mid-call",
+                        "docs/runbook.md#internal-error",
+                    );
+                }
             }
         }
     }
@@ -309,7 +283,7 @@ impl ServerHandler for Bridge {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let items = list(&self.state).await?;
+        let items = list(&self.daemon).await?;
         let tools = items.iter().map(tool_of).collect();
         *lock(&self.tools) = items;
         Ok(ListToolsResult::with_all_items(tools))
@@ -324,7 +298,7 @@ impl ServerHandler for Bridge {
         let find = |tools: &[ToolSummary]| tools.iter().find(|t| t.name == name).cloned();
         let mut tool = find(&lock(&self.tools));
         if tool.is_none() {
-            let items = list(&self.state).await?;
+            let items = list(&self.daemon).await?;
             tool = find(&items);
             *lock(&self.tools) = items;
         }
@@ -335,9 +309,9 @@ impl ServerHandler for Bridge {
             ));
         };
         let progress = context.meta.get_progress_token();
-        let arguments = request.arguments.unwrap_or_default();
-        fits(&tool, &arguments)?;
-        let result = self.call(name, arguments, &context.peer, progress).await;
+        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        fits(&tool, &arguments, &self.compiled)?;
+        let result = self.call(name, arguments.to_string(), &context.peer, progress).await;
         Ok(CallToolResponse::Complete(result))
     }
 }
@@ -345,17 +319,32 @@ impl ServerHandler for Bridge {
 /// Refuses arguments that do not fit the tool's schema, as a JSON-RPC error naming
 /// where, before anything reaches the daemon (the tool would refuse them too, but as a
 /// call on the log).
-fn fits(tool: &ToolSummary, arguments: &JsonObject) -> Result<(), ErrorData> {
-    let schema: serde_json::Value = serde_json::from_str(&tool.parameters)
-        .unwrap_or_else(|_| serde_json::json!({"type": "object"}));
-    let validator = jsonschema::validator_for(&schema).map_err(|e| {
-        ErrorData::internal_error(
-            format!("bx: the schema of {} is not valid: {e}", tool.name),
-            None,
-        )
-    })?;
-    let instance = serde_json::Value::Object(arguments.clone());
-    validator.validate(&instance).map_err(|e| {
+fn fits(
+    tool: &ToolSummary,
+    arguments: &serde_json::Value,
+    compiled: &Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+) -> Result<(), ErrorData> {
+    let cached = lock(compiled).get(&tool.parameters).cloned();
+    let validator = match cached {
+        Some(v) => v,
+        None => {
+            let schema: serde_json::Value = serde_json::from_str(&tool.parameters)
+                .unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+            let v = Arc::new(jsonschema::validator_for(&schema).map_err(|e| {
+                ErrorData::internal_error(
+                    format!("bx: the schema of {} is not valid: {e}", tool.name),
+                    None,
+                )
+            })?);
+            let mut compiled = lock(compiled);
+            if compiled.len() >= MAX_COMPILED_SCHEMAS {
+                compiled.clear();
+            }
+            compiled.insert(tool.parameters.clone(), Arc::clone(&v));
+            v
+        }
+    };
+    validator.validate(arguments).map_err(|e| {
         let at = e.instance_path().to_string();
         let at = if at.is_empty() { "the arguments".to_owned() } else { at };
         ErrorData::invalid_params(
@@ -378,14 +367,14 @@ async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
         k
     };
     // What is installed when the connection starts is what its first listing shows.
-    let mut seen = match list(&bridge.state).await {
+    let mut seen = match list(&bridge.daemon).await {
         Ok(items) => key(&items),
         Err(_) => key(&lock(&bridge.tools)),
     };
     let mut tick = tokio::time::interval(TOOLS_POLL);
     loop {
         tick.tick().await;
-        let Ok(items) = list(&bridge.state).await else { continue };
+        let Ok(items) = list(&bridge.daemon).await else { continue };
         let now = key(&items);
         if now != seen {
             seen = now;
@@ -539,18 +528,19 @@ pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
     let session = args.session.clone().unwrap_or_else(|| session_for(&workspace));
     eprintln!("bx mcp: session {session}, working in {}", crate::term::one_line(&workspace));
     let bridge = Bridge {
-        state: state.clone(),
+        daemon: Arc::new(link::Daemon::new(state)),
         workspace,
         session,
         tools: Arc::new(Mutex::new(Vec::new())),
         in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT)),
+        compiled: Arc::default(),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     if let Some(addr) = args.http {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
         anyhow::ensure!(
             addr.ip().is_loopback() || args.allow_remote,
             "--http {addr} is not a loopback address; add --allow-remote to serve other machines (see docs/mcp.md#http)"
@@ -558,6 +548,12 @@ pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
         let token = token(state)?;
         return runtime.block_on(serve_http(bridge, args, addr, token)).map(|()| EXIT_OK);
     }
+    // One client on stdio: one thread does the async work (the bridge only waits on
+    // the daemon and the client), and nothing wakes another to hand a message over.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     let (transport, written) = lines::Lines::stdio().context("starting the stdio threads")?;
     let served = runtime.block_on(async move {
         let service = bridge

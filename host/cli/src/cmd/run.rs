@@ -169,6 +169,7 @@ fn via_daemon(
             deny: overlay.deny.clone(),
         },
         workspace,
+        quiet: false,
     })?;
     loop {
         let Ok(envelope) = frames.recv() else {

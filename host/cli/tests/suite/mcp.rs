@@ -478,3 +478,44 @@ fn one_client_holds_at_most_four_of_the_daemons_connections() {
     daemon.stop();
     assert_eq!(requests_verified(&s).len(), 8);
 }
+
+/// The bridge's `run_tool` is `quiet`: only the outcome comes back (and an approval the
+/// owner must answer), not the call's other events. Two calls on one connection, as
+/// the bridge sends them: the loud one hears every event, the quiet one its outcome.
+#[test]
+fn a_quiet_run_tool_hears_only_its_outcome() {
+    use bx_protocol::{Body, Envelope, Overlay, VERSION};
+    use std::io::Write as _;
+    let Setup { s, ws, .. } = &setup("", &["fs_read"]);
+    let daemon = Daemon::start(s);
+    let mut stream = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let mut heard = |id: u64, quiet: bool| -> Vec<&'static str> {
+        let msg = Body::RunTool {
+            session: "quiet".into(),
+            tool: "fs.read".into(),
+            args: r#"{"path":"notes.txt"}"#.into(),
+            overlay: Overlay::default(),
+            workspace: Some(ws.to_str().unwrap().into()),
+            quiet,
+        };
+        stream.write_all(&bx_protocol::encode(&Envelope { v: VERSION, id, msg }).unwrap()).unwrap();
+        let mut types = Vec::new();
+        loop {
+            let e = bx_protocol::read_frame(&mut stream).unwrap().unwrap();
+            assert_eq!(e.id, id, "{e:?}");
+            types.push(e.msg.type_name());
+            if let Body::ToolOutput { text, .. } = &e.msg {
+                assert_eq!(text, "milk, eggs\n");
+                return types;
+            }
+        }
+    };
+    assert_eq!(
+        heard(1, false),
+        ["tool_call_proposed", "tool_started", "tool_result", "tool_output"]
+    );
+    assert_eq!(heard(2, true), ["tool_output"]);
+    daemon.stop();
+    assert_eq!(requests_verified(s).len(), 2);
+}

@@ -1,0 +1,171 @@
+//! The bridge's connection to the daemon: one socket, kept open between calls, that
+//! carries every request of this `bx mcp` process, each under its own id (the wire
+//! protocol's envelopes say which request a reply or event belongs to). A connection
+//! per call cost a thread, a connect and the daemon's accept each time, about a third
+//! of a small call.
+//!
+//! Frames are read with tokio-util's `LengthDelimitedCodec`, set to the wire format (a
+//! 4-byte big-endian length, at most [`bx_protocol::MAX_FRAME_BYTES`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use bx_protocol::{Body, Envelope, VERSION};
+use bx_state::StateDir;
+use futures_util::StreamExt as _;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::mpsc;
+use tokio_util::codec::LengthDelimitedCodec;
+
+/// How long a one-off request (a listing) waits for its reply.
+const REQUEST_WAIT: Duration = Duration::from_secs(60);
+/// How long one frame's write to the daemon may take.
+const WRITE_WAIT: Duration = Duration::from_secs(30);
+/// A connection idle for longer is not used again: the daemon closes one that has been
+/// idle for [`bx_daemon::IDLE_SECS`], or earlier when it needs the place, and a
+/// request sent as it closes would be lost. Half of that leaves a wide margin.
+const REUSE_IDLE: Duration = Duration::from_secs(bx_daemon::IDLE_SECS / 2);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The daemon of one state directory, as this process reaches it.
+pub(crate) struct Daemon {
+    state: StateDir,
+    link: tokio::sync::Mutex<Option<Arc<Link>>>,
+}
+
+/// One open connection.
+struct Link {
+    write: tokio::sync::Mutex<OwnedWriteHalf>,
+    /// Where the replies and events of each request in flight go, by request id.
+    waiting: Mutex<HashMap<u64, mpsc::UnboundedSender<Body>>>,
+    next_id: AtomicU64,
+    /// False once the connection has closed or failed.
+    open: AtomicBool,
+    /// When a frame last went either way.
+    last: Mutex<Instant>,
+}
+
+/// The replies and events of one request, in order; the request is forgotten when this
+/// is dropped (what still comes for it is discarded).
+pub(crate) struct Replies {
+    id: u64,
+    rx: mpsc::UnboundedReceiver<Body>,
+    link: Arc<Link>,
+}
+
+impl Replies {
+    /// The next message for this request; `None` once the connection has closed.
+    pub(crate) async fn next(&mut self) -> Option<Body> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Replies {
+    fn drop(&mut self) {
+        lock(&self.link.waiting).remove(&self.id);
+    }
+}
+
+impl Daemon {
+    pub(crate) fn new(state: &StateDir) -> Daemon {
+        Daemon { state: state.clone(), link: tokio::sync::Mutex::new(None) }
+    }
+
+    /// Sends `msg` as a new request; its replies and events come from the result.
+    pub(crate) async fn open(&self, msg: Body) -> anyhow::Result<Replies> {
+        let link = self.link().await.context("the bx daemon stopped")?;
+        let id = link.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&link.waiting).insert(id, tx);
+        let replies = Replies { id, rx, link: Arc::clone(&link) };
+        let frame = bx_protocol::encode(&Envelope { v: VERSION, id, msg })?;
+        let wrote = {
+            let mut write = link.write.lock().await;
+            tokio::time::timeout(WRITE_WAIT, write.write_all(&frame)).await
+        };
+        if !matches!(wrote, Ok(Ok(()))) {
+            link.open.store(false, Ordering::Release);
+            anyhow::bail!("writing to the daemon failed");
+        }
+        *lock(&link.last) = Instant::now();
+        Ok(replies)
+    }
+
+    /// Sends `msg` and waits, at most a minute, for its one reply.
+    pub(crate) async fn request(&self, msg: Body) -> anyhow::Result<Body> {
+        let mut replies = self.open(msg).await?;
+        match tokio::time::timeout(REQUEST_WAIT, replies.next()).await {
+            Ok(Some(body)) => Ok(body),
+            Ok(None) => anyhow::bail!("the daemon closed the connection"),
+            Err(_) => anyhow::bail!("no reply from the daemon within {REQUEST_WAIT:?}"),
+        }
+    }
+
+    /// The open connection, or a new one.
+    async fn link(&self) -> std::io::Result<Arc<Link>> {
+        let mut slot = self.link.lock().await;
+        if let Some(link) = slot.as_ref()
+            && link.usable()
+        {
+            return Ok(Arc::clone(link));
+        }
+        let (read, write) = UnixStream::connect(self.state.socket()).await?.into_split();
+        let link = Arc::new(Link {
+            write: tokio::sync::Mutex::new(write),
+            waiting: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            open: AtomicBool::new(true),
+            last: Mutex::new(Instant::now()),
+        });
+        let frames = LengthDelimitedCodec::builder()
+            .big_endian()
+            .length_field_length(4)
+            .max_frame_length(bx_protocol::MAX_FRAME_BYTES)
+            .new_read(read);
+        tokio::spawn(read_frames(Arc::clone(&link), frames));
+        *slot = Some(Arc::clone(&link));
+        Ok(link)
+    }
+}
+
+impl Link {
+    fn usable(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+            && (!lock(&self.waiting).is_empty() || lock(&self.last).elapsed() < REUSE_IDLE)
+    }
+}
+
+/// Hands each frame to the request it names until the connection ends; then every
+/// request still waiting hears that it has (its channel closes).
+async fn read_frames(
+    link: Arc<Link>,
+    mut frames: tokio_util::codec::FramedRead<
+        tokio::net::unix::OwnedReadHalf,
+        LengthDelimitedCodec,
+    >,
+) {
+    while let Some(Ok(frame)) = frames.next().await {
+        *lock(&link.last) = Instant::now();
+        // A frame that does not parse leaves the stream unreadable from there on.
+        let Ok(envelope) = bx_protocol::parse_body(&frame) else { break };
+        let waiting = lock(&link.waiting);
+        if envelope.id == 0 {
+            // About the connection itself (a bad frame, the daemon busy): everyone's.
+            for tx in waiting.values() {
+                let _ = tx.send(envelope.msg.clone());
+            }
+        } else if let Some(tx) = waiting.get(&envelope.id) {
+            let _ = tx.send(envelope.msg);
+        }
+    }
+    link.open.store(false, Ordering::Release);
+    lock(&link.waiting).clear();
+}
