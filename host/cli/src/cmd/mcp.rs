@@ -37,9 +37,10 @@ const TOOLS_POLL: Duration = Duration::from_secs(1);
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// The most characters of the workspace's directory name in a session name.
 const MAX_DIR_NAME: usize = 40;
-/// Calls one `bx mcp` process sends to the daemon at once; more wait here. The daemon
-/// serves 16 connections in all (`[loop] max_connections`), and a client that sent 20
-/// calls waiting for approval took every one of them, locking out the owner's chat.
+/// Calls one `bx mcp` process has running in the daemon at once; more wait here. They
+/// share one connection now, but each that waits for the owner holds an approval and
+/// a task there: a client that sent 20 such calls, each on its own connection then,
+/// took all 16 of the daemon's and locked out the owner's chat.
 const MAX_CALLS_IN_FLIGHT: usize = 4;
 /// Compiled schemas kept (one per installed tool); past it the cache starts afresh.
 const MAX_COMPILED_SCHEMAS: usize = 256;
@@ -82,8 +83,7 @@ struct Bridge {
     /// notice when the set changes.
     tools: Arc<Mutex<Vec<ToolSummary>>>,
     /// Calls in flight to the daemon, at most [`MAX_CALLS_IN_FLIGHT`] for all of this
-    /// process's clients: each holds one of the daemon's connections while it runs or
-    /// waits for the owner.
+    /// process's clients.
     in_flight: Arc<tokio::sync::Semaphore>,
     /// Each tool's argument schema, compiled once, by its text.
     compiled: Arc<Mutex<HashMap<String, Arc<jsonschema::Validator>>>>,

@@ -412,12 +412,12 @@ fn bad_input_is_answered_with_an_error_and_a_client_gone_mid_call_leaves_whole_r
     daemon.stop();
 }
 
-/// One client's calls hold at most four of the daemon's connections at a time: eight
-/// pipelined writes that each wait for the owner show up as at most four approvals, and
-/// all eight run as the owner answers (a probe held all 16 connections with 20 such
-/// calls, locking the owner's chat out).
+/// One client has at most four calls running in the daemon at a time: eight pipelined
+/// writes that each wait for the owner show up as at most four approvals, and all eight
+/// run as the owner answers (a probe, when each call had its own connection, held all
+/// 16 with 20 such calls, locking the owner's chat out).
 #[test]
-fn one_client_holds_at_most_four_of_the_daemons_connections() {
+fn one_client_runs_at_most_four_calls_at_once() {
     use std::io::Write as _;
     let Setup { s, ws, .. } = &setup("", &["fs_write"]);
     let (s, ws) = (s.clone(), ws.clone());
