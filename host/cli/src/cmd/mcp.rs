@@ -184,6 +184,16 @@ impl Bridge {
         self.session.clone()
     }
 
+    /// Refuses `approval`, this bridge's own call's, as its client cancelled the call.
+    async fn withdraw(&self, approval: &str) {
+        let answer =
+            bx_protocol::Answer::Refuse { reason: "the MCP client cancelled the call".into() };
+        let _ = self
+            .daemon
+            .request(Body::AnswerApproval { approval: approval.to_owned(), answer })
+            .await;
+    }
+
     /// Runs one call through the daemon, telling `peer` of the wait for the owner when
     /// the client asked for progress.
     async fn call(
@@ -192,8 +202,18 @@ impl Bridge {
         args: String,
         peer: &Peer<RoleServer>,
         progress: Option<rmcp::model::ProgressToken>,
+        cancelled: &tokio_util::sync::CancellationToken,
     ) -> CallToolResult {
-        let Ok(_permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
+        // A call the client cancels before it has a place never starts.
+        let permit = tokio::select! {
+            p = Arc::clone(&self.in_flight).acquire_owned() => p,
+            () = cancelled.cancelled() => {
+                return CallToolResult::error(vec![ContentBlock::text(
+                    "bx: the client cancelled the call before it ran",
+                )]);
+            }
+        };
+        let Ok(_permit) = permit else {
             return refusal("bx: the bridge is shutting down", "docs/runbook.md#internal-error");
         };
         let sent = self
@@ -212,11 +232,22 @@ impl Bridge {
             Err(e) => return refusal(&format!("bx: {e:#}"), "docs/runbook.md#internal-error"),
         };
         let mut waiting: Option<String> = None;
+        // Set once the client cancels: an approval the call waits for (or comes to wait
+        // for) is then refused on its behalf, so the call ends and frees its place.
+        // Refusing its own call is all a client can do to an approval.
+        let mut withdrawn = false;
         let mut step = 0.0;
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         loop {
             let heard = tokio::select! {
                 heard = replies.next() => heard,
+                () = cancelled.cancelled(), if !withdrawn => {
+                    withdrawn = true;
+                    if let Some(approval) = &waiting {
+                        self.withdraw(approval).await;
+                    }
+                    continue;
+                }
                 _ = tick.tick(), if waiting.is_some() => {
                     step += 1.0;
                     if let (Some(token), Some(approval)) = (&progress, &waiting) {
@@ -226,6 +257,9 @@ impl Bridge {
                 }
             };
             match heard {
+                Some(Body::ApprovalNeeded { approval, .. }) if withdrawn => {
+                    self.withdraw(&approval).await;
+                }
                 Some(Body::ApprovalNeeded { approval, .. }) => {
                     step += 1.0;
                     if let Some(token) = &progress {
@@ -311,7 +345,8 @@ impl ServerHandler for Bridge {
         let progress = context.meta.get_progress_token();
         let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
         fits(&tool, &arguments, &self.compiled)?;
-        let result = self.call(name, arguments.to_string(), &context.peer, progress).await;
+        let result =
+            self.call(name, arguments.to_string(), &context.peer, progress, &context.ct).await;
         Ok(CallToolResponse::Complete(result))
     }
 }

@@ -519,3 +519,141 @@ fn a_quiet_run_tool_hears_only_its_outcome() {
     daemon.stop();
     assert_eq!(requests_verified(s).len(), 2);
 }
+
+/// A call the client cancels gives up its place: one still waiting for a place never
+/// starts (no request on the log), and one waiting for the owner has its approval
+/// refused on its behalf, so the next call gets the place.
+#[test]
+fn a_cancelled_call_is_withdrawn_and_frees_its_place() {
+    use std::io::Write as _;
+    let Setup { s, ws, .. } = &setup("", &["fs_write"]);
+    let (s, ws) = (s.clone(), ws.clone());
+    let daemon = Daemon::start(&s);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(&s)
+        .args(["mcp", "--workspace"])
+        .arg(&ws)
+        .env_remove("BX_HOME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let replies = forward_lines(server.stdout.take().unwrap(), |l| {
+        serde_json::from_str::<Value>(&l).unwrap()
+    });
+    let mut send = |v: String| {
+        stdin.write_all(v.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    let reply = |id: u64| -> Value {
+        loop {
+            let r = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+            if r["id"] == id {
+                return r;
+            }
+        }
+    };
+    let approvals = || -> Vec<Value> {
+        let r = bx(&s, &["approvals", "--json"]);
+        let listed: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
+        listed["items"].as_array().cloned().unwrap_or_default()
+    };
+    let wait_for = |n: usize| {
+        let mut polls = 0;
+        while approvals().len() != n {
+            polls += 1;
+            assert!(polls < 20_000, "never {n} approvals waiting");
+        }
+    };
+    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#.into());
+    assert_eq!(reply(1)["result"]["serverInfo"]["name"], "bx");
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into());
+    for i in 0..6 {
+        send(format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"fs.write","arguments":{{"path":"f{i}.txt","content":"x"}}}}}}"#,
+            10 + i
+        ));
+    }
+    wait_for(4);
+    let cancel = |id: u64| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
+        )
+    };
+    // The sixth waits for a place: cancelled, it never starts. The first four wait for
+    // the owner: cancelled, they are refused. (A cancelled request gets no response:
+    // MCP says none is sent.)
+    send(cancel(15));
+    for id in 10..14 {
+        send(cancel(id));
+    }
+    // The fifth gets a place and waits; the owner approves it.
+    let mut polls = 0;
+    let last = loop {
+        let items = approvals();
+        if let [only] = &items[..]
+            && only.to_string().contains("f4.txt")
+        {
+            break only["approval"].as_str().unwrap().to_owned();
+        }
+        polls += 1;
+        assert!(polls < 20_000, "the fifth call never asked: {items:?}");
+    };
+    assert_eq!(bx(&s, &["approve", &last]).code, 0);
+    assert_eq!(reply(14)["result"]["isError"], false);
+    let _ = server.kill();
+    let _ = server.wait();
+    daemon.stop();
+    assert_eq!(requests_verified(&s).len(), 5, "the sixth never reached the daemon");
+    let written: Vec<_> = (0..6).filter(|i| ws.join(format!("f{i}.txt")).exists()).collect();
+    assert_eq!(written, [4]);
+    let withdrawn = audit_records(&s)
+        .iter()
+        .filter(|r| r["kind"] == "approval" && r.to_string().contains("cancelled"))
+        .count();
+    assert_eq!(withdrawn, 4, "each waiting call refused on the client's behalf");
+}
+
+/// A client that closes its end of stdout while stdin stays open ends the server at its
+/// next answer, instead of leaving it serving into nothing.
+#[test]
+fn a_closed_stdout_ends_the_server() {
+    use std::io::{BufRead as _, Write as _};
+    let Setup { s, ws, .. } = &setup("", &["fs_read"]);
+    let daemon = Daemon::start(s);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(s)
+        .args(["mcp", "--workspace"])
+        .arg(ws)
+        .env_remove("BX_HOME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut send = |line: &[u8]| {
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#);
+    let mut stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.contains("serverInfo"), "{first}");
+    send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    drop(stdout);
+    send(br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#);
+    let began = std::time::Instant::now();
+    while server.try_wait().unwrap().is_none() {
+        assert!(began.elapsed() < std::time::Duration::from_secs(60), "still serving");
+        std::thread::yield_now();
+    }
+    daemon.stop();
+}

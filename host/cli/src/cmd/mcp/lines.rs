@@ -13,7 +13,8 @@
 
 use bytes::BytesMut;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, ErrorCode, RequestId, ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, RequestId,
+    ServerJsonRpcMessage,
 };
 use rmcp::{ErrorData, RoleServer};
 use tokio::sync::mpsc;
@@ -27,11 +28,56 @@ pub(crate) const MAX_LINE_BYTES: usize = 8 << 20;
 /// When either is full the reader stops reading: a client that sends without reading
 /// what comes back is slowed, not buffered without end.
 const QUEUE: usize = 32;
+/// Requests read but not yet answered. Past it the reader waits for an answer to go
+/// out before it reads on: each request is a task in the service (and a call may wait
+/// for the owner), so a client that sent without reading grew `bx mcp` to gigabytes.
+pub(crate) const MAX_PENDING: usize = 64;
+
+/// The requests read and not yet answered, by id.
+#[derive(Default)]
+struct Pending {
+    ids: std::sync::Mutex<std::collections::HashSet<RequestId>>,
+    answered: std::sync::Condvar,
+}
+
+impl Pending {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
+        self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits until fewer than [`MAX_PENDING`] requests are open, then counts `id` in;
+    /// false once `gone` says nobody will answer any more.
+    fn admit(&self, id: RequestId, gone: impl Fn() -> bool) -> bool {
+        let mut ids = self.lock();
+        while ids.len() >= MAX_PENDING && !ids.contains(&id) {
+            if gone() {
+                return false;
+            }
+            let (next, _) = self
+                .answered
+                .wait_timeout(ids, std::time::Duration::from_millis(500))
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ids = next;
+        }
+        ids.insert(id);
+        true
+    }
+
+    /// `id` is answered (or cancelled: then no answer comes).
+    fn done(&self, id: &RequestId) {
+        if self.lock().remove(id) {
+            self.answered.notify_all();
+        }
+    }
+}
 
 /// The service's end of the transport.
 pub(crate) struct Lines {
     incoming: mpsc::Receiver<ClientJsonRpcMessage>,
     outgoing: Option<mpsc::Sender<ServerJsonRpcMessage>>,
+    /// Fires when the writer stops (stdout closed): then serving ends, even while
+    /// stdin stays open.
+    stdout_gone: tokio::sync::oneshot::Receiver<()>,
 }
 
 /// What one line is.
@@ -52,18 +98,22 @@ impl Lines {
     pub(crate) fn stdio() -> std::io::Result<(Lines, std::sync::mpsc::Receiver<()>)> {
         let (to_service, incoming) = mpsc::channel(QUEUE);
         let (outgoing, to_write) = mpsc::channel(QUEUE);
+        let pending = std::sync::Arc::new(Pending::default());
+        let (gone, stdout_gone) = tokio::sync::oneshot::channel();
         // The reader's handle on the writer is weak: once the service lets go of its
         // end, the writer finishes even while the reader still waits on stdin.
         let replies = outgoing.downgrade();
-        std::thread::Builder::new()
-            .name("mcp-stdin".into())
-            .spawn(move || read_lines(std::io::stdin().lock(), &to_service, &replies))?;
+        let read_pending = std::sync::Arc::clone(&pending);
+        std::thread::Builder::new().name("mcp-stdin".into()).spawn(move || {
+            read_lines(std::io::stdin().lock(), &to_service, &replies, &read_pending);
+        })?;
         let (written, done) = std::sync::mpsc::channel();
         std::thread::Builder::new().name("mcp-stdout".into()).spawn(move || {
-            write_lines(std::io::stdout().lock(), to_write);
+            write_lines(std::io::stdout().lock(), to_write, &pending);
+            let _ = gone.send(());
             let _ = written.send(());
         })?;
-        Ok((Lines { incoming, outgoing: Some(outgoing) }, done))
+        Ok((Lines { incoming, outgoing: Some(outgoing), stdout_gone }, done))
     }
 }
 
@@ -89,7 +139,10 @@ impl rmcp::transport::Transport<RoleServer> for Lines {
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
-        self.incoming.recv().await
+        tokio::select! {
+            m = self.incoming.recv() => m,
+            _ = &mut self.stdout_gone => None,
+        }
     }
 
     async fn close(&mut self) -> Result<(), std::io::Error> {
@@ -104,6 +157,7 @@ fn read_lines(
     mut input: impl std::io::Read,
     to_service: &mpsc::Sender<ClientJsonRpcMessage>,
     replies: &mpsc::WeakSender<ServerJsonRpcMessage>,
+    pending: &Pending,
 ) {
     let mut codec = LinesCodec::new_with_max_length(MAX_LINE_BYTES);
     let mut buf = BytesMut::with_capacity(64 << 10);
@@ -139,7 +193,26 @@ fn read_lines(
             Err(LinesCodecError::Io(_)) => return,
         };
         let sent = match line {
-            Line::Message(m) => to_service.blocking_send(*m).is_ok(),
+            Line::Message(m) => {
+                match &*m {
+                    // A request first waits for its place among the pending (the
+                    // guard does the waiting; false: nobody will answer any more).
+                    ClientJsonRpcMessage::Request(r)
+                        if !pending.admit(r.id.clone(), || to_service.is_closed()) =>
+                    {
+                        return;
+                    }
+                    ClientJsonRpcMessage::Notification(n) => {
+                        if let ClientNotification::CancelledNotification(c) = &n.notification
+                            && let Some(id) = &c.params.request_id
+                        {
+                            pending.done(id);
+                        }
+                    }
+                    _ => {}
+                }
+                to_service.blocking_send(*m).is_ok()
+            }
             Line::Error(reply) => {
                 replies.upgrade().is_some_and(|r| r.blocking_send(*reply).is_ok())
             }
@@ -152,9 +225,22 @@ fn read_lines(
 }
 
 /// Writes each message as one line, flushing when nothing more is waiting.
-fn write_lines(mut out: impl std::io::Write, mut to_write: mpsc::Receiver<ServerJsonRpcMessage>) {
+fn write_lines(
+    mut out: impl std::io::Write,
+    mut to_write: mpsc::Receiver<ServerJsonRpcMessage>,
+    pending: &Pending,
+) {
     let mut line = Vec::new();
     while let Some(msg) = to_write.blocking_recv() {
+        match &msg {
+            ServerJsonRpcMessage::Response(r) => pending.done(&r.id),
+            ServerJsonRpcMessage::Error(e) => {
+                if let Some(id) = &e.id {
+                    pending.done(id);
+                }
+            }
+            _ => {}
+        }
         line.clear();
         if serde_json::to_writer(&mut line, &msg).is_err() {
             continue;
@@ -207,8 +293,17 @@ fn classify(text: &str) -> Line {
         Some(serde_json::Value::String(s)) => Some(RequestId::String(s.as_str().into())),
         _ => None,
     };
-    if id.is_none() && value.get("method").is_some() {
+    let method = value.get("method").and_then(serde_json::Value::as_str);
+    // A notification (a method, no id at all) is never answered, even one bx cannot
+    // read; a request whose id is not a string or an integer is answered without one.
+    if value.get("id").is_none() && method.is_some() {
         return Line::Nothing;
+    }
+    if let (Some(id), Some(method)) = (&id, method)
+        && SERVED.contains(&method)
+    {
+        let why = format!("the params of {method} do not have the form MCP gives them: {e}");
+        return error(ErrorData::invalid_params(why, None), Some(id.clone()));
     }
     error(ErrorData::invalid_request(format!("not a JSON-RPC message: {e}"), None), id)
 }
@@ -220,7 +315,7 @@ mod tests {
     fn lines(input: &[u8]) -> (Vec<ClientJsonRpcMessage>, Vec<serde_json::Value>) {
         let (to_service, mut incoming) = mpsc::channel(1024);
         let (replies, mut to_write) = mpsc::channel(1024);
-        read_lines(input, &to_service, &replies.downgrade());
+        read_lines(input, &to_service, &replies.downgrade(), &Pending::default());
         drop((to_service, replies));
         let mut messages = Vec::new();
         while let Ok(m) = incoming.try_recv() {
@@ -268,5 +363,85 @@ mod tests {
         assert!(errors[3]["error"]["message"].as_str().unwrap().contains("8388608 bytes"));
         // The two pings, the last without its newline at the end of the input.
         assert_eq!(messages.len(), 2, "{messages:?}");
+    }
+
+    #[test]
+    fn a_request_with_an_id_bx_cannot_use_is_answered_and_a_bad_notification_is_not() {
+        let input = [
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","method":5}"#,
+            r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":5}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":5}"#,
+        ]
+        .join("\n");
+        let (messages, errors) = lines(input.as_bytes());
+        let got: Vec<_> =
+            errors.iter().map(|e| (e.get("id").cloned(), e["error"]["code"].clone())).collect();
+        let none = None;
+        assert_eq!(
+            got,
+            [
+                (none.clone(), (-32600).into()),
+                (none.clone(), (-32600).into()),
+                (none.clone(), (-32600).into()),
+                (none, (-32600).into()),
+                (Some(11.into()), (-32602).into()),
+            ],
+            "{errors:#?}"
+        );
+        assert!(messages.is_empty(), "{messages:?}");
+    }
+
+    fn ping(id: u64) -> String {
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\"}}\n")
+    }
+
+    fn id_of(m: &ClientJsonRpcMessage) -> RequestId {
+        match m {
+            ClientJsonRpcMessage::Request(r) => r.id.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A client that sends requests and never reads the answers gets [`MAX_PENDING`]
+    /// of them read; the next is read once one is answered (or cancelled), and the
+    /// reader ends when the service is gone.
+    #[test]
+    fn requests_past_the_pending_bound_wait_for_an_answer_or_a_cancel() {
+        let mut input = String::new();
+        for id in 1..=MAX_PENDING as u64 {
+            input.push_str(&ping(id));
+        }
+        input.push_str(
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}\n",
+        );
+        for id in 100..110 {
+            input.push_str(&ping(id));
+        }
+        let (to_service, mut incoming) = mpsc::channel(1024);
+        let (replies, _to_write) = mpsc::channel(1024);
+        let pending = std::sync::Arc::new(Pending::default());
+        let reading = {
+            let pending = std::sync::Arc::clone(&pending);
+            std::thread::spawn(move || {
+                read_lines(input.as_bytes(), &to_service, &replies.downgrade(), &pending);
+            })
+        };
+        for id in 1..=MAX_PENDING as i64 {
+            let m = incoming.blocking_recv().unwrap();
+            assert_eq!(id_of(&m), RequestId::Number(id));
+        }
+        // The cancel frees one place: request 100 is read without any answer.
+        assert!(matches!(incoming.blocking_recv(), Some(ClientJsonRpcMessage::Notification(_))));
+        assert_eq!(id_of(&incoming.blocking_recv().unwrap()), RequestId::Number(100));
+        // Now MAX_PENDING are open again; 101 waits for an answer, which frees it.
+        assert!(incoming.try_recv().is_err(), "read past the bound");
+        assert_eq!(pending.lock().len(), MAX_PENDING);
+        pending.done(&RequestId::Number(2));
+        assert_eq!(id_of(&incoming.blocking_recv().unwrap()), RequestId::Number(101));
+        drop(incoming);
+        reading.join().unwrap();
     }
 }
