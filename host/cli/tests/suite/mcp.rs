@@ -74,6 +74,76 @@ fn approver(state: PathBuf, done: std::sync::mpsc::Receiver<()>) -> std::thread:
     })
 }
 
+/// `bx mcp` on stdio, driven by hand: lines in, parsed replies out.
+struct Raw {
+    server: std::process::Child,
+    stdin: std::process::ChildStdin,
+    replies: std::sync::mpsc::Receiver<Value>,
+}
+
+/// Starts `bx mcp` in `ws` with its stdin and stdout piped.
+fn spawn_mcp(s: &Path, ws: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(s)
+        .args(["mcp", "--workspace"])
+        .arg(ws)
+        .env_remove("BX_HOME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+impl Raw {
+    /// Starts `bx mcp` and completes the handshake.
+    fn start(s: &Path, ws: &Path) -> Raw {
+        let mut server = spawn_mcp(s, ws);
+        let stdin = server.stdin.take().unwrap();
+        let replies = forward_lines(server.stdout.take().unwrap(), |l| {
+            serde_json::from_str::<Value>(&l).unwrap()
+        });
+        let mut raw = Raw { server, stdin, replies };
+        raw.send(INITIALIZE);
+        assert_eq!(raw.reply(json!(1))["result"]["serverInfo"]["name"], "bx");
+        raw.send(INITIALIZED);
+        raw
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write as _;
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next reply with `id` (a minute at most); earlier others are passed over.
+    fn reply(&self, id: Value) -> Value {
+        loop {
+            let r = self.replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+            if r["id"] == id {
+                return r;
+            }
+        }
+    }
+
+    fn kill(mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// The approvals waiting in the daemon of `s`.
+fn approvals(s: &Path) -> Vec<Value> {
+    let r = bx(s, &["approvals", "--json"]);
+    let listed: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
+    listed["items"].as_array().cloned().unwrap_or_default()
+}
+
 /// Runs `mcp_client.py` with `args`, installing fs.search when it says `install-now`;
 /// returns its exit status, the steps it printed and its stderr.
 fn python_client(
@@ -314,91 +384,56 @@ fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
 /// waited for times out as a refusal on the log.
 #[test]
 fn bad_input_is_answered_with_an_error_and_a_client_gone_mid_call_leaves_whole_records() {
-    use std::io::Write as _;
     let Setup { s, ws, .. } = &setup("[loop]\napproval_secs = 2\n", &["fs_read", "fs_write"]);
-    let (s, ws) = (s.clone(), ws.clone());
-    let daemon = Daemon::start(&s);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(&s)
-        .args(["mcp", "--workspace"])
-        .arg(&ws)
-        .env_remove("BX_HOME")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = server.stdin.take().unwrap();
-    let replies = forward_lines(server.stdout.take().unwrap(), |l| {
-        serde_json::from_str::<Value>(&l).unwrap()
-    });
-    let mut send = |v: &str| {
-        stdin.write_all(v.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    };
-    let reply = |id: Value| -> Value {
-        loop {
-            let r = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
-            if r["id"] == id {
-                return r;
-            }
-        }
-    };
-    send(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
-    );
-    assert_eq!(reply(json!(1))["result"]["serverInfo"]["name"], "bx");
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-    send("{this is not json");
-    let unparsed = reply(Value::Null);
+    let daemon = Daemon::start(s);
+    let mut raw = Raw::start(s, ws);
+    raw.send("{this is not json");
+    let unparsed = raw.reply(Value::Null);
     assert_eq!(unparsed["error"]["code"], -32700, "{unparsed}");
-    send(&format!(
+    raw.send(&format!(
         r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"pad":"{}"}}}}"#,
         "x".repeat(100 << 20)
     ));
-    let oversized = reply(Value::Null);
+    let oversized = raw.reply(Value::Null);
     assert_eq!(oversized["error"]["code"], -32600, "{oversized}");
     assert!(oversized["error"]["message"].as_str().unwrap().contains("8388608 bytes"));
-    send(
+    raw.send(
         r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"fs.read","arguments":[1,2]}}"#,
     );
-    assert_eq!(reply(json!(8))["error"]["code"], -32602);
-    send(r#"{"jsonrpc":"2.0","id":2,"method":"no/such/method"}"#);
-    assert_eq!(reply(json!(2))["error"]["code"], -32601);
-    send(
+    assert_eq!(raw.reply(json!(8))["error"]["code"], -32602);
+    raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"no/such/method"}"#);
+    assert_eq!(raw.reply(json!(2))["error"]["code"], -32601);
+    raw.send(
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"rm.rf","arguments":{}}}"#,
     );
-    assert_eq!(reply(json!(3))["error"]["code"], -32602);
-    send(
+    assert_eq!(raw.reply(json!(3))["error"]["code"], -32602);
+    raw.send(
         r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fs.read","arguments":{"path":5}}}"#,
     );
-    let misfit = reply(json!(4));
+    let misfit = raw.reply(json!(4));
     assert_eq!(misfit["error"]["code"], -32602, "{misfit}");
     assert!(misfit["error"]["message"].as_str().unwrap().contains("/path"), "{misfit}");
-    send(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#);
-    assert!(reply(json!(5))["result"].is_object(), "still serving after the bad lines");
+    raw.send(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#);
+    assert!(raw.reply(json!(5))["result"].is_object(), "still serving after the bad lines");
     // Nothing of the above reached the log as a call.
-    assert!(audit_records(&s).iter().all(|r| r["kind"] != "request"));
+    assert!(audit_records(s).iter().all(|r| r["kind"] != "request"));
     // A write asks the owner; the client goes away while it waits.
-    send(
+    raw.send(
         r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"fs.write","arguments":{"path":"a.txt","content":"x"}}}"#,
     );
     let mut waited = 0;
-    while bx(&s, &["approvals", "--json"]).stdout.matches("\"approval\"").count() == 0 {
+    while approvals(s).is_empty() {
         waited += 1;
         assert!(waited < 600, "the call never asked");
         std::thread::yield_now();
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    raw.kill();
     // The approval times out (2 s) as a refusal, and the call's records are complete.
     let mut waited = 0;
     loop {
-        let r = bx(&s, &["audit", "verify", "--json"]);
+        let r = bx(s, &["audit", "verify", "--json"]);
         let report: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
-        let approvals = audit_records(&s).iter().filter(|r| r["kind"] == "approval").count();
+        let approvals = audit_records(s).iter().filter(|r| r["kind"] == "approval").count();
         if approvals == 1 {
             assert_eq!(r.code, 0, "{}", r.stdout);
             assert_eq!(report["calls_without_result"], json!([]), "{report}");
@@ -418,35 +453,11 @@ fn bad_input_is_answered_with_an_error_and_a_client_gone_mid_call_leaves_whole_r
 /// 16 with 20 such calls, locking the owner's chat out).
 #[test]
 fn one_client_runs_at_most_four_calls_at_once() {
-    use std::io::Write as _;
     let Setup { s, ws, .. } = &setup("", &["fs_write"]);
-    let (s, ws) = (s.clone(), ws.clone());
-    let daemon = Daemon::start(&s);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(&s)
-        .args(["mcp", "--workspace"])
-        .arg(&ws)
-        .env_remove("BX_HOME")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = server.stdin.take().unwrap();
-    let replies = forward_lines(server.stdout.take().unwrap(), |l| {
-        serde_json::from_str::<Value>(&l).unwrap()
-    });
-    let mut send = |v: String| {
-        stdin.write_all(v.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    };
-    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"hog","version":"1"}}}"#.into());
-    let _ = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into());
+    let daemon = Daemon::start(s);
+    let mut raw = Raw::start(s, ws);
     for i in 0..8 {
-        send(format!(
+        raw.send(&format!(
             r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"fs.write","arguments":{{"path":"f{i}.txt","content":"x"}}}}}}"#,
             10 + i
         ));
@@ -455,14 +466,12 @@ fn one_client_runs_at_most_four_calls_at_once() {
     while approved < 8 {
         polls += 1;
         assert!(polls < 20_000, "approved {approved} of 8");
-        let r = bx(&s, &["approvals", "--json"]);
-        let listed: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
-        let items = listed["items"].as_array().cloned().unwrap_or_default();
+        let items = approvals(s);
         most = most.max(items.len());
         // Answer only once four wait (or all that are left), so the bound is seen.
         if items.len() >= 4.min(8 - approved) {
             for a in &items {
-                if bx(&s, &["approve", a["approval"].as_str().unwrap()]).code == 0 {
+                if bx(s, &["approve", a["approval"].as_str().unwrap()]).code == 0 {
                     approved += 1;
                 }
             }
@@ -470,13 +479,12 @@ fn one_client_runs_at_most_four_calls_at_once() {
     }
     assert_eq!(most, 4, "at most four calls of one client wait at once");
     for _ in 0..8 {
-        let r = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+        let r = raw.replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
         assert_eq!(r["result"]["isError"], false, "{r}");
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    raw.kill();
     daemon.stop();
-    assert_eq!(requests_verified(&s).len(), 8);
+    assert_eq!(requests_verified(s).len(), 8);
 }
 
 /// The bridge's `run_tool` is `quiet`: only the outcome comes back (and an approval the
@@ -525,55 +533,18 @@ fn a_quiet_run_tool_hears_only_its_outcome() {
 /// refused on its behalf, so the next call gets the place.
 #[test]
 fn a_cancelled_call_is_withdrawn_and_frees_its_place() {
-    use std::io::Write as _;
     let Setup { s, ws, .. } = &setup("", &["fs_write"]);
-    let (s, ws) = (s.clone(), ws.clone());
-    let daemon = Daemon::start(&s);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(&s)
-        .args(["mcp", "--workspace"])
-        .arg(&ws)
-        .env_remove("BX_HOME")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = server.stdin.take().unwrap();
-    let replies = forward_lines(server.stdout.take().unwrap(), |l| {
-        serde_json::from_str::<Value>(&l).unwrap()
-    });
-    let mut send = |v: String| {
-        stdin.write_all(v.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    };
-    let reply = |id: u64| -> Value {
-        loop {
-            let r = replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
-            if r["id"] == id {
-                return r;
-            }
-        }
-    };
-    let approvals = || -> Vec<Value> {
-        let r = bx(&s, &["approvals", "--json"]);
-        let listed: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
-        listed["items"].as_array().cloned().unwrap_or_default()
-    };
+    let daemon = Daemon::start(s);
+    let mut raw = Raw::start(s, ws);
     let wait_for = |n: usize| {
         let mut polls = 0;
-        while approvals().len() != n {
+        while approvals(s).len() != n {
             polls += 1;
             assert!(polls < 20_000, "never {n} approvals waiting");
         }
     };
-    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#.into());
-    assert_eq!(reply(1)["result"]["serverInfo"]["name"], "bx");
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into());
     for i in 0..6 {
-        send(format!(
+        raw.send(&format!(
             r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"fs.write","arguments":{{"path":"f{i}.txt","content":"x"}}}}}}"#,
             10 + i
         ));
@@ -587,14 +558,14 @@ fn a_cancelled_call_is_withdrawn_and_frees_its_place() {
     // The sixth waits for a place: cancelled, it never starts. The first four wait for
     // the owner: cancelled, they are refused. (A cancelled request gets no response:
     // MCP says none is sent.)
-    send(cancel(15));
+    raw.send(&cancel(15));
     for id in 10..14 {
-        send(cancel(id));
+        raw.send(&cancel(id));
     }
     // The fifth gets a place and waits; the owner approves it.
     let mut polls = 0;
     let last = loop {
-        let items = approvals();
+        let items = approvals(s);
         if let [only] = &items[..]
             && only.to_string().contains("f4.txt")
         {
@@ -603,15 +574,14 @@ fn a_cancelled_call_is_withdrawn_and_frees_its_place() {
         polls += 1;
         assert!(polls < 20_000, "the fifth call never asked: {items:?}");
     };
-    assert_eq!(bx(&s, &["approve", &last]).code, 0);
-    assert_eq!(reply(14)["result"]["isError"], false);
-    let _ = server.kill();
-    let _ = server.wait();
+    assert_eq!(bx(s, &["approve", &last]).code, 0);
+    assert_eq!(raw.reply(json!(14))["result"]["isError"], false);
+    raw.kill();
     daemon.stop();
-    assert_eq!(requests_verified(&s).len(), 5, "the sixth never reached the daemon");
+    assert_eq!(requests_verified(s).len(), 5, "the sixth never reached the daemon");
     let written: Vec<_> = (0..6).filter(|i| ws.join(format!("f{i}.txt")).exists()).collect();
     assert_eq!(written, [4]);
-    let withdrawn = audit_records(&s)
+    let withdrawn = audit_records(s)
         .iter()
         .filter(|r| r["kind"] == "approval" && r.to_string().contains("cancelled"))
         .count();
@@ -625,29 +595,19 @@ fn a_closed_stdout_ends_the_server() {
     use std::io::{BufRead as _, Write as _};
     let Setup { s, ws, .. } = &setup("", &["fs_read"]);
     let daemon = Daemon::start(s);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(s)
-        .args(["mcp", "--workspace"])
-        .arg(ws)
-        .env_remove("BX_HOME")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut server = spawn_mcp(s, ws);
     let mut stdin = server.stdin.take().unwrap();
     let mut send = |line: &[u8]| {
         stdin.write_all(line).unwrap();
         stdin.write_all(b"\n").unwrap();
         stdin.flush().unwrap();
     };
-    send(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#);
+    send(INITIALIZE.as_bytes());
     let mut stdout = std::io::BufReader::new(server.stdout.take().unwrap());
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
     assert!(first.contains("serverInfo"), "{first}");
-    send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    send(INITIALIZED.as_bytes());
     drop(stdout);
     send(br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#);
     let began = std::time::Instant::now();
