@@ -86,6 +86,11 @@ impl Daemon {
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&link.waiting).insert(id, tx);
         let replies = Replies { id, rx, link: Arc::clone(&link) };
+        // Closed since it was handed out: its reader has already let go of everyone
+        // waiting, so this request would never hear back.
+        if !link.open.load(Ordering::Acquire) {
+            anyhow::bail!("the daemon closed the connection");
+        }
         let frame = bx_protocol::encode(&Envelope { v: VERSION, id, msg })?;
         let wrote = {
             let mut write = link.write.lock().await;
@@ -112,10 +117,12 @@ impl Daemon {
     /// The open connection, or a new one.
     async fn link(&self) -> std::io::Result<Arc<Link>> {
         let mut slot = self.link.lock().await;
-        if let Some(link) = slot.as_ref()
-            && link.usable()
-        {
-            return Ok(Arc::clone(link));
+        if let Some(link) = slot.as_ref() {
+            if link.usable() {
+                return Ok(Arc::clone(link));
+            }
+            // Idle too long (or closed): end it, so the daemon does not hold it on.
+            let _ = link.write.lock().await.shutdown().await;
         }
         let (read, write) = UnixStream::connect(self.state.socket()).await?.into_split();
         let link = Arc::new(Link {
@@ -168,4 +175,48 @@ async fn read_frames(
     }
     link.open.store(false, Ordering::Release);
     lock(&link.waiting).clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for the daemon's end of the socket (the real daemon is in the
+    /// integration tests): it reads three requests, answers the second and then the
+    /// first, each with the other's id nowhere in it, and closes with the third unanswered.
+    fn stand_in(listener: std::os::unix::net::UnixListener) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let (mut conn, _) = listener.accept().unwrap();
+            let ids: Vec<u64> =
+                (0..3).map(|_| bx_protocol::read_frame(&mut conn).unwrap().unwrap().id).collect();
+            for id in [ids[1], ids[0]] {
+                let msg = Body::Refused { reason: format!("answer to {id}") };
+                conn.write_all(&bx_protocol::encode(&Envelope { v: VERSION, id, msg }).unwrap())
+                    .unwrap();
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn each_request_hears_its_own_replies_and_a_closed_link_ends_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::at(dir.path());
+        let daemon = stand_in(std::os::unix::net::UnixListener::bind(state.socket()).unwrap());
+        let link = Daemon::new(&state);
+        let mut first = link.open(Body::ListTools {}).await.unwrap();
+        let mut second = link.open(Body::ListSessions {}).await.unwrap();
+        let mut third = link.open(Body::ListApprovals {}).await.unwrap();
+        let reason = |b: Option<Body>| match b {
+            Some(Body::Refused { reason }) => reason,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(reason(second.next().await), format!("answer to {}", second.id));
+        assert_eq!(reason(first.next().await), format!("answer to {}", first.id));
+        assert!(third.next().await.is_none(), "the daemon closed: no answer comes");
+        daemon.join().unwrap();
+        // The next request opens a new connection; with nothing listening it fails.
+        drop(std::fs::remove_file(state.socket()));
+        assert!(link.open(Body::ListTools {}).await.is_err());
+    }
 }
