@@ -3,8 +3,9 @@
 //! message. rmcp's own stdio transport drops a line that is not JSON and a line over
 //! its limit without a word (rust-sdk#938 chose that, fearing an error storm with a peer
 //! that answers errors with garbage); a client then waits for a reply that never comes.
-//! Here each such line gets one JSON-RPC error, `id` null as JSON-RPC 2.0 says when the
-//! id cannot be read, so the exchange is one answer per bad line and never grows.
+//! Here each such line gets one JSON-RPC error, without an `id` when none can be read
+//! (as MCP says; JSON-RPC 2.0 would have `null`), so the exchange is one answer per bad
+//! line and never grows.
 //!
 //! Both ends are plain threads: one reads stdin, splits lines (tokio-util's
 //! [`LinesCodec`], bounded), parses them and hands messages to the service; one writes
@@ -348,15 +349,15 @@ mod tests {
         bytes.extend_from_slice(b"\n\xff\xfe\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}");
         let (messages, errors) = lines(&bytes);
         let codes: Vec<_> =
-            errors.iter().map(|e| (e["id"].clone(), e["error"]["code"].clone())).collect();
+            errors.iter().map(|e| (e.get("id").cloned(), e["error"]["code"].clone())).collect();
         assert_eq!(
             codes,
             [
-                (serde_json::Value::Null, (-32700).into()),
-                ("q".into(), (-32600).into()),
-                (3.into(), (-32602).into()),
-                (serde_json::Value::Null, (-32600).into()),
-                (serde_json::Value::Null, (-32700).into()),
+                (None, (-32700).into()),
+                (Some("q".into()), (-32600).into()),
+                (Some(3.into()), (-32602).into()),
+                (None, (-32600).into()),
+                (None, (-32700).into()),
             ],
             "{errors:#?}"
         );
