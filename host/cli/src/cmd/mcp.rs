@@ -218,14 +218,17 @@ impl Bridge {
         };
         let sent = self
             .daemon
-            .open(Body::RunTool {
-                session: self.session(),
-                tool: name,
-                args,
-                overlay: Overlay::default(),
-                workspace: Some(self.workspace.clone()),
-                quiet: true,
-            })
+            .open(
+                Body::RunTool {
+                    session: self.session(),
+                    tool: name,
+                    args,
+                    overlay: Overlay::default(),
+                    workspace: Some(self.workspace.clone()),
+                    quiet: true,
+                },
+                link::Start::IfGone,
+            )
             .await;
         let mut replies = match sent {
             Ok(r) => r,

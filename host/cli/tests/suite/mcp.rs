@@ -617,3 +617,60 @@ fn a_closed_stdout_ends_the_server() {
     }
     daemon.stop();
 }
+
+/// A daemon that stops while `bx mcp` serves comes back at the client's next call, as
+/// at the start of `bx mcp`; a listing (or the watch for new tools) does not start one,
+/// so the daemon the owner stopped stays stopped until a call needs it.
+#[test]
+fn a_call_after_the_daemon_stopped_starts_it_again() {
+    let Setup { s, ws, .. } = &setup("", &["fs_read"]);
+    let daemon = Daemon::start(s);
+    let mut raw = Raw::start(s, ws);
+    let read = |id: u64| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fs.read","arguments":{{"path":"notes.txt"}}}}}}"#
+        )
+    };
+    raw.send(&read(2));
+    let first = raw.reply(json!(2));
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    daemon.stop();
+
+    raw.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    let listed = raw.reply(json!(3));
+    assert!(listed["error"]["message"].as_str().unwrap().contains("not running"), "{listed}");
+
+    raw.send(&read(4));
+    let again = raw.reply(json!(4));
+    assert_eq!(again["result"]["isError"], false, "{again}");
+    assert!(again.to_string().contains("milk, eggs"), "{again}");
+    raw.kill();
+    // Both calls are on the one log, across the two daemons, and it verifies.
+    let requests = requests_verified(s);
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    // Stop the daemon `bx mcp` started: SIGTERM to the process holding `serve.lock`'s
+    // state directory, then wait for the lock to be let go.
+    let started = daemons_of(s);
+    assert_eq!(started.len(), 1, "one daemon came back: {started:?}");
+    assert!(
+        Command::new("kill").args(["-TERM", &started[0].to_string()]).status().unwrap().success()
+    );
+    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+}
+
+/// The `bx serve` processes of state directory `s`, from `/proc`.
+fn daemons_of(s: &Path) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let state = s.as_os_str().as_encoded_bytes();
+        if args.windows(2).any(|w| w[0] == b"--state-dir" && w[1] == state)
+            && args.contains(&&b"serve"[..])
+        {
+            found.push(pid);
+        }
+    }
+    found
+}

@@ -30,6 +30,9 @@ const WRITE_WAIT: Duration = Duration::from_secs(30);
 /// idle for [`bx_daemon::IDLE_SECS`], or earlier when it needs the place, and a
 /// request sent as it closes would be lost. Half of that leaves a wide margin.
 const REUSE_IDLE: Duration = Duration::from_secs(bx_daemon::IDLE_SECS / 2);
+/// After a failed start of the daemon, calls within this long fail at once instead of
+/// each starting another `bx serve` that fails the same way.
+const RESTART_BACKOFF: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -39,6 +42,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) struct Daemon {
     state: StateDir,
     link: tokio::sync::Mutex<Option<Arc<Link>>>,
+    /// Whether a call that finds no daemon starts one (off only in unit tests, where
+    /// this process is not `bx`).
+    restart: bool,
+    /// When a start last failed, and why.
+    failed_start: Mutex<Option<(Instant, String)>>,
 }
 
 /// One open connection.
@@ -76,37 +84,67 @@ impl Drop for Replies {
 
 impl Daemon {
     pub(crate) fn new(state: &StateDir) -> Daemon {
-        Daemon { state: state.clone(), link: tokio::sync::Mutex::new(None) }
+        Daemon {
+            state: state.clone(),
+            link: tokio::sync::Mutex::new(None),
+            restart: true,
+            failed_start: Mutex::new(None),
+        }
     }
 
-    /// Sends `msg` as a new request; its replies and events come from the result.
-    pub(crate) async fn open(&self, msg: Body) -> anyhow::Result<Replies> {
-        let link = self.link().await.context("the bx daemon stopped")?;
-        let id = link.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
-        lock(&link.waiting).insert(id, tx);
-        let replies = Replies { id, rx, link: Arc::clone(&link) };
-        // Closed since it was handed out: its reader has already let go of everyone
-        // waiting, so this request would never hear back.
-        if !link.open.load(Ordering::Acquire) {
-            anyhow::bail!("the daemon closed the connection");
+    /// Sends `msg` as a new request; its replies and events come from the result. A
+    /// call ([`Start::IfGone`]) that finds no daemon starts one, as `bx mcp` did when it
+    /// began: a daemon stopped or crashed since then comes back at the next call.
+    /// Listings do not, so the every-second watch for new tools does not start a daemon
+    /// the owner has just stopped.
+    ///
+    /// A kept connection can have closed without this process having seen it yet (the
+    /// daemon stopped, or dropped it as idle). A request whose write on it failed goes
+    /// once more on a new connection: the daemon never read the whole frame, so it
+    /// cannot have run it.
+    pub(crate) async fn open(&self, msg: Body, start: Start) -> anyhow::Result<Replies> {
+        let mut envelope = Envelope { v: VERSION, id: 0, msg };
+        let mut retried = false;
+        loop {
+            let (link, kept) = self.link(start).await?;
+            let again = kept && !retried;
+            retried = true;
+            envelope.id = link.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = mpsc::unbounded_channel();
+            lock(&link.waiting).insert(envelope.id, tx);
+            let replies = Replies { id: envelope.id, rx, link: Arc::clone(&link) };
+            // Closed since it was handed out: its reader has already let go of everyone
+            // waiting, so this request would never hear back.
+            if !link.open.load(Ordering::Acquire) {
+                if again {
+                    continue;
+                }
+                anyhow::bail!("the daemon closed the connection");
+            }
+            let frame = bx_protocol::encode(&envelope)?;
+            let wrote = {
+                let mut write = link.write.lock().await;
+                tokio::time::timeout(WRITE_WAIT, write.write_all(&frame)).await
+            };
+            match wrote {
+                Ok(Ok(())) => {
+                    *lock(&link.last) = Instant::now();
+                    return Ok(replies);
+                }
+                Ok(Err(_)) if again => link.open.store(false, Ordering::Release),
+                // A write that timed out may have reached the daemon in part or whole:
+                // not sent again.
+                _ => {
+                    link.open.store(false, Ordering::Release);
+                    anyhow::bail!("writing to the daemon failed");
+                }
+            }
         }
-        let frame = bx_protocol::encode(&Envelope { v: VERSION, id, msg })?;
-        let wrote = {
-            let mut write = link.write.lock().await;
-            tokio::time::timeout(WRITE_WAIT, write.write_all(&frame)).await
-        };
-        if !matches!(wrote, Ok(Ok(()))) {
-            link.open.store(false, Ordering::Release);
-            anyhow::bail!("writing to the daemon failed");
-        }
-        *lock(&link.last) = Instant::now();
-        Ok(replies)
     }
 
     /// Sends `msg` and waits, at most a minute, for its one reply.
     pub(crate) async fn request(&self, msg: Body) -> anyhow::Result<Body> {
-        let mut replies = self.open(msg).await?;
+        let mut replies = self.open(msg, Start::No).await?;
         match tokio::time::timeout(REQUEST_WAIT, replies.next()).await {
             Ok(Some(body)) => Ok(body),
             Ok(None) => anyhow::bail!("the daemon closed the connection"),
@@ -114,17 +152,30 @@ impl Daemon {
         }
     }
 
-    /// The open connection, or a new one.
-    async fn link(&self) -> std::io::Result<Arc<Link>> {
+    /// The open connection (true: kept from an earlier request), or a new one.
+    async fn link(&self, start: Start) -> anyhow::Result<(Arc<Link>, bool)> {
         let mut slot = self.link.lock().await;
         if let Some(link) = slot.as_ref() {
             if link.usable() {
-                return Ok(Arc::clone(link));
+                return Ok((Arc::clone(link), true));
             }
             // Idle too long (or closed): end it, so the daemon does not hold it on.
             let _ = link.write.lock().await.shutdown().await;
         }
-        let (read, write) = UnixStream::connect(self.state.socket()).await?.into_split();
+        let stream = match UnixStream::connect(self.state.socket()).await {
+            Ok(stream) => stream,
+            Err(e) if start == Start::No || !self.restart => {
+                return Err(e)
+                    .context("the bx daemon is not running (see docs/runbook.md#daemon-gone)");
+            }
+            Err(_) => {
+                self.start().await?;
+                UnixStream::connect(self.state.socket())
+                    .await
+                    .context("the bx daemon started but does not answer")?
+            }
+        };
+        let (read, write) = stream.into_split();
         let link = Arc::new(Link {
             write: tokio::sync::Mutex::new(write),
             waiting: Mutex::new(HashMap::new()),
@@ -139,8 +190,54 @@ impl Daemon {
             .new_read(read);
         tokio::spawn(read_frames(Arc::clone(&link), frames));
         *slot = Some(Arc::clone(&link));
-        Ok(link)
+        Ok((link, false))
     }
+}
+
+impl Daemon {
+    /// Starts `bx serve`, as `bx chat` does, and waits until it answers; a start that
+    /// failed less than [`RESTART_BACKOFF`] ago is not tried again.
+    async fn start(&self) -> anyhow::Result<()> {
+        if let Some((when, why)) = lock(&self.failed_start).as_ref()
+            && when.elapsed() < RESTART_BACKOFF
+        {
+            anyhow::bail!(
+                "the bx daemon is not running, and starting it failed {}s ago: {why}",
+                when.elapsed().as_secs()
+            );
+        }
+        let state = self.state.clone();
+        let started =
+            tokio::task::spawn_blocking(move || crate::client::Conn::connect_or_start(&state))
+                .await
+                .context("starting the bx daemon")?;
+        match started {
+            Ok(_conn) => {
+                *lock(&self.failed_start) = None;
+                Ok(())
+            }
+            Err(e) => {
+                // What `bx serve` said can be long (its whole log): the client gets the
+                // start of it, and the log's path.
+                let why = format!(
+                    "{} (see {} and docs/runbook.md#daemon-gone)",
+                    bx_audit::bounded(&format!("{e:#}"), 1 << 10),
+                    self.state.serve_log().display()
+                );
+                *lock(&self.failed_start) = Some((Instant::now(), why.clone()));
+                anyhow::bail!("the bx daemon is not running, and starting it failed: {why}")
+            }
+        }
+    }
+}
+
+/// Whether a request that finds no daemon starts one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// A tool call: start the daemon, as `bx mcp` did when it began.
+    IfGone,
+    /// A listing or an answer: fail.
+    No,
 }
 
 impl Link {
@@ -203,10 +300,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::at(dir.path());
         let daemon = stand_in(std::os::unix::net::UnixListener::bind(state.socket()).unwrap());
-        let link = Daemon::new(&state);
-        let mut first = link.open(Body::ListTools {}).await.unwrap();
-        let mut second = link.open(Body::ListSessions {}).await.unwrap();
-        let mut third = link.open(Body::ListApprovals {}).await.unwrap();
+        // This test binary is not `bx`: it must not try to start a daemon.
+        let link = Daemon { restart: false, ..Daemon::new(&state) };
+        let mut first = link.open(Body::ListTools {}, Start::IfGone).await.unwrap();
+        let mut second = link.open(Body::ListSessions {}, Start::IfGone).await.unwrap();
+        let mut third = link.open(Body::ListApprovals {}, Start::IfGone).await.unwrap();
         let reason = |b: Option<Body>| match b {
             Some(Body::Refused { reason }) => reason,
             other => panic!("{other:?}"),
@@ -217,6 +315,46 @@ mod tests {
         daemon.join().unwrap();
         // The next request opens a new connection; with nothing listening it fails.
         drop(std::fs::remove_file(state.socket()));
-        assert!(link.open(Body::ListTools {}).await.is_err());
+        assert!(link.open(Body::ListTools {}, Start::IfGone).await.is_err());
+    }
+
+    /// The daemon closes a kept connection and this process has not yet seen it (on a
+    /// current-thread runtime the reader cannot run before the next write): the request
+    /// goes on a new connection instead of failing.
+    #[tokio::test]
+    async fn a_request_on_a_connection_closed_unseen_goes_on_a_new_one() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::at(dir.path());
+        let listener = std::os::unix::net::UnixListener::bind(state.socket()).unwrap();
+        let (closed, was_closed) = std::sync::mpsc::channel();
+        let (heard, was_heard) = std::sync::mpsc::channel::<()>();
+        let daemon = std::thread::spawn(move || {
+            for n in 1..=2 {
+                let (mut conn, _) = listener.accept().unwrap();
+                let id = bx_protocol::read_frame(&mut conn).unwrap().unwrap().id;
+                let msg = Body::Refused { reason: format!("connection {n}") };
+                conn.write_all(&bx_protocol::encode(&Envelope { v: VERSION, id, msg }).unwrap())
+                    .unwrap();
+                // Closed once the answer is in, so the reader is waiting when it comes.
+                was_heard.recv().unwrap();
+                drop(conn);
+                closed.send(()).unwrap();
+            }
+        });
+        let link = Daemon { restart: false, ..Daemon::new(&state) };
+        let reason = |b: Option<Body>| match b {
+            Some(Body::Refused { reason }) => reason,
+            other => panic!("{other:?}"),
+        };
+        let mut first = link.open(Body::ListTools {}, Start::No).await.unwrap();
+        assert_eq!(reason(first.next().await), "connection 1");
+        heard.send(()).unwrap();
+        // Blocks this runtime's one thread: the reader does not see the close.
+        was_closed.recv().unwrap();
+        let mut second = link.open(Body::ListTools {}, Start::No).await.unwrap();
+        assert_eq!(reason(second.next().await), "connection 2");
+        heard.send(()).unwrap();
+        daemon.join().unwrap();
     }
 }
