@@ -32,28 +32,16 @@ impl Conn {
 
     /// Connects, or starts `bx serve` in the background (its output in `serve.log`) and
     /// waits until it answers or exits.
+    ///
+    /// A `bx serve` that exits because another holds `serve.lock` lost a race: the other
+    /// is starting, and answers soon, or is stopping (SIGTERM drains for up to 10 s) and
+    /// never will. So once the lock is free and nothing answers, it is started again.
     pub(crate) fn connect_or_start(state: &StateDir) -> anyhow::Result<Conn> {
         if let Ok(conn) = Conn::connect(state) {
             return Ok(conn);
         }
         let log_path = state.serve_log();
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        eprintln!("bx: starting the daemon (log: {})", log_path.display());
-        let mut child = {
-            use std::os::unix::process::CommandExt as _;
-            Command::new(std::env::current_exe()?)
-                .arg("--state-dir")
-                .arg(state.root())
-                .arg("serve")
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log.try_clone()?))
-                .stderr(Stdio::from(log))
-                // Its own process group: Ctrl-C at the chat must not reach the daemon.
-                .process_group(0)
-                .spawn()
-                .context("starting bx serve")?
-        };
+        let mut child = start(state)?;
         let started = Instant::now();
         loop {
             if let Ok(conn) = Conn::connect(state) {
@@ -61,9 +49,14 @@ impl Conn {
             }
             if let Some(status) = child.try_wait()? {
                 let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                // Another daemon may have won the race to start; then it answers soon.
                 if !log.contains("daemon-running") {
-                    bail!("bx serve exited ({status}) before answering:\n{log}");
+                    bail!(
+                        "bx serve exited ({status}) before answering:\n{}",
+                        bx_audit::bounded(&log, 4 << 10)
+                    );
+                }
+                if lock_is_free(state) && Conn::connect(state).is_err() {
+                    child = start(state)?;
                 }
             }
             if started.elapsed() > START_WAIT {
@@ -128,4 +121,32 @@ pub(crate) fn connect_running(state: &StateDir) -> anyhow::Result<Conn> {
             state.socket().display()
         )
     })
+}
+
+/// Starts `bx serve` for `state` in the background, its output in `serve.log`.
+fn start(state: &StateDir) -> anyhow::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt as _;
+    let log_path = state.serve_log();
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    eprintln!("bx: starting the daemon (log: {})", log_path.display());
+    Command::new(std::env::current_exe()?)
+        .arg("--state-dir")
+        .arg(state.root())
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        // Its own process group: Ctrl-C at the chat must not reach the daemon.
+        .process_group(0)
+        .spawn()
+        .context("starting bx serve")
+}
+
+/// Whether no daemon holds `state`'s `serve.lock` now (taken and let go at once).
+fn lock_is_free(state: &StateDir) -> bool {
+    match std::fs::File::open(state.serve_lock()) {
+        Ok(file) => file.try_lock_shared().is_ok(),
+        Err(_) => true,
+    }
 }

@@ -115,9 +115,9 @@ fn session_for(workspace: &str) -> String {
 }
 
 /// The installed tools, from the daemon.
-async fn list(daemon: &link::Daemon) -> Result<Vec<ToolSummary>, ErrorData> {
+async fn list(daemon: &link::Daemon, start: link::Start) -> Result<Vec<ToolSummary>, ErrorData> {
     let listed = daemon
-        .request(Body::ListTools {})
+        .request(Body::ListTools {}, start)
         .await
         .map_err(|e| ErrorData::internal_error(format!("bx: {e:#}"), None))?;
     match listed {
@@ -190,7 +190,10 @@ impl Bridge {
             bx_protocol::Answer::Refuse { reason: "the MCP client cancelled the call".into() };
         let _ = self
             .daemon
-            .request(Body::AnswerApproval { approval: approval.to_owned(), answer })
+            .request(
+                Body::AnswerApproval { approval: approval.to_owned(), answer },
+                link::Start::No,
+            )
             .await;
     }
 
@@ -276,7 +279,7 @@ impl Bridge {
                 Some(_) => {}
                 None => {
                     return refusal(
-                        "bx: the daemon closed the connection mid-call",
+                        "bx: the daemon closed the connection mid-call; the call may have run (`bx audit show` has its records)",
                         "docs/runbook.md#internal-error",
                     );
                 }
@@ -320,7 +323,7 @@ impl ServerHandler for Bridge {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let items = list(&self.daemon).await?;
+        let items = list(&self.daemon, link::Start::No).await?;
         let tools = items.iter().map(tool_of).collect();
         *lock(&self.tools) = items;
         Ok(ListToolsResult::with_all_items(tools))
@@ -335,7 +338,8 @@ impl ServerHandler for Bridge {
         let find = |tools: &[ToolSummary]| tools.iter().find(|t| t.name == name).cloned();
         let mut tool = find(&lock(&self.tools));
         if tool.is_none() {
-            let items = list(&self.daemon).await?;
+            // The look-up is part of the call: it starts a daemon that has gone away.
+            let items = list(&self.daemon, link::Start::IfGone).await?;
             tool = find(&items);
             *lock(&self.tools) = items;
         }
@@ -405,14 +409,14 @@ async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
         k
     };
     // What is installed when the connection starts is what its first listing shows.
-    let mut seen = match list(&bridge.daemon).await {
+    let mut seen = match list(&bridge.daemon, link::Start::No).await {
         Ok(items) => key(&items),
         Err(_) => key(&lock(&bridge.tools)),
     };
     let mut tick = tokio::time::interval(TOOLS_POLL);
     loop {
         tick.tick().await;
-        let Ok(items) = list(&bridge.daemon).await else { continue };
+        let Ok(items) = list(&bridge.daemon, link::Start::No).await else { continue };
         let now = key(&items);
         if now != seen {
             seen = now;

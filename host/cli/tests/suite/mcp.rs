@@ -619,10 +619,58 @@ fn a_closed_stdout_ends_the_server() {
 }
 
 /// A daemon that stops while `bx mcp` serves comes back at the client's next call, as
-/// at the start of `bx mcp`; a listing (or the watch for new tools) does not start one,
-/// so the daemon the owner stopped stays stopped until a call needs it.
+/// at the start of `bx mcp`, also when the call is to a tool `bx mcp` has not listed
+/// yet; a listing (or the watch for new tools) does not start one, so the daemon the
+/// owner stopped stays stopped until a call needs it.
 #[test]
 fn a_call_after_the_daemon_stopped_starts_it_again() {
+    let Setup { s, ws, .. } = &setup("", &["fs_read"]);
+    let daemon = Daemon::start(s);
+    let mut raw = Raw::start(s, ws);
+    let call = |id: u64, tool: &str, path: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"path":"{path}"}}}}}}"#
+        )
+    };
+    raw.send(&call(2, "fs.read", "notes.txt"));
+    let first = raw.reply(json!(2));
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    daemon.stop();
+
+    raw.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    let listed = raw.reply(json!(3));
+    assert!(listed["error"]["message"].as_str().unwrap().contains("not running"), "{listed}");
+
+    // Installed while no daemon runs: `bx mcp` has not seen it, so the call looks it up
+    // first, and that look-up starts the daemon.
+    install(s, "fs_list");
+    raw.send(&call(4, "fs.list", "."));
+    let listed_dir = raw.reply(json!(4));
+    assert_eq!(listed_dir["result"]["isError"], false, "{listed_dir}");
+    assert!(listed_dir.to_string().contains("notes.txt"), "{listed_dir}");
+    raw.send(&call(5, "fs.read", "notes.txt"));
+    let again = raw.reply(json!(5));
+    assert_eq!(again["result"]["isError"], false, "{again}");
+    assert!(again.to_string().contains("milk, eggs"), "{again}");
+    raw.kill();
+    // The three calls are on the one log, across the two daemons, and it verifies.
+    let requests = requests_verified(s);
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    // Stop the daemon `bx mcp` started, and wait for it to let go of `serve.lock`.
+    let started = daemons_of(s);
+    assert_eq!(started.len(), 1, "one daemon came back: {started:?}");
+    assert!(
+        Command::new("kill").args(["-TERM", &started[0].to_string()]).status().unwrap().success()
+    );
+    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+}
+
+/// A call made as the daemon stops (SIGTERM: it drains, still holding `serve.lock`, so
+/// the `bx serve` that `bx mcp` starts finds it held and exits) is answered once the
+/// old daemon has gone: `bx mcp` starts another then, instead of waiting minutes for
+/// one that will never answer.
+#[test]
+fn a_call_as_the_daemon_stops_starts_the_next_one_once_it_has_gone() {
     let Setup { s, ws, .. } = &setup("", &["fs_read"]);
     let daemon = Daemon::start(s);
     let mut raw = Raw::start(s, ws);
@@ -632,26 +680,27 @@ fn a_call_after_the_daemon_stopped_starts_it_again() {
         )
     };
     raw.send(&read(2));
-    let first = raw.reply(json!(2));
-    assert_eq!(first["result"]["isError"], false, "{first}");
+    assert_eq!(raw.reply(json!(2))["result"]["isError"], false);
+    // Hold the lock as a stopping daemon does, with no socket to answer: the old daemon
+    // is gone, and this process stands in for its drain.
     daemon.stop();
-
-    raw.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
-    let listed = raw.reply(json!(3));
-    assert!(listed["error"]["message"].as_str().unwrap().contains("not running"), "{listed}");
-
-    raw.send(&read(4));
-    let again = raw.reply(json!(4));
-    assert_eq!(again["result"]["isError"], false, "{again}");
-    assert!(again.to_string().contains("milk, eggs"), "{again}");
+    let held = std::fs::File::open(s.join("serve.lock")).unwrap();
+    held.lock().unwrap();
+    raw.send(&read(3));
+    // bx mcp's first start finds the lock held and exits; the next waits for it.
+    let log = s.join("serve.log");
+    let began = std::time::Instant::now();
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("daemon-running") {
+        assert!(began.elapsed() < std::time::Duration::from_secs(60), "no bx serve was started");
+        std::thread::yield_now();
+    }
+    drop(held);
+    let answered = raw.reply(json!(3));
+    assert_eq!(answered["result"]["isError"], false, "{answered}");
     raw.kill();
-    // Both calls are on the one log, across the two daemons, and it verifies.
-    let requests = requests_verified(s);
-    assert_eq!(requests.len(), 2, "{requests:#?}");
-    // Stop the daemon `bx mcp` started: SIGTERM to the process holding `serve.lock`'s
-    // state directory, then wait for the lock to be let go.
+    assert_eq!(requests_verified(s).len(), 2);
     let started = daemons_of(s);
-    assert_eq!(started.len(), 1, "one daemon came back: {started:?}");
+    assert_eq!(started.len(), 1, "{started:?}");
     assert!(
         Command::new("kill").args(["-TERM", &started[0].to_string()]).status().unwrap().success()
     );

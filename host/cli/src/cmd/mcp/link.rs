@@ -96,7 +96,7 @@ impl Daemon {
     /// call ([`Start::IfGone`]) that finds no daemon starts one, as `bx mcp` did when it
     /// began: a daemon stopped or crashed since then comes back at the next call.
     /// Listings do not, so the every-second watch for new tools does not start a daemon
-    /// the owner has just stopped.
+    /// the owner has just stopped; a call's own look-up of its tool does.
     ///
     /// A kept connection can have closed without this process having seen it yet (the
     /// daemon stopped, or dropped it as idle). A request whose write on it failed goes
@@ -143,8 +143,8 @@ impl Daemon {
     }
 
     /// Sends `msg` and waits, at most a minute, for its one reply.
-    pub(crate) async fn request(&self, msg: Body) -> anyhow::Result<Body> {
-        let mut replies = self.open(msg, Start::No).await?;
+    pub(crate) async fn request(&self, msg: Body, start: Start) -> anyhow::Result<Body> {
+        let mut replies = self.open(msg, start).await?;
         match tokio::time::timeout(REQUEST_WAIT, replies.next()).await {
             Ok(Some(body)) => Ok(body),
             Ok(None) => anyhow::bail!("the daemon closed the connection"),
@@ -234,9 +234,10 @@ impl Daemon {
 /// Whether a request that finds no daemon starts one.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Start {
-    /// A tool call: start the daemon, as `bx mcp` did when it began.
+    /// For a tool call (and its look-up of the tool): start the daemon, as `bx mcp` did
+    /// when it began.
     IfGone,
-    /// A listing or an answer: fail.
+    /// A listing, the watch for new tools, or an answer: fail.
     No,
 }
 
