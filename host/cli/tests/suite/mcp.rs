@@ -627,11 +627,6 @@ fn a_call_after_the_daemon_stopped_starts_it_again() {
     let Setup { s, ws, .. } = &setup("", &["fs_read"]);
     let daemon = Daemon::start(s);
     let mut raw = Raw::start(s, ws);
-    let call = |id: u64, tool: &str, path: &str| {
-        format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"path":"{path}"}}}}}}"#
-        )
-    };
     raw.send(&call(2, "fs.read", "notes.txt"));
     let first = raw.reply(json!(2));
     assert_eq!(first["result"]["isError"], false, "{first}");
@@ -656,13 +651,7 @@ fn a_call_after_the_daemon_stopped_starts_it_again() {
     // The three calls are on the one log, across the two daemons, and it verifies.
     let requests = requests_verified(s);
     assert_eq!(requests.len(), 3, "{requests:#?}");
-    // Stop the daemon `bx mcp` started, and wait for it to let go of `serve.lock`.
-    let started = daemons_of(s);
-    assert_eq!(started.len(), 1, "one daemon came back: {started:?}");
-    assert!(
-        Command::new("kill").args(["-TERM", &started[0].to_string()]).status().unwrap().success()
-    );
-    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+    stop_the_daemon_bx_mcp_started(s);
 }
 
 /// A call made as the daemon stops (SIGTERM: it drains, still holding `serve.lock`, so
@@ -674,19 +663,14 @@ fn a_call_as_the_daemon_stops_starts_the_next_one_once_it_has_gone() {
     let Setup { s, ws, .. } = &setup("", &["fs_read"]);
     let daemon = Daemon::start(s);
     let mut raw = Raw::start(s, ws);
-    let read = |id: u64| {
-        format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fs.read","arguments":{{"path":"notes.txt"}}}}}}"#
-        )
-    };
-    raw.send(&read(2));
+    raw.send(&call(2, "fs.read", "notes.txt"));
     assert_eq!(raw.reply(json!(2))["result"]["isError"], false);
     // Hold the lock as a stopping daemon does, with no socket to answer: the old daemon
     // is gone, and this process stands in for its drain.
     daemon.stop();
     let held = std::fs::File::open(s.join("serve.lock")).unwrap();
     held.lock().unwrap();
-    raw.send(&read(3));
+    raw.send(&call(3, "fs.read", "notes.txt"));
     // bx mcp's first start finds the lock held and exits; the next waits for it.
     let log = s.join("serve.log");
     let began = std::time::Instant::now();
@@ -699,8 +683,21 @@ fn a_call_as_the_daemon_stops_starts_the_next_one_once_it_has_gone() {
     assert_eq!(answered["result"]["isError"], false, "{answered}");
     raw.kill();
     assert_eq!(requests_verified(s).len(), 2);
+    stop_the_daemon_bx_mcp_started(s);
+}
+
+/// A `tools/call` of `tool` with `{"path": path}`, as one line.
+fn call(id: u64, tool: &str, path: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"path":"{path}"}}}}}}"#
+    )
+}
+
+/// Stops the one daemon `bx mcp` started for `s` (SIGTERM), and waits for it to let go
+/// of `serve.lock`.
+fn stop_the_daemon_bx_mcp_started(s: &Path) {
     let started = daemons_of(s);
-    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(started.len(), 1, "one daemon came back: {started:?}");
     assert!(
         Command::new("kill").args(["-TERM", &started[0].to_string()]).status().unwrap().success()
     );
