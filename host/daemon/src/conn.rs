@@ -275,8 +275,8 @@ pub(crate) async fn handle(
     let _ = writer.await;
 }
 
-/// Forwards a turn's events to `out` as replies to request `id`.
-/// Sends a request's events to the client as they come, those that `keep` lets through.
+/// Forwards a request's events to `out` as replies to request `id`, as they come: those
+/// that `keep` lets through.
 fn forwarder(
     out: &Out,
     id: u64,

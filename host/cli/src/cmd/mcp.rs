@@ -4,8 +4,10 @@
 //! a call from bx's own loop (the request, decision, approval and result on the one
 //! audit log, the policy re-read when it changes, the session's taint raised and
 //! persisted), and an approval waits for the owner's `bx approve` or `bx refuse`, never
-//! for the client. The protocol itself (framing, JSON-RPC, the handshake, malformed
-//! input) is rmcp's, the official Rust SDK. See `docs/mcp.md`.
+//! for the client. The protocol (JSON-RPC, the handshake, the methods) is rmcp's, the
+//! official Rust SDK; on stdio the framing, and the answer to a line that is not a
+//! message, are bx's own (`lines`), and the daemon is reached over one shared
+//! connection (`link`). See `docs/mcp.md`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -416,6 +418,11 @@ async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
     let mut tick = tokio::time::interval(TOOLS_POLL);
     loop {
         tick.tick().await;
+        // An HTTP session that has ended leaves its watcher with nobody to tell; without
+        // this it would list every second until the installed set next changed.
+        if peer.is_transport_closed() {
+            return;
+        }
         let Ok(items) = list(&bridge.daemon, link::Start::No).await else { continue };
         let now = key(&items);
         if now != seen {
