@@ -1,6 +1,7 @@
 //! The approval table: each `Ask` waits here under a short id until the owner answers it
-//! by typing that id, or it expires. The owner sees the whole request, never truncated,
-//! with invisible and bidirectional characters made visible.
+//! by typing that id, or it expires. The owner sees the request with invisible and
+//! bidirectional characters made visible; a long argument is shown in part with its size
+//! and SHA-256 and printed whole on request, so no call can make a block too big to show.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -82,6 +83,12 @@ fn new_id(taken: &BTreeMap<String, Pending>) -> String {
     }
 }
 
+/// A fresh approval id, drawn before its call's `ask` decision is recorded (the record
+/// carries it); [`ApprovalTable::insert_as`] files the call under it.
+pub fn new_approval_id() -> String {
+    new_id(&BTreeMap::new())
+}
+
 impl ApprovalTable {
     /// An empty table.
     pub fn new() -> ApprovalTable {
@@ -96,6 +103,35 @@ impl ApprovalTable {
     pub fn insert(&self, request: AskRequest, args: String, now_ms: u64, ttl_ms: u64) -> Pending {
         let mut state = self.lock();
         let id = new_id(&state.pending);
+        Self::file(&mut state, id, request, args, now_ms, ttl_ms)
+    }
+
+    /// Files `request` under `id` (one drawn by [`new_approval_id`] and already on the
+    /// log with the call's `ask` decision); `None` when that id is waiting already, or
+    /// was answered.
+    pub fn insert_as(
+        &self,
+        id: String,
+        request: AskRequest,
+        args: String,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Option<Pending> {
+        let mut state = self.lock();
+        if state.pending.contains_key(&id) || state.answered.contains(&id) {
+            return None;
+        }
+        Some(Self::file(&mut state, id, request, args, now_ms, ttl_ms))
+    }
+
+    fn file(
+        state: &mut State,
+        id: String,
+        request: AskRequest,
+        args: String,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Pending {
         let pending = Pending {
             id: id.clone(),
             request,
@@ -105,6 +141,13 @@ impl ApprovalTable {
         };
         state.pending.insert(id, pending.clone());
         pending
+    }
+
+    /// The entry for `id` (as [`ApprovalTable::take`] reads it), if still waiting at
+    /// `now_ms`.
+    pub fn get(&self, id: &str, now_ms: u64) -> Option<Pending> {
+        let id = id.trim().to_ascii_lowercase();
+        self.lock().pending.get(&id).filter(|p| p.expires_ms > now_ms).cloned()
     }
 
     /// The entries still waiting at `now_ms`, oldest first.
@@ -205,11 +248,25 @@ pub fn escape_untrusted(text: &str, keep_newlines: bool) -> String {
     out
 }
 
-/// The whole approval block for `pending`, as the owner sees it. Nothing is truncated;
-/// everything that came from the model or a tool is escaped.
+/// The most bytes of one argument a block shows (escaped); a longer one is shown in part,
+/// with its size and SHA-256, and `bx approvals show ID` prints it whole. Without it a
+/// client could send one call with megabytes of arguments whose block no listing can
+/// carry, and hide every other waiting call from the owner.
+pub const MAX_ARG_SHOWN_BYTES: usize = 2 << 10;
+/// The most bytes of a block's arguments section; past it, the rest is named by size and
+/// hash (an object of many small arguments is bounded as one long one is).
+pub const MAX_ARGS_SHOWN_BYTES: usize = 16 << 10;
+/// The most bytes of one reason or resource line in a block (they echo paths and URLs
+/// the call named).
+pub(crate) const MAX_LINE_SHOWN_BYTES: usize = 1 << 10;
+
+/// The block for `pending`, as the owner sees it, and never longer than about 24 KiB
+/// whatever the call holds: every line that came from the model or a tool is escaped;
+/// an argument over [`MAX_ARG_SHOWN_BYTES`] is shown in part with its size and SHA-256,
+/// and the line under the arguments says how to see them whole.
 pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
     let r = &pending.request;
-    let e = |s: &str| escape_untrusted(s, false);
+    let e = |s: &str| shown_part(s, MAX_LINE_SHOWN_BYTES, false);
     let mut out = String::new();
     out.push_str(&format!("approval needed: {}\n", pending.id));
     out.push_str(&format!("  tool:      {} {}\n", e(&r.call.tool), e(digest)));
@@ -228,10 +285,18 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
             m.label
         ));
     }
-    let pretty = serde_json_pretty(&pending.args);
+    let (pretty, cut) = shown_args(&pending.args);
     out.push_str("  arguments:\n");
-    for line in escape_untrusted(&pretty, true).lines() {
+    for line in pretty.lines() {
         out.push_str(&format!("    {line}\n"));
+    }
+    if cut {
+        out.push_str(&format!(
+            "  (arguments shown in part: {} bytes in all, sha256 {}; `bx approvals show {}` prints them whole)\n",
+            pending.args.len(),
+            sha256_hex(pending.args.as_bytes()),
+            pending.id
+        ));
     }
     let left = pending.expires_ms.saturating_sub(now_ms) / 1000;
     out.push_str(&format!(
@@ -241,13 +306,98 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
     out
 }
 
-/// Arguments pretty-printed when they are JSON (string contents unchanged), the raw text
-/// otherwise.
-fn serde_json_pretty(args: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(args)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| args.to_owned())
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where to cut `text` so that its escaped form (as [`escape_untrusted`]) stays within
+/// `max` bytes: `None` when all of it fits.
+fn cut_at(text: &str, max: usize, keep_newlines: bool) -> Option<usize> {
+    let mut shown = 0;
+    for (at, c) in text.char_indices() {
+        shown += if (c == '\n' && keep_newlines) || !(is_hidden(c) || c == '\t' || c == '\n') {
+            c.len_utf8()
+        } else {
+            format!("\\u{{{:x}}}", c as u32).len()
+        };
+        if shown > max {
+            return Some(at);
+        }
+    }
+    None
+}
+
+/// `text`, unescaped, cut so that it shows within `max` bytes, ending in `…[N bytes,
+/// sha256 H]` (N and H of the whole text) when it was cut.
+fn part(text: &str, max: usize, keep_newlines: bool) -> Option<String> {
+    let at = cut_at(text, max, keep_newlines)?;
+    Some(format!("{}…[{} bytes, sha256 {}]", &text[..at], text.len(), sha256_hex(text.as_bytes())))
+}
+
+/// `text` escaped for the owner's terminal (as [`escape_untrusted`]), shown within about
+/// `max` bytes (see [`part`]).
+pub fn shown_part(text: &str, max: usize, keep_newlines: bool) -> String {
+    match part(text, max, keep_newlines) {
+        Some(cut) => escape_untrusted(&cut, keep_newlines),
+        None => escape_untrusted(text, keep_newlines),
+    }
+}
+
+/// The arguments as a block shows them: pretty-printed JSON with each long string (or
+/// key) shown in part (the raw text, shown in part, when they are not JSON), escaped, and
+/// the whole section within [`MAX_ARGS_SHOWN_BYTES`]; and whether anything was left out.
+fn shown_args(args: &str) -> (String, bool) {
+    let mut cut = false;
+    let text = match serde_json::from_str::<serde_json::Value>(args) {
+        Ok(mut value) => {
+            shorten_strings(&mut value, &mut cut);
+            let pretty = serde_json::to_string_pretty(&value).unwrap_or_default();
+            escape_untrusted(&pretty, true)
+        }
+        Err(_) => match part(args, MAX_ARG_SHOWN_BYTES, true) {
+            Some(p) => {
+                cut = true;
+                escape_untrusted(&p, true)
+            }
+            None => escape_untrusted(args, true),
+        },
+    };
+    if text.len() <= MAX_ARGS_SHOWN_BYTES {
+        return (text, cut);
+    }
+    let mut end = MAX_ARGS_SHOWN_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (format!("{}\n…", &text[..end]), true)
+}
+
+/// Replaces every string in `value` (keys too) that would show in more than
+/// [`MAX_ARG_SHOWN_BYTES`] by its [`part`]; sets `cut` when one was.
+fn shorten_strings(value: &mut serde_json::Value, cut: &mut bool) {
+    use serde_json::Value;
+    fn shorten(s: &str, cut: &mut bool) -> Option<String> {
+        let p = part(s, MAX_ARG_SHOWN_BYTES, true);
+        *cut |= p.is_some();
+        p
+    }
+    match value {
+        Value::String(s) => {
+            if let Some(p) = shorten(s, cut) {
+                *s = p;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| shorten_strings(v, cut)),
+        Value::Object(map) => {
+            for (key, mut v) in std::mem::take(map) {
+                shorten_strings(&mut v, cut);
+                let key = shorten(&key, cut).unwrap_or(key);
+                map.insert(key, v);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
 }
 
 #[cfg(test)]
@@ -317,6 +467,43 @@ mod tests {
             let already = results.iter().filter(|r| **r == Answered::AlreadyAnswered).count();
             assert_eq!((taken, already), (1, 7));
         }
+    }
+
+    #[test]
+    fn a_block_is_bounded_whatever_the_arguments_hold() {
+        // 2 MB of U+0085 (escaped six times wider), two 2.1 MiB writes, and an object of
+        // 100,000 small keys: each block stays small and says how to see the whole.
+        let nel = "\u{85}".repeat(1 << 20);
+        let big = "a".repeat(2_200_000);
+        let many: serde_json::Map<String, serde_json::Value> =
+            (0..100_000).map(|i| (format!("k{i}"), serde_json::Value::from(i))).collect();
+        for args in [
+            serde_json::json!({ "path": "/w/x", "content": nel }).to_string(),
+            serde_json::json!({ "path": big.clone(), "content": big }).to_string(),
+            serde_json::Value::Object(many).to_string(),
+            "not json ".repeat(100_000),
+        ] {
+            let table = ApprovalTable::new();
+            let p = table.insert(request(), args.clone(), 0, 1000);
+            let block = render_block(&p, "sha256:ab", 0);
+            assert!(block.len() < 24 << 10, "{} bytes", block.len());
+            assert!(
+                block.contains(&format!("{} bytes in all", args.len())),
+                "{}",
+                &block[block.len() - 300..]
+            );
+            assert!(block.contains(&format!("bx approvals show {}", p.id)));
+            assert!(!block.chars().any(|c| is_hidden(c)), "escaped");
+        }
+    }
+
+    #[test]
+    fn a_short_argument_is_shown_whole() {
+        let table = ApprovalTable::new();
+        let p = table.insert(request(), r#"{"path":"/w/x","content":"hi\u0085"}"#.into(), 0, 1000);
+        let block = render_block(&p, "sha256:ab", 0);
+        assert!(block.contains(r#""content": "hi\u{85}""#), "{block}");
+        assert!(!block.contains("in all"), "{block}");
     }
 
     #[test]

@@ -515,12 +515,25 @@ impl Agent {
         let decided = match decided {
             Decided::Asking(asking) => {
                 let ttl = Duration::from_secs(self.parts.limits.approval_secs.get());
-                let (pending, block, wait) = self.approvals.open(
+                let Some((pending, block, wait)) = self.approvals.open(
+                    asking.approval(),
                     session,
                     asking.request().clone(),
                     asking.args().to_owned(),
                     ttl,
-                );
+                ) else {
+                    let answer = bx_broker::Answer::Refuse(format!(
+                        "approval id {} is taken by another waiting call; ask again",
+                        asking.approval()
+                    ));
+                    let id = asking.approval().to_owned();
+                    return match call::in_place(|| asking.answer(&id, &answer))? {
+                        Decided::Refused(r) => Ok(Err(r)),
+                        Decided::Allowed(_) | Decided::Asking(_) => {
+                            Err(AgentError::Internal("a refused approval ran".into()))
+                        }
+                    };
+                };
                 let _ = events.send(Body::ApprovalNeeded {
                     session: session.to_owned(),
                     call: id.to_owned(),

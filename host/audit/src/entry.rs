@@ -104,6 +104,10 @@ pub struct Decision {
     pub taint: String,
     /// Why (empty for allow).
     pub why: String,
+    /// For an `ask`: the id the owner answers it by, on the log before anyone can answer
+    /// (`bx approve ID`), so a waiting call can be found by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
 }
 
 /// The owner answered an `ask` (or it expired), and what that decided.

@@ -86,6 +86,26 @@ async fn rest_of_frame(rd: &mut OwnedReadHalf, first: u8) -> Result<Envelope, St
     }
 }
 
+/// The most bytes an approvals listing may take, well inside a frame.
+const MAX_LIST_BYTES: usize = bx_protocol::MAX_FRAME_BYTES / 2;
+/// The most bytes of arguments one `approval_args` reply carries: escaped as a JSON
+/// string they at most double, so a part always fits in a frame.
+const ARGS_PART_BYTES: usize = 1 << 20;
+
+/// Up to [`ARGS_PART_BYTES`] of `args` from `offset`, both ends moved back to character
+/// boundaries; and where it starts.
+fn args_part(args: &str, offset: u64) -> (String, u64) {
+    let mut start = usize::try_from(offset).unwrap_or(usize::MAX).min(args.len());
+    while !args.is_char_boundary(start) {
+        start -= 1;
+    }
+    let mut end = start.saturating_add(ARGS_PART_BYTES).min(args.len());
+    while !args.is_char_boundary(end) {
+        end -= 1;
+    }
+    (args[start..end].to_owned(), start as u64)
+}
+
 /// Messages a control-only connection may send: none of them starts work.
 fn is_control(msg: &Body) -> bool {
     matches!(
@@ -93,6 +113,7 @@ fn is_control(msg: &Body) -> bool {
         Body::Cancel { .. }
             | Body::AnswerApproval { .. }
             | Body::ListApprovals {}
+            | Body::ShowApproval { .. }
             | Body::ListSessions {}
             | Body::ReportGrants { .. }
             | Body::ListTools {}
@@ -220,9 +241,12 @@ pub(crate) async fn handle(
             }
             Body::ListApprovals {} => {
                 let now = bx_agent::now_ms();
-                let items = agent
-                    .approvals()
-                    .list()
+                let waiting = agent.approvals().list();
+                let total = waiting.len();
+                // Oldest first, as many as fit in one frame with room to spare (each
+                // block is bounded, so only hundreds of waiting calls reach this).
+                let mut room = MAX_LIST_BYTES;
+                let items: Vec<ApprovalSummary> = waiting
                     .into_iter()
                     .map(|w| ApprovalSummary {
                         approval: w.pending.id.clone(),
@@ -231,8 +255,33 @@ pub(crate) async fn handle(
                         expires_in_s: w.pending.expires_ms.saturating_sub(now) / 1000,
                         block: w.block,
                     })
+                    .take_while(|a| {
+                        // JSON escaping at most doubles what the block holds, plus a
+                        // few hundred bytes of the other fields.
+                        let size = 2 * (a.block.len() + a.session.len() + a.tool.len()) + 256;
+                        room = room.checked_sub(size).unwrap_or(0);
+                        room > 0
+                    })
                     .collect();
-                out.send(id, Body::Approvals { items });
+                let more = (total - items.len()) as u64;
+                out.send(id, Body::Approvals { items, more });
+            }
+            Body::ShowApproval { approval, offset } => {
+                let msg = match agent.approvals().args_of(&approval) {
+                    Some(args) => {
+                        let (text, start) = args_part(&args, offset);
+                        Body::ApprovalArgs {
+                            approval,
+                            offset: start,
+                            total: args.len() as u64,
+                            text,
+                        }
+                    }
+                    None => Body::Refused {
+                        reason: format!("no approval {} is waiting", bx_audit::bounded(&approval, 64)),
+                    },
+                };
+                out.send(id, msg);
             }
             Body::ListSessions {} => out.send(id, sessions(&agent)),
             Body::ReportGrants { session } => out.send(id, grants(&agent, session)),

@@ -207,6 +207,14 @@ pub enum Body {
     },
     /// List pending approvals.
     ListApprovals {},
+    /// A waiting approval's whole arguments, from byte `offset` (`bx approvals show`):
+    /// a block shows a long argument in part, and arguments can be bigger than a frame.
+    ShowApproval {
+        /// The approval id.
+        approval: String,
+        /// Where to start, in bytes of the arguments' text.
+        offset: u64,
+    },
     /// List sessions.
     ListSessions {},
     /// Report what a session's calls may reach.
@@ -260,8 +268,24 @@ pub enum Body {
     },
     /// Pending approvals.
     Approvals {
-        /// The list.
+        /// The list, oldest first, as many as fit in one frame.
         items: Vec<ApprovalSummary>,
+        /// How many more are waiting than the list holds (each block is bounded, so this
+        /// takes hundreds of waiting calls).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        more: u64,
+    },
+    /// Part of a waiting approval's arguments: `text` is bytes `offset..offset+len` of
+    /// them (cut at a character boundary), out of `total`.
+    ApprovalArgs {
+        /// The approval id.
+        approval: String,
+        /// Where this part starts.
+        offset: u64,
+        /// The arguments' whole length in bytes.
+        total: u64,
+        /// This part.
+        text: String,
     },
     /// Sessions.
     Sessions {
@@ -398,6 +422,10 @@ pub enum Body {
     },
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Body {
     /// Every type name, in declaration order. The fixture test checks each has a fixture.
     pub const TYPES: &'static [&'static str] = &[
@@ -405,6 +433,7 @@ impl Body {
         "cancel",
         "answer_approval",
         "list_approvals",
+        "show_approval",
         "list_sessions",
         "report_grants",
         "list_tools",
@@ -414,6 +443,7 @@ impl Body {
         "refused",
         "error",
         "approvals",
+        "approval_args",
         "sessions",
         "grants",
         "tools",
@@ -438,6 +468,7 @@ impl Body {
             Body::Cancel { .. } => "cancel",
             Body::AnswerApproval { .. } => "answer_approval",
             Body::ListApprovals {} => "list_approvals",
+            Body::ShowApproval { .. } => "show_approval",
             Body::ListSessions {} => "list_sessions",
             Body::ReportGrants { .. } => "report_grants",
             Body::ListTools {} => "list_tools",
@@ -447,6 +478,7 @@ impl Body {
             Body::Refused { .. } => "refused",
             Body::Error { .. } => "error",
             Body::Approvals { .. } => "approvals",
+            Body::ApprovalArgs { .. } => "approval_args",
             Body::Sessions { .. } => "sessions",
             Body::Grants { .. } => "grants",
             Body::Tools { .. } => "tools",

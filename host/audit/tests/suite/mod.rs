@@ -28,6 +28,7 @@ pub fn decision(session: &str, call: &str, decision: &str) -> Entry {
         decision: decision.into(),
         taint: "public/trusted".into(),
         why: String::new(),
+        approval: None,
     })
 }
 

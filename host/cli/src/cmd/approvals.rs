@@ -15,6 +15,24 @@ pub(crate) struct ListArgs {
     /// Print the list as JSON.
     #[arg(long)]
     json: bool,
+    #[command(subcommand)]
+    show: Option<Show>,
+}
+
+/// `bx approvals show ID`
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Show {
+    /// Print a waiting call's whole arguments, as the call gave them (a block shows a
+    /// long argument in part, with its size and SHA-256). Escaped for the terminal unless
+    /// --raw.
+    Show {
+        /// The approval's id.
+        id: String,
+        /// Write the arguments' bytes as they are (for a file or a pipe, to check the
+        /// SHA-256 the block shows).
+        #[arg(long)]
+        raw: bool,
+    },
 }
 
 /// `bx approve`
@@ -35,22 +53,57 @@ pub(crate) struct RefuseArgs {
 }
 
 pub(crate) fn list(state: &StateDir, args: &ListArgs) -> anyhow::Result<u8> {
+    if let Some(Show::Show { id, raw }) = &args.show {
+        return show(state, id, *raw);
+    }
     let reply = connect_running(state)?.request(Body::ListApprovals {})?;
-    let Body::Approvals { items } = reply else {
+    let Body::Approvals { items, more } = reply else {
         anyhow::bail!("unexpected reply: {}", reply.type_name())
     };
     if args.json {
-        println!("{}", term::json(&Body::Approvals { items })?);
+        outln!("{}", term::json(&Body::Approvals { items, more })?);
         return Ok(EXIT_OK);
     }
     if items.is_empty() {
-        println!("no approvals waiting");
+        outln!("no approvals waiting");
     }
     for a in items {
-        print!("{}", term::shown(&a.block));
-        println!("  session {}, expires in {} s", term::one_line(&a.session), a.expires_in_s);
-        println!("  bx approve {id}   or   bx refuse {id} --reason TEXT\n", id = a.approval);
+        outp!("{}", term::shown(&a.block));
+        outln!("  session {}, expires in {} s", term::one_line(&a.session), a.expires_in_s);
+        outln!("  bx approve {id}   or   bx refuse {id} --reason TEXT\n", id = a.approval);
     }
+    if more > 0 {
+        outln!("{more} more waiting than one listing holds; answer some and list again");
+    }
+    Ok(EXIT_OK)
+}
+
+/// Prints approval `id`'s whole arguments, part by part.
+fn show(state: &StateDir, id: &str, raw: bool) -> anyhow::Result<u8> {
+    let mut conn = connect_running(state)?;
+    let mut offset = 0;
+    loop {
+        let reply =
+            conn.request(Body::ShowApproval { approval: id.to_owned(), offset })?;
+        let (text, total) = match reply {
+            Body::ApprovalArgs { text, total, .. } => (text, total),
+            Body::Refused { reason } => {
+                eprintln!("bx: {}", term::shown(&reason));
+                return Ok(EXIT_DENIED);
+            }
+            other => anyhow::bail!("unexpected reply: {}", term::one_line(other.type_name())),
+        };
+        if raw {
+            outp!("{text}");
+        } else {
+            outp!("{}", bx_broker::escape_untrusted(&text, true));
+        }
+        offset += text.len() as u64;
+        if text.is_empty() || offset >= total {
+            break;
+        }
+    }
+    outln!();
     Ok(EXIT_OK)
 }
 
@@ -60,7 +113,7 @@ fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
         .request(Body::AnswerApproval { approval: id.to_owned(), answer })?;
     match reply {
         Body::Ok {} => {
-            println!("{} {id}", if approving { "approved" } else { "refused" });
+            outln!("{} {id}", if approving { "approved" } else { "refused" });
             Ok(EXIT_OK)
         }
         Body::Refused { reason } => {
