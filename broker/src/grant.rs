@@ -61,12 +61,13 @@ pub enum RootKind {
     ReadWrite,
 }
 
-/// The label the owner gave a path: a path grant of the policy, in any mode. The label of
-/// a file a call touched comes from the longest rule covering it among those for the
-/// call's tool.
+/// The label the owner gave a path: a path grant of the policy, in any mode, for any
+/// tool. The label of a file a call touched comes from the longest rule covering it,
+/// whichever tool touched it: a label is a property of the data, so a grant that names
+/// one tool labels the path for every tool (fs.search of the parent cannot launder what
+/// fs.read would label secret).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LabelRule {
-    pub(crate) tool: crate::policy::ToolMatch,
     pub(crate) path: PathBuf,
     pub(crate) label: Label,
 }
@@ -155,14 +156,14 @@ impl Grant {
     }
 
     /// The label of data read from `path` (normalised, as the runtime resolved it): the
-    /// label of the longest path grant of the policy covering it, so a `secret` grant
-    /// nested in a `public` one keeps its label through a search of the parent or a
-    /// symlink. Grants of equal length are joined. A path no grant covers gets the top
-    /// label (fail closed).
+    /// label of the longest path grant of the policy covering it, whatever tool and mode
+    /// that grant names, so a `secret` grant nested in a `public` one keeps its label
+    /// through a search of the parent, a symlink, or another tool. Grants of equal length
+    /// are joined. A path no grant covers gets the top label (fail closed). The one
+    /// function every file operation's label comes from.
     pub fn path_label(&self, path: &Path) -> Label {
         let mut best: Option<(usize, Label)> = None;
-        let rules = self.labels.iter().filter(|r| r.tool.matches(&self.tool));
-        for rule in rules.filter(|r| strip_root(path, &r.path).is_some()) {
+        for rule in self.labels.iter().filter(|r| strip_root(path, &r.path).is_some()) {
             let depth = rule.path.as_os_str().len();
             best = match best {
                 Some((d, l)) if d == depth => Some((d, l.join(rule.label))),
@@ -173,13 +174,10 @@ impl Grant {
         best.map_or(Label::TOP, |(_, l)| l)
     }
 
-    /// The policy's path labels that apply to this grant's tool: `(path, label)`, for a
-    /// runtime that also labels what it opened by where it lies on disk.
+    /// The policy's path labels, every tool's: `(path, label)`, for a runtime that also
+    /// labels what it opened by where it lies on disk.
     pub fn label_rules(&self) -> impl Iterator<Item = (&Path, Label)> {
-        self.labels
-            .iter()
-            .filter(|r| r.tool.matches(&self.tool))
-            .map(|r| (r.path.as_path(), r.label))
+        self.labels.iter().map(|r| (r.path.as_path(), r.label))
     }
 
     /// What a call stopped part-way might have read: the join of every label its roots
@@ -188,8 +186,7 @@ impl Grant {
         let mut label = Label::CLEAN;
         for root in &self.roots {
             label = label.join(self.path_label(&root.path));
-            let rules = self.labels.iter().filter(|r| r.tool.matches(&self.tool));
-            for rule in rules.filter(|r| strip_root(&r.path, &root.path).is_some()) {
+            for rule in self.labels.iter().filter(|r| strip_root(&r.path, &root.path).is_some()) {
                 label = label.join(rule.label);
             }
         }
@@ -299,12 +296,10 @@ mod tests {
             own: vec!["/home/o/.local/state/bx".into()],
             labels: vec![
                 LabelRule {
-                    tool: crate::policy::ToolMatch::Any,
                     path: "/home/o".into(),
                     label: Label::CLEAN,
                 },
                 LabelRule {
-                    tool: crate::policy::ToolMatch::Any,
                     path: "/home/o/out".into(),
                     label: Label::TOP,
                 },

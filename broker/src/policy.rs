@@ -548,23 +548,19 @@ impl Policy {
         Policy::default()
     }
 
-    /// Rebuilds the label index from the grants: every path grant, in any mode; a read and
-    /// a write grant of the same tools on one path with different labels are joined.
+    /// Rebuilds the label index from the grants: every path grant, in any mode, for any
+    /// tool (a file has one label, whichever tool touches it); grants on one path with
+    /// different labels are joined.
     pub(crate) fn index_labels(&mut self) {
         let mut rules: Vec<crate::grant::LabelRule> = Vec::new();
-        let mut at: std::collections::HashMap<(String, PathBuf), usize> =
-            std::collections::HashMap::new();
+        let mut at: std::collections::HashMap<PathBuf, usize> = std::collections::HashMap::new();
         for g in &self.grants {
             let ResourceRule::Path(p) = &g.resource else { continue };
-            match at.get(&(g.tool.to_string(), p.clone())) {
+            match at.get(p) {
                 Some(&i) => rules[i].label = rules[i].label.join(g.label),
                 None => {
-                    at.insert((g.tool.to_string(), p.clone()), rules.len());
-                    rules.push(crate::grant::LabelRule {
-                        tool: g.tool.clone(),
-                        path: p.clone(),
-                        label: g.label,
-                    });
+                    at.insert(p.clone(), rules.len());
+                    rules.push(crate::grant::LabelRule { path: p.clone(), label: g.label });
                 }
             }
         }
