@@ -29,6 +29,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 use super::EXIT_OK;
 use crate::client::Conn;
 
+mod http;
 mod lines;
 mod link;
 
@@ -496,70 +497,6 @@ fn same_token(given: &[u8], expected: &[u8]) -> bool {
         && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
-/// Refuses a request without `Authorization: Bearer <token>`.
-async fn authorize(
-    axum::extract::State(expected): axum::extract::State<Arc<String>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    let given = request
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if same_token(given.as_bytes(), expected.as_bytes()) {
-        next.run(request).await
-    } else {
-        (
-            axum::http::StatusCode::UNAUTHORIZED,
-            "bx mcp: a bearer token is required (see docs/mcp.md#http)\n",
-        )
-            .into_response()
-    }
-}
-
-/// Serves Streamable HTTP at `addr` until SIGINT or SIGTERM.
-async fn serve_http(
-    bridge: Bridge,
-    args: &McpArgs,
-    addr: std::net::SocketAddr,
-    token: String,
-) -> anyhow::Result<()> {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
-    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
-    hosts.extend(args.allow_hosts.iter().cloned());
-    // No browser page may drive it: any request with an Origin header is refused (DNS
-    // rebinding), and the Host must be one of these names.
-    let config =
-        StreamableHttpServerConfig::default().with_allowed_hosts(hosts).enforce_origin_validation();
-    let service = StreamableHttpService::new(
-        move || Ok(bridge.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    let app = axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(Arc::new(token), authorize));
-    let listener =
-        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-    eprintln!("bx mcp: serving Streamable HTTP at http://{}/mcp", listener.local_addr()?);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        })
-        .await
-        .context("serving HTTP")
-}
-
 /// Serves MCP on stdin and stdout (or over HTTP with `--http`) until the client closes
 /// them.
 pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
@@ -595,7 +532,7 @@ pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
             "--http {addr} is not a loopback address; add --allow-remote to serve other machines (see docs/mcp.md#http)"
         );
         let token = token(state)?;
-        return runtime.block_on(serve_http(bridge, args, addr, token)).map(|()| EXIT_OK);
+        return runtime.block_on(http::serve(bridge, args, addr, token)).map(|()| EXIT_OK);
     }
     // One client on stdio: one thread does the async work (the bridge only waits on
     // the daemon and the client), and nothing wakes another to hand a message over.
