@@ -38,7 +38,30 @@ pub fn resolve(
     args: &Value,
     workspace: Option<&Path>,
 ) -> Result<(Vec<Resource>, Value), String> {
+    resolve_noting(tool, args, workspace).map(|(resources, args, _)| (resources, args))
+}
+
+/// A write path whose directories lead somewhere else on disk: the path as the call
+/// named it (joined to the workspace) and where the write will land.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirected {
+    /// As named.
+    pub named: String,
+    /// As it resolves: what the broker decides on and the tool is given.
+    pub resolved: String,
+}
+
+/// [`resolve`], and every write path whose existing directories resolve elsewhere (a
+/// symlink among them): the broker decides on the resolved path, the tool is given it,
+/// and the runtime refuses a write that passes through a symlink, so what the owner is
+/// shown is where the write lands.
+pub fn resolve_noting(
+    tool: &LoadedTool,
+    args: &Value,
+    workspace: Option<&Path>,
+) -> Result<(Vec<Resource>, Value, Vec<Redirected>), String> {
     let mut out = Vec::new();
+    let mut redirected = Vec::new();
     let mut resolved = args.clone();
     for r in &tool.description().resources {
         let Some(value) = args.get(&r.arg) else { continue };
@@ -49,8 +72,13 @@ pub fn resolve(
                 r.arg
             ));
         };
+        let write = matches!(r.kind, ResourceKind::PathWrite);
         let mut path = |text: &str| -> Result<String, String> {
-            let joined = resolve_path(text, workspace)?;
+            let mut joined = resolve_path(text, workspace)?;
+            if write && let Some(real) = resolve_write_path(&joined) {
+                redirected.push(Redirected { named: joined, resolved: real.clone() });
+                joined = real;
+            }
             if joined != text
                 && let Some(slot) = resolved.get_mut(&r.arg)
             {
@@ -64,7 +92,38 @@ pub fn resolve(
             ResourceKind::UrlFetch => Resource::Url(text.to_owned()),
         });
     }
-    Ok((out, resolved))
+    Ok((out, resolved, redirected))
+}
+
+/// Where a write to `path` (absolute, normalised) lands on disk, when that is not
+/// `path`: its deepest existing directory as the kernel resolves it, with the rest
+/// appended. The last component is kept as named (a write never follows a symlink
+/// there; the runtime refuses it). `None` when nothing along the way is a symlink, or
+/// for a path the broker will refuse anyway (relative, or with `..`).
+pub fn resolve_write_path(path: &str) -> Option<String> {
+    let path = Path::new(path);
+    if !path.is_absolute()
+        || path.components().any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return None;
+    }
+    let name = path.file_name()?;
+    let mut existing = path.parent()?;
+    let mut rest = Vec::new();
+    let real = loop {
+        match std::fs::canonicalize(existing) {
+            Ok(real) => break real,
+            Err(_) => {
+                rest.push(existing.file_name()?);
+                existing = existing.parent()?;
+            }
+        }
+    };
+    let mut landed = real;
+    landed.extend(rest.iter().rev());
+    landed.push(name);
+    let landed = landed.to_str()?.to_owned();
+    (landed != path.to_str()?).then_some(landed)
 }
 
 /// A path argument as the broker is to see it: an absolute one as written, a relative
@@ -246,11 +305,14 @@ impl Trust {
         workspace: Option<&Path>,
     ) -> Result<Requested<'t>, AgentError> {
         let args_text = args.to_string();
-        let (resources, run_args) = match tool.map(|t| resolve(t, args, workspace)) {
-            Some(Ok((resources, resolved))) => (Ok(resources), resolved.to_string()),
-            Some(Err(why)) => (Err(why), args_text.clone()),
-            None => (Ok(Vec::new()), args_text.clone()),
-        };
+        let (resources, run_args, redirected) =
+            match tool.map(|t| resolve_noting(t, args, workspace)) {
+                Some(Ok((resources, resolved, redirected))) => {
+                    (Ok(resources), resolved.to_string(), redirected)
+                }
+                Some(Err(why)) => (Err(why), args_text.clone(), Vec::new()),
+                None => (Ok(Vec::new()), args_text.clone(), Vec::new()),
+            };
         let listed =
             resources.as_deref().unwrap_or_default().iter().map(ToString::to_string).collect();
         let digest = tool.map_or("", |t| t.digest());
@@ -265,6 +327,7 @@ impl Trust {
             tool,
             args: run_args,
             resources,
+            redirected,
             workspace: workspace.map(Path::to_path_buf),
         })
     }
@@ -275,6 +338,7 @@ impl Trust {
         call: &str,
         decision: &Decision,
         taint: Label,
+        approval: Option<&str>,
     ) -> Result<(), AgentError> {
         let (name, why) = match decision {
             Decision::Allow(_) => ("allow", String::new()),
@@ -287,6 +351,7 @@ impl Trust {
             decision: name.to_owned(),
             taint: taint.to_string(),
             why: bounded(&why, MAX_FIELD_BYTES),
+            approval: approval.map(str::to_owned),
         }))?;
         Ok(())
     }
@@ -303,6 +368,8 @@ pub struct Requested<'t> {
     /// The arguments the tool runs with (relative paths resolved), JSON text.
     args: String,
     resources: Result<Vec<Resource>, String>,
+    /// Write paths named through a symlink, and where they land.
+    redirected: Vec<Redirected>,
     /// The session's workspace, for the policy's `{workspace}` rules.
     workspace: Option<std::path::PathBuf>,
 }
@@ -339,6 +406,8 @@ pub struct Asking<'t> {
     requested: Requested<'t>,
     ask: AskRequest,
     overlay: Overlay,
+    /// The approval id, on the log with the `ask` decision.
+    approval: String,
 }
 
 /// A call allowed to run, with its grant.
@@ -398,8 +467,32 @@ impl<'t> Requested<'t> {
                         resources: resources.clone(),
                     };
                     let policy = policy.for_workspace(self.workspace.as_deref());
-                    let decision = bx_broker::decide(&policy, taint, &request);
-                    trust.decision(&self.session, &self.call, &decision, taint)?;
+                    let mut decision = bx_broker::decide(&policy, taint, &request);
+                    // The owner reads where each write lands and how the call named it.
+                    let notes = self.redirected.iter().map(|r| {
+                        format!(
+                            "write {}: named as {}, which leads there through a symlink",
+                            r.resolved, r.named
+                        )
+                    });
+                    match &mut decision {
+                        Decision::Ask(ask) => ask.reasons.extend(notes),
+                        Decision::Deny(reason) => {
+                            for note in notes {
+                                reason.message.push_str(&format!(" ({note})"));
+                            }
+                        }
+                        Decision::Allow(_) => {}
+                    }
+                    let approval = matches!(decision, Decision::Ask(_))
+                        .then(bx_broker::new_approval_id);
+                    trust.decision(
+                        &self.session,
+                        &self.call,
+                        &decision,
+                        taint,
+                        approval.as_deref(),
+                    )?;
                     return Ok(match decision {
                         Decision::Allow(grant) => {
                             Decided::Allowed(Allowed { requested: self, grant })
@@ -408,6 +501,7 @@ impl<'t> Requested<'t> {
                             requested: self,
                             ask,
                             overlay: overlay.clone(),
+                            approval: approval.unwrap_or_default(),
                         }),
                         Decision::Deny(reason) => Decided::Refused(Refused {
                             reason: with_note(reason.message),
@@ -418,12 +512,17 @@ impl<'t> Requested<'t> {
             },
         };
         let denied = Decision::Deny(DenyReason { message: reason.clone() });
-        trust.decision(&self.session, &self.call, &denied, taint)?;
+        trust.decision(&self.session, &self.call, &denied, taint, None)?;
         Ok(Decided::Refused(Refused { reason: with_note(reason), unavailable }))
     }
 }
 
 impl<'t> Asking<'t> {
+    /// The id the owner answers by, as the `ask` decision's record names it.
+    pub fn approval(&self) -> &str {
+        &self.approval
+    }
+
     /// What the broker asks the owner.
     pub fn request(&self) -> &AskRequest {
         &self.ask

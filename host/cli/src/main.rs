@@ -2,8 +2,9 @@
 #![forbid(unsafe_code)]
 
 mod client;
-mod cmd;
+#[macro_use]
 mod term;
+mod cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

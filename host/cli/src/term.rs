@@ -86,3 +86,30 @@ mod tests {
         assert_eq!(back["t"], HOSTILE);
     }
 }
+
+/// Writes to standard output. A reader that went away (`bx approvals | head`) ends the
+/// command quietly with status 0, as ripgrep does: there is nobody left to tell, and a
+/// panic about it would only be noise.
+pub(crate) fn out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        // Anything else (a full disk behind a redirect) is worth a word, once.
+        eprintln!("bx: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `print!` through [`out`].
+macro_rules! outp {
+    ($($arg:tt)*) => { $crate::term::out(format_args!($($arg)*)) };
+}
+
+/// `println!` through [`out`].
+macro_rules! outln {
+    () => { $crate::term::out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::term::out(format_args!("{}\n", format_args!($($arg)*))) };
+}

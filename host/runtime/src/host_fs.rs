@@ -53,6 +53,12 @@ pub(crate) struct Roots {
     /// The policy's path labels as their paths resolve on disk: a grant named by a
     /// symlink labels what it leads to, whatever name a call reaches it by.
     labels_real: Option<Vec<(PathBuf, bx_broker::Label)>>,
+    /// (device, inode) of each of bx's own paths that exists (the state and audit
+    /// directories, the signing key and its `.pub`, the export directories): a second
+    /// name for one of them (a bind mount, a hard link) is refused as the first is.
+    own_ids: Option<Vec<(u64, u64)>>,
+    /// Directories already found not to be one of bx's own by identity, this call.
+    not_own: std::collections::HashSet<PathBuf>,
 }
 
 impl Roots {
@@ -62,6 +68,8 @@ impl Roots {
             denied_real: None,
             own_linked: None,
             labels_real: None,
+            own_ids: None,
+            not_own: std::collections::HashSet::new(),
         }
     }
 }
@@ -135,6 +143,50 @@ fn resolve_leniently(path: &Path) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// Opens directory `rel` below `root` one component at a time, refusing a symlink at any
+/// of them (what `openat2`'s `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` does in one call,
+/// done portably with cap-std's no-follow open).
+fn open_dir_beneath(root: &Dir, rel: &Path, shown: &str) -> Result<Dir, Error> {
+    use cap_fs_ext::DirExt as _;
+    let mut dir = root.try_clone().map_err(|e| io_error(shown, &e))?;
+    for part in rel.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::Normal(name) => {
+                dir = dir.open_dir_nofollow(name).map_err(|e| {
+                    if dir.symlink_metadata(name).is_ok_and(|m| m.file_type().is_symlink()) {
+                        Error::Denied(format!(
+                            "{shown}: {} is a symlink; a write never passes through one (write to the path it leads to)",
+                            Path::new(name).display()
+                        ))
+                    } else {
+                        io_error(shown, &e)
+                    }
+                })?;
+            }
+            _ => return Err(Error::Denied(format!("{shown}: leads outside the granted root"))),
+        }
+    }
+    Ok(dir)
+}
+
+/// The `/proc` name of an open descriptor.
+fn real_fd_path(fd: std::os::fd::BorrowedFd<'_>) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// (device, inode) of what `/proc/self/fd/N` names: the opened object itself, however
+/// it was reached.
+fn fd_id(proc_path: &Path) -> Result<(u64, u64), Error> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(proc_path).map_err(|e| {
+        Error::Denied(format!(
+            "cannot verify what an opened path is ({e}); see docs/runbook.md#path-unverifiable"
+        ))
+    })?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 /// The kernel's idea of where an open descriptor lives.
@@ -225,8 +277,13 @@ impl CallState {
 
     /// The second check, on what was actually opened: its real path must lie in the root
     /// and outside every denied sub-path (by name and by resolved location).
-    fn verify(&mut self, idx: usize, fd: impl AsFd, shown: &str) -> Result<PathBuf, Error> {
-        let real = real_path(fd)?;
+    fn verify(
+        &mut self,
+        idx: usize,
+        fd: impl AsFd,
+        shown: &str,
+    ) -> Result<(PathBuf, PathBuf), Error> {
+        let real = real_path(&fd)?;
         let logical_root = self.root_path(idx);
         let root = self.root(idx)?;
         let below = if root.file.is_some() {
@@ -246,7 +303,53 @@ impl CallState {
             )));
         }
         self.check_real(&real, shown)?;
-        Ok(logical)
+        self.check_identity(&fd_id(&real_fd_path(fd.as_fd()))?, &real, shown)?;
+        Ok((logical, real))
+    }
+
+    /// Refuses an opened object that is one of bx's own paths, or lies in one, by
+    /// (device, inode) rather than by name: the state directory bind-mounted into a
+    /// workspace, or a hard link to the signing key, has a name no rule knows.
+    fn check_identity(&mut self, opened: &(u64, u64), real: &Path, shown: &str) -> Result<(), Error> {
+        let grant = &self.grant;
+        let own = self.roots.own_ids.get_or_insert_with(|| {
+            let mut ids: Vec<(u64, u64)> = grant
+                .denied()
+                .filter(|d| grant.is_own(d))
+                .filter_map(|d| std::fs::metadata(d).ok())
+                .map(|m| {
+                    use std::os::unix::fs::MetadataExt as _;
+                    (m.dev(), m.ino())
+                })
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        });
+        let refuse = || {
+            Error::Denied(format!(
+                "{shown}: is bx's own state by another name (a bind mount or a hard link; see docs/runbook.md#own-state)"
+            ))
+        };
+        if own.contains(opened) {
+            return Err(refuse());
+        }
+        for dir in real.ancestors().skip(1) {
+            if self.roots.not_own.contains(dir) {
+                break; // it and everything above it were checked
+            }
+            let Ok(meta) = std::fs::metadata(dir) else { continue };
+            use std::os::unix::fs::MetadataExt as _;
+            if own.contains(&(meta.dev(), meta.ino())) {
+                return Err(refuse());
+            }
+        }
+        for dir in real.ancestors().skip(1) {
+            if !self.roots.not_own.insert(dir.to_path_buf()) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The check on a real (kernel-resolved) path: outside every denied sub-path and
@@ -288,7 +391,18 @@ impl CallState {
     }
 
     /// Opens the directory that holds `rel`'s last component, verified, with that name.
-    fn open_parent(&mut self, idx: usize, rel: &Path, shown: &str) -> Result<(Dir, String), Error> {
+    /// For a write (`access` is [`FsAccess::Write`]) every directory below the root is
+    /// opened one component at a time without following a symlink: a write lands at the
+    /// path the owner was shown, or nowhere (`docs -> .git/hooks` in a workspace would
+    /// otherwise turn an approved `docs/post-commit` into a git hook). Reads still follow
+    /// in-root symlinks, and are labelled by where they lead.
+    fn open_parent(
+        &mut self,
+        idx: usize,
+        rel: &Path,
+        shown: &str,
+        access: FsAccess,
+    ) -> Result<(Dir, String), Error> {
         let root = self.root(idx)?;
         if let Some(file) = &root.file {
             if !rel.as_os_str().is_empty() {
@@ -306,8 +420,11 @@ impl CallState {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let dir = root.dir.open_dir(parent).map_err(|e| io_error(shown, &e))?;
-        let logical_parent = self.verify(idx, &dir, shown)?;
+        let dir = match access {
+            FsAccess::Read => root.dir.open_dir(parent).map_err(|e| io_error(shown, &e))?,
+            FsAccess::Write => open_dir_beneath(&root.dir, parent, shown)?,
+        };
+        let (logical_parent, _) = self.verify(idx, &dir, shown)?;
         if let Some(refusal) = self.grant.denied_prefix(&logical_parent.join(name)) {
             return Err(Error::Denied(format!("{shown}: under {refusal}")));
         }
@@ -324,12 +441,16 @@ impl CallState {
         if rel.as_os_str().is_empty() { root } else { root.join(rel) }
     }
 
-    /// Records that the call reached `path`, labelled by the most specific grant covering
-    /// it, by name and as it lies on disk (joined: a secret grant named by a symlink
-    /// keeps its label for a read through the real path).
-    fn touch_path(&mut self, path: PathBuf, access: FsAccess) {
-        let mut label = self.grant.path_label(&path);
-        if let Ok(real) = std::fs::canonicalize(&path) {
+    /// Records that the call reached `logical` (the path under the grant's root), which
+    /// is `real` on disk as the kernel reported it for the opened descriptor (looked up
+    /// when there was none), labelled by the most specific grant covering it by name and
+    /// as it lies on disk (joined: a secret grant named by a symlink keeps its label for
+    /// a read through the real path). The record names the file as it lies on disk: a
+    /// workspace swapped for a symlink names the file actually read.
+    fn touch_path(&mut self, logical: PathBuf, real: Option<PathBuf>, access: FsAccess) {
+        let mut label = self.grant.path_label(&logical);
+        let real = real.or_else(|| std::fs::canonicalize(&logical).ok());
+        if let Some(real) = &real {
             let grant = &self.grant;
             let rules = self.roots.labels_real.get_or_insert_with(|| {
                 grant.label_rules().filter_map(|(p, l)| Some((resolve_leniently(p)?, l))).collect()
@@ -347,6 +468,7 @@ impl CallState {
                 label = label.join(l);
             }
         }
+        let path = real.unwrap_or(logical);
         self.touch(Touched::Path { path, access, label });
     }
 
@@ -365,13 +487,13 @@ impl CallState {
         refuse_special(root.dir.metadata(name), path)?;
         let opened = root.dir.open_with(name, &options);
         let file = opened.map_err(|e| io_error(path, &e))?;
-        let logical = self.verify(idx, &file, path)?;
+        let (logical, real) = self.verify(idx, &file, path)?;
         let meta = file.metadata().map_err(|e| io_error(path, &e))?;
         if !meta.is_file() {
             return Err(Error::Invalid(format!("{path}: not a regular file")));
         }
         self.check_links(&meta, path)?;
-        self.touch_path(logical, FsAccess::Read);
+        self.touch_path(logical, Some(real), FsAccess::Read);
         Ok((file, meta.len()))
     }
 
@@ -416,7 +538,7 @@ impl CallState {
             return Err(Error::TooLarge(format!("write of {} bytes; at most {cap}", data.len())));
         }
         let (idx, rel) = self.route(path, FsAccess::Write)?;
-        let (dir, name) = self.open_parent(idx, &rel, path)?;
+        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
         let mut options = OpenOptions::new();
         options.follow(FollowSymlinks::No).custom_flags(OPEN_FLAGS);
         // Never truncate at open: the descriptor is verified first, then cut.
@@ -427,7 +549,7 @@ impl CallState {
         };
         refuse_special(dir.symlink_metadata(&name), path)?;
         let mut file = dir.open_with(&name, &options).map_err(|e| io_error(path, &e))?;
-        let logical = self.verify(idx, &file, path)?;
+        let (logical, real) = self.verify(idx, &file, path)?;
         let meta = file.metadata().map_err(|e| io_error(path, &e))?;
         if !meta.is_file() {
             return Err(Error::Invalid(format!("{path}: not a regular file")));
@@ -436,7 +558,7 @@ impl CallState {
         if mode == WriteMode::Overwrite {
             file.set_len(0).map_err(|e| io_error(path, &e))?;
         }
-        self.touch_path(logical, FsAccess::Write);
+        self.touch_path(logical, Some(real), FsAccess::Write);
         file.write_all(data).map_err(|e| io_error(path, &e))?;
         Ok(data.len() as u64)
     }
@@ -449,8 +571,8 @@ impl CallState {
         }
         let target = if rel.as_os_str().is_empty() { Path::new(".") } else { rel.as_path() };
         let dir = root.dir.open_dir(target).map_err(|e| io_error(path, &e))?;
-        let logical = self.verify(idx, &dir, path)?;
-        self.touch_path(logical.clone(), FsAccess::Read);
+        let (logical, real) = self.verify(idx, &dir, path)?;
+        self.touch_path(logical.clone(), Some(real), FsAccess::Read);
         let mut out = Vec::new();
         for entry in dir.entries().map_err(|e| io_error(path, &e))? {
             let entry = entry.map_err(|e| io_error(path, &e))?;
@@ -477,10 +599,10 @@ impl CallState {
         let meta = if root.file.is_none() && rel.as_os_str().is_empty() {
             root.dir.dir_metadata().map_err(|e| io_error(path, &e))?
         } else {
-            let (dir, name) = self.open_parent(idx, &rel, path)?;
+            let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
             dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?
         };
-        self.touch_path(self.logical(idx, &rel), FsAccess::Read);
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read);
         Ok(Metadata {
             kind: kind_of(meta.file_type()),
             size: meta.len(),
@@ -490,9 +612,9 @@ impl CallState {
 
     fn fs_mkdir(&mut self, path: &str) -> Result<(), Error> {
         let (idx, rel) = self.route(path, FsAccess::Write)?;
-        let (dir, name) = self.open_parent(idx, &rel, path)?;
+        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
         dir.create_dir(&name).map_err(|e| io_error(path, &e))?;
-        self.touch_path(self.logical(idx, &rel), FsAccess::Write);
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Write);
         Ok(())
     }
 }

@@ -219,38 +219,38 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 eprintln!("note: {}", term::one_line(note));
             }
             if json {
-                println!("{}", term::json_pretty(&report)?);
+                outln!("{}", term::json_pretty(&report)?);
             } else {
-                println!("files:     {}", report.files.len());
-                println!("records:   {}", report.records);
+                outln!("files:     {}", report.files.len());
+                outln!("records:   {}", report.records);
                 match &report.head {
-                    Some((seq, hash)) => println!("head:      seq {seq} {hash}"),
-                    None => println!("head:      (empty log)"),
+                    Some((seq, hash)) => outln!("head:      seq {seq} {hash}"),
+                    None => outln!("head:      (empty log)"),
                 }
                 let sessions: Vec<String> =
                     report.sessions.iter().map(|s| term::one_line(s)).collect();
-                println!("sessions:  {}", sessions.join(", "));
-                println!("calls denied: {}", report.calls_denied);
-                println!("calls allowed with no result: {}", report.calls_without_result.len());
+                outln!("sessions:  {}", sessions.join(", "));
+                outln!("calls denied: {}", report.calls_denied);
+                outln!("calls allowed with no result: {}", report.calls_without_result.len());
                 for c in &report.calls_without_result {
-                    println!("  {}", term::one_line(c));
+                    outln!("  {}", term::one_line(c));
                 }
                 let a = &report.anchor;
                 match a.state.as_str() {
-                    "unanchored" => println!(
+                    "unanchored" => outln!(
                         "anchor:    none (no signed checkpoint outside the log was checked)"
                     ),
-                    state => println!(
+                    state => outln!(
                         "anchor:    {state}: {} signed checkpoint(s) of {}, the log consistent up to record {}",
                         a.checkpoints,
                         term::one_line(a.origin.as_deref().unwrap_or("?")),
                         a.size
                     ),
                 }
-                println!("accepted breaks: {}", report.breaks.len());
-                println!("recovered regions: {}", report.recovered.len());
+                outln!("accepted breaks: {}", report.breaks.len());
+                outln!("recovered regions: {}", report.recovered.len());
                 for r in &report.recovered {
-                    println!(
+                    outln!(
                         "  {} at byte {}: {} bytes, moved to {}",
                         term::one_line(&r.file),
                         r.offset,
@@ -260,12 +260,12 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 }
                 let a = &report.anchor;
                 if report.is_clean() && a.state == "anchored" && a.unanchored == 0 {
-                    println!(
+                    outln!(
                         "ok: the chain is intact and anchored: consistent with {} signed checkpoint(s) kept off the log",
                         a.checkpoints
                     );
                 } else if report.is_clean() && a.state == "anchored" {
-                    println!(
+                    outln!(
                         "ok: the chain is intact; records 1..={} are anchored by {} signed checkpoint(s), and the last {} (records {}..={}) are not: no checkpoint kept off the log vouches for them (written since the last export, or added by someone else; see docs/audit.md)",
                         a.size,
                         a.checkpoints,
@@ -274,14 +274,14 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                         a.size + a.unanchored
                     );
                 } else if report.is_clean() {
-                    println!(
+                    outln!(
                         "ok: the chain is intact, unanchored: it agrees with itself, and nothing outside the log vouches for it (see docs/audit.md)"
                     );
                 } else {
-                    println!("PROBLEMS: {}", report.problems.len() as u64 + report.problems_more);
+                    outln!("PROBLEMS: {}", report.problems.len() as u64 + report.problems_more);
                     for p in &report.problems {
                         let where_ = term::one_line(&p.file);
-                        println!(
+                        outln!(
                             "  {where_}:{}: {}: {}",
                             p.line,
                             p.kind,
@@ -289,9 +289,9 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                         );
                     }
                     if report.problems_more > 0 {
-                        println!("  … and {} more", report.problems_more);
+                        outln!("  … and {} more", report.problems_more);
                     }
-                    println!("see docs/runbook.md#audit-broken");
+                    outln!("see docs/runbook.md#audit-broken");
                 }
             }
             Ok(if report.is_clean() { EXIT_OK } else { EXIT_ERROR })
@@ -303,7 +303,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 std::fs::create_dir_all(parent)?;
             }
             let vkey = bx_audit::init_key(&path, &origin)?;
-            println!("{vkey}");
+            outln!("{vkey}");
             eprintln!(
                 "wrote the signing key {} (0600) and its verifier key {}",
                 term::one_line(&path.display().to_string()),
@@ -345,7 +345,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             // The one place export directories are set up: by the owner, on purpose.
             for dir in anchor.exports().iter().chain(&export) {
                 if let Err(e) = bx_audit::prepare_export(dir, &origin) {
-                    println!(
+                    outln!(
                         "  cannot set up {}: {} (see docs/runbook.md#audit-export-failed)",
                         term::one_line(&dir.display().to_string()),
                         term::one_line(&e.to_string())
@@ -356,20 +356,20 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             let (size, root) = log.tree_head();
             if size == 0 {
                 log.close()?;
-                println!("the log is empty: there is nothing to sign yet");
+                outln!("the log is empty: there is nothing to sign yet");
                 return Ok(EXIT_OK);
             }
             log.close()?;
-            println!("checkpoint of {} at {size} records, root {root}", term::one_line(&origin));
+            outln!("checkpoint of {} at {size} records, root {root}", term::one_line(&origin));
             let mut ok = true;
             for r in &results {
                 match &r.error {
                     None => {
-                        println!("  exported to {}", term::one_line(&r.dir.display().to_string()))
+                        outln!("  exported to {}", term::one_line(&r.dir.display().to_string()))
                     }
                     Some(e) => {
                         ok = false;
-                        println!(
+                        outln!(
                             "  FAILED {}: {} (see docs/runbook.md#audit-export-failed)",
                             term::one_line(&r.dir.display().to_string()),
                             term::one_line(e)
@@ -378,7 +378,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 }
             }
             if results.is_empty() {
-                println!("  no export directory: name one as [audit] export, or pass --export");
+                outln!("  no export directory: name one as [audit] export, or pass --export");
             }
             Ok(if ok { EXIT_OK } else { EXIT_ERROR })
         }
@@ -403,7 +403,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                         term::one_line(&file.display().to_string())
                     );
                 }
-                None => print!("{proof}"),
+                None => outp!("{proof}"),
             }
             Ok(EXIT_OK)
         }
@@ -413,17 +413,17 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 .ok_or_else(|| anyhow::anyhow!("{}: no such file", file.display()))?;
             match bx_audit::check_proof(&bytes, &verifier) {
                 Ok(p) => {
-                    println!(
+                    outln!(
                         "ok: record {} of the {} in {}'s signed checkpoint",
                         p.index + 1,
                         p.size,
                         term::one_line(&p.origin)
                     );
-                    println!("{}", bx_broker::escape_untrusted(&p.record, false));
+                    outln!("{}", bx_broker::escape_untrusted(&p.record, false));
                     Ok(EXIT_OK)
                 }
                 Err(e) => {
-                    println!("FAILED: {} (see docs/runbook.md#audit-proof)", term::one_line(&e));
+                    outln!("FAILED: {} (see docs/runbook.md#audit-proof)", term::one_line(&e));
                     Ok(EXIT_ERROR)
                 }
             }
@@ -431,7 +431,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
         AuditCommand::Tail { n } => {
             let lines = all_records(&dir)?;
             for line in &lines[lines.len().saturating_sub(n)..] {
-                println!("{}", bx_broker::escape_untrusted(line, false));
+                outln!("{}", bx_broker::escape_untrusted(line, false));
             }
             Ok(EXIT_OK)
         }
@@ -441,7 +441,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                     r.fields.get("session").and_then(|s| s.as_str()) == Some(session.as_str())
                 });
                 if ours {
-                    println!("{}", bx_broker::escape_untrusted(&line, false));
+                    outln!("{}", bx_broker::escape_untrusted(&line, false));
                 }
             }
             Ok(EXIT_OK)

@@ -39,7 +39,10 @@ pub(crate) struct ChatArgs {
 }
 
 /// The workspace a client asks for: `given`, else the current directory, as it resolves
-/// on disk (the daemon refuses one that does not).
+/// on disk (the daemon refuses one that does not). The owner's home, or a directory
+/// above it, is a workspace only when named with `--workspace`: a client started there
+/// by an editor would otherwise put every credential store under the home in reach
+/// (`docs/runbook.md#workspace-home`).
 pub(crate) fn workspace(given: Option<&std::path::Path>) -> anyhow::Result<String> {
     let dir = match given {
         Some(d) => d.to_path_buf(),
@@ -49,12 +52,31 @@ pub(crate) fn workspace(given: Option<&std::path::Path>) -> anyhow::Result<Strin
         let shown = term::one_line(&dir.display().to_string());
         format!("workspace {shown} (see docs/runbook.md#workspace)")
     })?;
+    if given.is_none()
+        && let Some(home) = home_covered_by(&real)
+    {
+        anyhow::bail!(
+            "the current directory {} {}; a workspace there puts every file of yours in the tools' reach. Start in a project directory, or name it with --workspace {} if you mean it (see docs/runbook.md#workspace-home)",
+            term::one_line(&real.display().to_string()),
+            if home == real { "is your home".to_owned() } else {
+                format!("holds your home {}", term::one_line(&home.display().to_string()))
+            },
+            term::one_line(&real.display().to_string()),
+        );
+    }
     real.into_os_string().into_string().map_err(|p| {
         anyhow::anyhow!(
             "workspace {}: not UTF-8 (see docs/runbook.md#workspace)",
             term::one_line(&p.to_string_lossy())
         )
     })
+}
+
+/// The owner's home (`$HOME`, as it resolves on disk) when `dir` is it or above it.
+pub(crate) fn home_covered_by(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let home = std::env::home_dir()?;
+    let home = std::fs::canonicalize(home).ok()?;
+    home.starts_with(dir).then_some(home)
 }
 
 /// The workspace to send with each message: the session's own when it exists (with one,
@@ -207,7 +229,7 @@ impl Chat<'_> {
     /// Prints `msg` as one JSON line when `--json` is on.
     fn print_json(&self, msg: &Body) -> anyhow::Result<()> {
         if self.args.json {
-            println!("{}", term::json(msg)?);
+            outln!("{}", term::json(msg)?);
             let _ = std::io::stdout().flush();
         }
         Ok(())
@@ -273,13 +295,13 @@ impl Chat<'_> {
             match envelope.msg {
                 Body::TurnDone { .. } => {
                     if wrote_text && !self.args.json {
-                        println!();
+                        outln!();
                     }
                     return Ok(EXIT_OK);
                 }
                 Body::Error { code, message, runbook } => {
                     if wrote_text && !self.args.json {
-                        println!();
+                        outln!();
                     }
                     eprintln!(
                         "bx: {}\n    runbook: {}{}",
@@ -308,7 +330,7 @@ impl Chat<'_> {
                 }
                 _ if self.args.json => {}
                 Body::ContentDelta { text, .. } => {
-                    print!("{}", term::shown(&text));
+                    outp!("{}", term::shown(&text));
                     let _ = std::io::stdout().flush();
                     wrote_text = true;
                 }

@@ -18,7 +18,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
     let mut healthy = true;
     let mut check = |ok: bool, line: String| {
         healthy &= ok;
-        println!("{} {}", if ok { "ok  " } else { "FAIL" }, term::shown(&line));
+        outln!("{} {}", if ok { "ok  " } else { "FAIL" }, term::shown(&line));
     };
 
     let config = bx_daemon::load_config(state);
@@ -52,7 +52,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
                     let ok = report.completion_ok && report.problems.is_empty();
                     check(ok, "inference self-test (at daemon start):".into());
                     for line in report.to_string().lines() {
-                        println!("       {}", term::one_line(line));
+                        outln!("       {}", term::one_line(line));
                     }
                 }
                 Err(e) => {
@@ -61,7 +61,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
             }
         }
         (true, None) => check(true, "daemon: answering (no status file)".into()),
-        (false, _) => println!("-    daemon: not running (`bx chat` or `bx serve` starts one)"),
+        (false, _) => outln!("-    daemon: not running (`bx chat` or `bx serve` starts one)"),
     }
 
     // With an invalid config, the default places are still worth checking.
@@ -77,7 +77,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
     }
     if let Some(p) = policy.in_force() {
         for line in bx_daemon::own_state_lines(&p) {
-            println!("warn {}", term::shown(&line));
+            outln!("warn {}", term::shown(&line));
         }
     }
 
@@ -116,7 +116,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
         Err(e) => check(false, format!("audit: {e}")),
     }
     match &anchor {
-        Ok(None) => println!(
+        Ok(None) => outln!(
             "-    audit anchor: none; the log can only show it agrees with itself (`bx audit key init` and [audit] export; see docs/audit.md)"
         ),
         Ok(Some(a)) => {
@@ -131,7 +131,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
                 ),
             );
             if a.exports().is_empty() {
-                println!(
+                outln!(
                     "warn no [audit] export directory: checkpoints are signed but kept only on this host"
                 );
             }
@@ -145,7 +145,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
                         ),
                     ),
                     None => {}
-                    Some(size) => println!(
+                    Some(size) => outln!(
                         "-    audit export to {shown}: the newest checkpoint covers {size} of {records} records"
                     ),
                 }
@@ -192,7 +192,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
     let installed = store.installed()?;
     check(true, format!("tools: {} installed, epoch {}", installed.tools.len(), installed.epoch));
     for (name, tool) in &installed.tools {
-        println!("       {} {}", term::one_line(name), term::one_line(&tool.digest));
+        outln!("       {} {}", term::one_line(name), term::one_line(&tool.digest));
     }
     Ok(if healthy { EXIT_OK } else { EXIT_ERROR })
 }

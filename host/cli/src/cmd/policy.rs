@@ -50,7 +50,7 @@ pub(crate) fn run(state: &StateDir, command: PolicyCommand) -> anyhow::Result<u8
             }
             std::fs::write(&default, bx_broker::EXAMPLE_POLICY)
                 .with_context(|| format!("writing {}", default.display()))?;
-            println!("wrote {}", default.display());
+            outln!("wrote {}", default.display());
             Ok(EXIT_OK)
         }
         PolicyCommand::Check { file } => {
@@ -63,7 +63,7 @@ pub(crate) fn run(state: &StateDir, command: PolicyCommand) -> anyhow::Result<u8
                 Ok(p) => {
                     let config = bx_daemon::load_config(state).unwrap_or_default();
                     let p = p.protect_own(state.own_paths(&config))?;
-                    println!(
+                    outln!(
                         "{}: ok: {} grants, {} deny rules, {} examples hold",
                         path.display(),
                         p.grants().len(),
@@ -71,7 +71,7 @@ pub(crate) fn run(state: &StateDir, command: PolicyCommand) -> anyhow::Result<u8
                         p.examples().len()
                     );
                     for line in bx_daemon::own_state_lines(&p) {
-                        println!("{}", term::shown(&line));
+                        outln!("{}", term::shown(&line));
                     }
                     Ok(EXIT_OK)
                 }
@@ -100,8 +100,8 @@ fn explain(state: &StateDir, tool_name: &str, args: &str, session: &str) -> anyh
     let (resources, decision) =
         bx_agent::call::explain(&policy, taint, &tool, &call_args, workspace.as_deref())
             .map_err(anyhow::Error::msg)?;
-    println!("tool:     {} {}", term::one_line(tool_name), tool.digest());
-    println!(
+    outln!("tool:     {} {}", term::one_line(tool_name), tool.digest());
+    outln!(
         "session:  {}, taint {taint}{}",
         term::one_line(session),
         damage.map(|d| format!(" ({})", term::one_line(&d))).unwrap_or_default()
@@ -109,7 +109,7 @@ fn explain(state: &StateDir, tool_name: &str, args: &str, session: &str) -> anyh
     let in_workspace = policy.for_workspace(workspace.as_deref());
     match &workspace {
         Some(w) => {
-            println!("workspace: {}", term::one_line(&w.display().to_string()));
+            outln!("workspace: {}", term::one_line(&w.display().to_string()));
             // What each `{workspace}` rule stands for in this session.
             let grants = policy.grants().iter().zip(in_workspace.grants());
             let grants =
@@ -119,41 +119,41 @@ fn explain(state: &StateDir, tool_name: &str, args: &str, session: &str) -> anyh
                 denies.map(|(r, a)| (format!("deny[{}]", r.index), &r.resource, &a.resource));
             for (name, rule, applied) in grants.chain(denies) {
                 if rule != applied {
-                    println!("  {name} {rule} = {}", term::one_line(&applied.to_string()));
+                    outln!("  {name} {rule} = {}", term::one_line(&applied.to_string()));
                 }
             }
         }
         None if policy.grants().len() != in_workspace.grants().len()
             || policy.denies().len() != in_workspace.denies().len() =>
         {
-            println!("workspace: none, so the {{workspace}} rules apply to nothing");
+            outln!("workspace: none, so the {{workspace}} rules apply to nothing");
         }
         None => {}
     }
-    println!("resources:");
+    outln!("resources:");
     for r in &resources {
-        println!("  {}", term::one_line(&r.to_string()));
+        outln!("  {}", term::one_line(&r.to_string()));
     }
     match decision {
         Decision::Allow(grant) => {
-            println!("decision: allow");
+            outln!("decision: allow");
             for (root, kind) in grant.roots() {
                 let label = grant.root_label(root).map(|l| l.to_string()).unwrap_or_default();
-                println!("  reaches {} ({kind:?}), label {label}", root.display());
+                outln!("  reaches {} ({kind:?}), label {label}", root.display());
             }
             for host in grant.hosts() {
                 let label =
                     grant.host_label(&host.to_string()).map(|l| l.to_string()).unwrap_or_default();
-                println!("  reaches {host}, label {label}");
+                outln!("  reaches {host}, label {label}");
             }
             for denied in grant.denied() {
-                println!("  never reaches {}", denied.display());
+                outln!("  never reaches {}", denied.display());
             }
         }
         Decision::Ask(ask) => {
-            println!("decision: ask");
+            outln!("decision: ask");
             for m in &ask.matched {
-                println!(
+                outln!(
                     "  {} -> {}, label {}, {}",
                     term::one_line(&m.resource.to_string()),
                     m.grant,
@@ -162,11 +162,11 @@ fn explain(state: &StateDir, tool_name: &str, args: &str, session: &str) -> anyh
                 );
             }
             for r in &ask.reasons {
-                println!("  why: {}", term::one_line(r));
+                outln!("  why: {}", term::one_line(r));
             }
         }
         Decision::Deny(reason) => {
-            println!("decision: deny\n  why: {}", term::one_line(&reason.message))
+            outln!("decision: deny\n  why: {}", term::one_line(&reason.message))
         }
     }
     Ok(EXIT_OK)

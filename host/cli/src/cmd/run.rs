@@ -309,12 +309,18 @@ fn here(
         Decided::Asking(asking) => {
             let table = ApprovalTable::new();
             let timeout = Duration::from_secs(args.approval_timeout);
-            let pending = table.insert(
+            // A fresh table: the id the `ask` record names is free in it.
+            let Some(pending) = table.insert_as(
+                asking.approval().to_owned(),
                 asking.request().clone(),
                 asking.args().to_owned(),
                 now_ms(),
                 timeout.as_millis() as u64,
-            );
+            ) else {
+                return unavailable(bx_agent::AgentError::Internal(
+                    "an empty approval table refused an id".into(),
+                ));
+            };
             let block = bx_broker::render_block(&pending, &asking.request().call.digest, now_ms());
             // The answer comes from standard input: a terminal, or a pipe the owner set
             // up; end of input is no answer.
@@ -370,14 +376,14 @@ fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
                 .ok()
                 .and_then(|v| term::json_pretty(&v).ok())
                 .unwrap_or_else(|| term::shown(text));
-            println!("{pretty}");
+            outln!("{pretty}");
             EXIT_OK
         }
         RunOutcome::Text => {
             let shown = term::shown(text);
-            print!("{shown}");
+            outp!("{shown}");
             if !shown.ends_with('\n') {
-                println!();
+                outln!();
             }
             EXIT_OK
         }

@@ -35,13 +35,13 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
         SessionCommand::Show { id } => {
             let ledger = Ledger::open(Sessions::open(&state.sessions_dir())?, &audit_dir)?;
             let (taint, damage) = ledger.peek(&id)?;
-            println!("{}: {taint}", term::one_line(&id));
+            outln!("{}: {taint}", term::one_line(&id));
             // A session made without one (by `bx tool run`, or before workspaces) has none.
             if let Some(w) = ledger.workspace_of(&id) {
-                println!("  workspace {}", term::one_line(&w.display().to_string()));
+                outln!("  workspace {}", term::one_line(&w.display().to_string()));
             }
             if let Some(d) = damage {
-                println!("  {} (see docs/runbook.md#session-state-damaged)", term::one_line(&d));
+                outln!("  {} (see docs/runbook.md#session-state-damaged)", term::one_line(&d));
             }
         }
         SessionCommand::Rebuild { id } => {
@@ -74,7 +74,7 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
                     (taint.to_string(), results)
                 }
             };
-            println!("{}: {taint} (from {results} results)", term::one_line(&id));
+            outln!("{}: {taint} (from {results} results)", term::one_line(&id));
         }
     }
     Ok(EXIT_OK)

@@ -65,7 +65,7 @@ pub(crate) fn run(state: &StateDir, command: ToolCommand) -> anyhow::Result<u8> 
         ToolCommand::Inspect { name } => inspect(&store, &name),
         ToolCommand::Remove { name } => {
             let removed = store.remove(&name)?;
-            println!("removed {name} ({})", removed.digest);
+            outln!("removed {name} ({})", removed.digest);
             Ok(EXIT_OK)
         }
         ToolCommand::Run(args) => super::run::run(state, &args),
@@ -105,15 +105,15 @@ fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
     bar.finish_and_clear();
     let outcome = outcome?;
     match (&outcome.replaced, outcome.changed) {
-        (_, false) => println!("{} is already installed as {}", outcome.name, outcome.digest),
+        (_, false) => outln!("{} is already installed as {}", outcome.name, outcome.digest),
         (Some(old), true) => {
-            println!(
+            outln!(
                 "replaced {} {old} with {} (tool epoch {})",
                 outcome.name, outcome.digest, outcome.epoch
             )
         }
         (None, true) => {
-            println!("installed {} {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch)
+            outln!("installed {} {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch)
         }
     }
     Ok(EXIT_OK)
@@ -122,19 +122,19 @@ fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
 fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
     let installed = store.installed()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&installed)?);
+        outln!("{}", serde_json::to_string_pretty(&installed)?);
         return Ok(EXIT_OK);
     }
     if installed.tools.is_empty() {
         eprintln!("no tools installed (tool epoch {})", installed.epoch);
         return Ok(EXIT_OK);
     }
-    println!("{:<16} {:<14} {:>9}  RESOURCES", "NAME", "DIGEST", "SIZE");
+    outln!("{:<16} {:<14} {:>9}  RESOURCES", "NAME", "DIGEST", "SIZE");
     for (name, tool) in &installed.tools {
         let short = Digest::parse(&tool.digest).map(|d| d.short()).unwrap_or_else(|_| "?".into());
         let resources =
             if tool.resources.is_empty() { "-".to_owned() } else { tool.resources.join(",") };
-        println!("{name:<16} {short:<14} {:>9}  {resources}", tool.size);
+        outln!("{name:<16} {short:<14} {:>9}  {resources}", tool.size);
     }
     Ok(EXIT_OK)
 }
@@ -150,23 +150,23 @@ fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
     }
     // What a tool says about itself is the tool's text: escaped like any.
     let d = tool.description();
-    println!("name:     {}", term::one_line(&d.name));
-    println!("digest:   {}", tool.digest());
-    println!("summary:  {}", term::one_line(&d.summary));
-    println!("resources:");
+    outln!("name:     {}", term::one_line(&d.name));
+    outln!("digest:   {}", tool.digest());
+    outln!("summary:  {}", term::one_line(&d.summary));
+    outln!("resources:");
     for r in &d.resources {
-        println!("  {} ({})", term::one_line(&r.arg), bx_runtime::resource_kind_name(r.kind));
+        outln!("  {} ({})", term::one_line(&r.arg), bx_runtime::resource_kind_name(r.kind));
     }
     let schema: serde_json::Value = serde_json::from_str(&d.args_schema)
         .unwrap_or(serde_json::Value::String(d.args_schema.clone()));
-    println!("arguments schema:\n{}", term::json_pretty(&schema)?);
-    println!("imports:");
+    outln!("arguments schema:\n{}", term::json_pretty(&schema)?);
+    outln!("imports:");
     for i in &tool.world().imports {
-        println!("  {}", term::one_line(i));
+        outln!("  {}", term::one_line(i));
     }
-    println!("exports:");
+    outln!("exports:");
     for e in &tool.world().exports {
-        println!("  {}", term::one_line(e));
+        outln!("  {}", term::one_line(e));
     }
     Ok(EXIT_OK)
 }

@@ -17,14 +17,14 @@ fn python() -> std::path::PathBuf {
 
 /// A state directory with `config` as its `config.toml`, the default policy and `tools`
 /// installed; a workspace with `notes.txt`, by its real path.
-struct Setup {
+pub(super) struct Setup {
     _state: tempfile::TempDir,
-    s: PathBuf,
+    pub(super) s: PathBuf,
     _ws: tempfile::TempDir,
-    ws: PathBuf,
+    pub(super) ws: PathBuf,
 }
 
-fn setup(config: &str, tools: &[&str]) -> Setup {
+pub(super) fn setup(config: &str, tools: &[&str]) -> Setup {
     let state = tempfile::tempdir().unwrap();
     let s = state.path().to_path_buf();
     std::fs::write(s.join("config.toml"), config).unwrap();
@@ -48,7 +48,7 @@ fn workspace_session(ws: &Path) -> String {
 }
 
 /// The request records on `s`'s log, after checking that the log verifies.
-fn requests_verified(s: &Path) -> Vec<Value> {
+pub(super) fn requests_verified(s: &Path) -> Vec<Value> {
     let r = bx(s, &["audit", "verify"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     audit_records(s).into_iter().filter(|r| r["kind"] == "request").collect()
@@ -75,10 +75,10 @@ fn approver(state: PathBuf, done: std::sync::mpsc::Receiver<()>) -> std::thread:
 }
 
 /// `bx mcp` on stdio, driven by hand: lines in, parsed replies out.
-struct Raw {
+pub(super) struct Raw {
     server: std::process::Child,
     stdin: std::process::ChildStdin,
-    replies: std::sync::mpsc::Receiver<Value>,
+    pub(super) replies: std::sync::mpsc::Receiver<Value>,
 }
 
 /// Starts `bx mcp` in `ws` with its stdin and stdout piped.
@@ -101,7 +101,7 @@ const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialize
 
 impl Raw {
     /// Starts `bx mcp` and completes the handshake.
-    fn start(s: &Path, ws: &Path) -> Raw {
+    pub(super) fn start(s: &Path, ws: &Path) -> Raw {
         let mut server = spawn_mcp(s, ws);
         let stdin = server.stdin.take().unwrap();
         let replies = forward_lines(server.stdout.take().unwrap(), |l| {
@@ -114,7 +114,7 @@ impl Raw {
         raw
     }
 
-    fn send(&mut self, line: &str) {
+    pub(super) fn send(&mut self, line: &str) {
         use std::io::Write as _;
         self.stdin.write_all(line.as_bytes()).unwrap();
         self.stdin.write_all(b"\n").unwrap();
@@ -122,7 +122,7 @@ impl Raw {
     }
 
     /// The next reply with `id` (a minute at most); earlier others are passed over.
-    fn reply(&self, id: Value) -> Value {
+    pub(super) fn reply(&self, id: Value) -> Value {
         loop {
             let r = self.replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
             if r["id"] == id {
@@ -131,14 +131,14 @@ impl Raw {
         }
     }
 
-    fn kill(mut self) {
+    pub(super) fn kill(mut self) {
         let _ = self.server.kill();
         let _ = self.server.wait();
     }
 }
 
 /// The approvals waiting in the daemon of `s`.
-fn approvals(s: &Path) -> Vec<Value> {
+pub(super) fn approvals(s: &Path) -> Vec<Value> {
     let r = bx(s, &["approvals", "--json"]);
     let listed: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
     listed["items"].as_array().cloned().unwrap_or_default()
@@ -705,7 +705,7 @@ fn stop_the_daemon_bx_mcp_started(s: &Path) {
 }
 
 /// The `bx serve` processes of state directory `s`, from `/proc`.
-fn daemons_of(s: &Path) -> Vec<u32> {
+pub(super) fn daemons_of(s: &Path) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };

@@ -4,6 +4,7 @@ mod anchor;
 mod bounds;
 mod chat;
 mod eval;
+mod hardening;
 mod history;
 mod install;
 mod layering;

@@ -84,7 +84,7 @@ fn serve(body: &'static str) -> u16 {
 }
 
 /// Runs `bx tool run` and answers its approval prompt with `answer(id)`.
-fn run_answering(state: &Path, args: &[&str], answer: impl Fn(&str) -> String) -> Run {
+pub(super) fn run_answering(state: &Path, args: &[&str], answer: impl Fn(&str) -> String) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bx"))
         .arg("--state-dir")
         .arg(state)

