@@ -231,9 +231,19 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                     report.sessions.iter().map(|s| term::one_line(s)).collect();
                 println!("sessions:  {}", sessions.join(", "));
                 println!("calls denied: {}", report.calls_denied);
-                println!("calls allowed with no result: {}", report.calls_without_result.len());
+                println!("calls with no result: {}", report.calls_without_result.len());
                 for c in &report.calls_without_result {
-                    println!("  {}", term::one_line(c));
+                    let lacks = match c.lacks {
+                        bx_audit::Lacks::Decision => "no decision (cut off before it; never ran)",
+                        bx_audit::Lacks::Answer => "no answer from the owner",
+                        bx_audit::Lacks::Result => "allowed, no result (may have run)",
+                    };
+                    println!(
+                        "  {} (session {}, request seq {}): {lacks}",
+                        term::one_line(&c.call),
+                        term::one_line(&c.session),
+                        c.seq
+                    );
                 }
                 let a = &report.anchor;
                 match a.state.as_str() {
