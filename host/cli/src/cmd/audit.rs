@@ -403,7 +403,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             let Some((size, path, note)) = newest_checkpoint(state, &config, &verifier) else {
                 anyhow::bail!("no signed checkpoint yet; `bx audit checkpoint` writes one");
             };
-            let proof = bx_audit::prove(&dir, seq, &note, &verifier)?;
+            let proof = bx_audit::prove(&dir, seq, &note, &verifier, &config.audit.export)?;
             match out {
                 Some(file) => {
                     std::fs::write(&file, &proof)?;
