@@ -42,6 +42,11 @@ fn open(dir: &std::path::Path, anchored: bool) -> AuditLog {
 }
 
 fn main() {
+    // `cargo bench -p bx-audit --bench audit -- open` runs only the open table.
+    if std::env::args().any(|a| a == "open") {
+        open_cost();
+        return;
+    }
     println!("bx audit benchmark (fdatasync on every append; group commit across writers)\n");
     println!("| writers | log | records | records/s | p50 latency | p99 latency |");
     println!("| --- | --- | --- | --- | --- | --- |");
@@ -153,7 +158,75 @@ fn main() {
         );
     }
     proofs();
+    open_cost();
     println!("\ntargets: >= 20,000 records/s at 16 writers; verify >= 100 MB/s");
+}
+
+/// What opening a log of N records costs: plain (the tree from `checkpoint.json` and the
+/// lines after it), and anchored with a checkpoint in the export directory, where the
+/// writer recomputes the tree from every record and checks a consistency proof against
+/// the signed root before it signs anything. The day file is written directly (a chain
+/// of request records, ~380 bytes each), not through fdatasync, which would measure the
+/// disk.
+fn open_cost() {
+    println!(
+        "\n| open, N records | log size | plain open | anchored open (checked against the export) | check alone |"
+    );
+    println!("| --- | --- | --- | --- | --- |");
+    for n in [10_000u64, 100_000, 1_000_000] {
+        let root = tempfile::tempdir_in(".").unwrap();
+        let dir = root.path().join("audit");
+        std::fs::create_dir(&dir).unwrap();
+        let mut text = String::with_capacity(n as usize * 340);
+        let mut prev = bx_audit::GENESIS.to_owned();
+        for i in 1..=n {
+            let entry = fields(i);
+            let record = bx_audit::Record {
+                seq: i,
+                time: "2026-11-29T12:00:00.000Z".into(),
+                prev,
+                kind: entry.kind(),
+                fields: entry.fields(),
+            };
+            let line = record.to_line();
+            prev = bx_audit::line_hash(line.as_bytes());
+            text.push_str(&line);
+            text.push('\n');
+        }
+        std::fs::write(dir.join("2026-11-29.jsonl"), &text).unwrap();
+        // Export a signed checkpoint of all of it (this first open rehashes every line).
+        let (key, _) = anchor(root.path());
+        let log = AuditLog::open(&dir).unwrap().with_anchor(key);
+        log.close().unwrap();
+        let key = root.path().join("bench.key");
+        let export = root.path().join("export");
+        let median = |f: &dyn Fn()| {
+            let mut runs: Vec<Duration> = (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed()
+                })
+                .collect();
+            runs.sort();
+            runs[2]
+        };
+        let plain = median(&|| drop(AuditLog::open(&dir).unwrap()));
+        let anchored = median(&|| {
+            let anchor = Anchor::load(&key, vec![export.clone()]).unwrap();
+            let log = AuditLog::open(&dir).unwrap().with_anchor(anchor);
+            assert_eq!(log.failure(), None);
+        });
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "| {n} | {:.0} MB | {:.1} ms | {:.0} ms | {:.0} ms ({:.0} MB/s) |",
+            text.len() as f64 / 1e6,
+            ms(plain),
+            ms(anchored),
+            ms(anchored.saturating_sub(plain)),
+            text.len() as f64 / 1e6 / anchored.saturating_sub(plain).as_secs_f64()
+        );
+    }
 }
 
 /// Inclusion proofs in a tree of a million records of a typical size, built in memory

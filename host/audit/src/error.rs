@@ -37,6 +37,13 @@ pub enum AuditError {
     /// problem that is not a break.
     #[error("cannot accept a break: {0}")]
     NothingToAccept(String),
+    /// The log is not the history that a checkpoint signed by its key, kept off the host,
+    /// vouches for (records were rewritten or cut), or the key signed two histories. The
+    /// writer signs and exports nothing and refuses every call; a proof is refused.
+    #[error(
+        "the audit log is not the history its signed checkpoints vouch for: {0} (run `bx audit verify`; see docs/runbook.md#audit-anchor-mismatch)"
+    )]
+    AnchorMismatch(String),
     /// The signing key of the checkpoints (or a verifier key) could not be read or used.
     #[error("audit key: {0} (see docs/runbook.md#audit-key)")]
     Key(String),

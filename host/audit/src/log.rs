@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::anchor::{Anchor, origin_dir};
+use crate::consistent::{Head as Signed, Verdict};
 use crate::entry::{Entry, ExportFailed, MAX_FIELD_BYTES, MAX_RECORD_BYTES, Recovered, bounded};
 use crate::error::AuditError;
 use crate::record::{GENESIS, Record, line_hash};
@@ -83,6 +84,11 @@ struct Inner {
     /// Leaf hashes from `recent_start` on: what exports that lag need.
     recent: Vec<Hash>,
     recent_start: u64,
+    /// Export directories whose newest signed checkpoint the tree is known to extend
+    /// (checked at open, or before the first checkpoint signed while they are there).
+    /// Nothing is signed while one that is there is not checked. Once checked, a
+    /// directory stays so: the tree only grows by the writer's own records.
+    checked: std::collections::BTreeSet<PathBuf>,
 }
 
 /// One export of a signed checkpoint: where, and what went wrong if it did.
@@ -262,6 +268,7 @@ impl AuditLog {
             tree: Tree::new(),
             recent: Vec::new(),
             recent_start: 0,
+            checked: std::collections::BTreeSet::new(),
         };
         let mut torn = None;
         if let Some(last) = day_files(dir)?.pop() {
@@ -322,28 +329,87 @@ impl AuditLog {
 
     /// Signs a checkpoint of the tree with `anchor`'s key at every checkpoint and close,
     /// and exports it to its directories.
+    ///
+    /// First it checks the log against the newest checkpoint in each export directory
+    /// signed by the key (a consistency proof from its size to the writer's tree, over
+    /// hashes computed from the records: see docs/audit.md). When the log is not the
+    /// history one of them vouches for, the log is damaged: nothing is signed or exported
+    /// and every append is refused, for good ([`AuditLog::failure`] says why, naming
+    /// `docs/runbook.md#audit-anchor-mismatch`). This reads every record once.
     pub fn with_anchor(mut self, anchor: Anchor) -> AuditLog {
-        // The tree's right edge came from `checkpoint.json`, which anyone who can write
-        // the log can edit; the signed copy of the last checkpoint cannot be forged. When
-        // they cover the same records and disagree, rehash every line rather than sign
-        // a root the records do not have.
-        let signed = crate::anchor::read_note(&self.dir.join("checkpoint.note"))
-            .ok()
-            .and_then(|n| crate::anchor::open_note(&n, anchor.verifier()).ok());
+        let mut heads = Vec::new();
+        let mut checked = std::collections::BTreeSet::new();
+        for export in anchor.exports() {
+            // A directory that cannot be listed (not mounted) vouches for nothing now;
+            // it is checked before the first checkpoint signed while it is there.
+            if let Ok(head) = crate::consistent::newest_head(export, anchor.verifier()) {
+                heads.extend(head);
+                checked.insert(export.clone());
+            }
+        }
         {
             let mut inner = self.lock();
-            if let Some(cp) = signed
-                && cp.size == inner.tree.size()
-                && cp.root != inner.tree.root()
-                && let Ok((tree, start, recent)) = rebuild_tree(&self.dir, None)
-            {
-                inner.tree = tree;
-                inner.recent_start = start;
-                inner.recent = recent;
+            if heads.is_empty() {
+                self.check_local_note(&mut inner, &anchor);
+            } else if let Err(why) = self.check_heads(&mut inner, &heads) {
+                inner.failed = Some(why);
             }
+            inner.checked = checked;
         }
         self.anchor = Some(anchor);
         self
+    }
+
+    /// With no exported checkpoint to trust: the tree's right edge came from
+    /// `checkpoint.json`, which anyone who can write the log can edit, and the signed copy
+    /// of the last checkpoint cannot be forged. When they cover the same records and
+    /// disagree, rehash every line rather than sign a root the records do not have.
+    fn check_local_note(&self, inner: &mut Inner, anchor: &Anchor) {
+        let signed = crate::anchor::read_note(&self.dir.join("checkpoint.note"))
+            .ok()
+            .and_then(|n| crate::anchor::open_note(&n, anchor.verifier()).ok());
+        if let Some(cp) = signed
+            && cp.size == inner.tree.size()
+            && cp.root != inner.tree.root()
+            && let Ok((tree, start, recent)) = rebuild_tree(&self.dir, None)
+        {
+            inner.tree = tree;
+            inner.recent_start = start;
+            inner.recent = recent;
+        }
+    }
+
+    /// Checks the writer's tree against signed checkpoints kept off the host; when the
+    /// tree is not the records' own (an edited `checkpoint.json`), rebuilds it from every
+    /// line first. Returns why the log cannot be signed, as the sticky failure's text.
+    fn check_heads(&self, inner: &mut Inner, heads: &[Signed]) -> Result<(), String> {
+        let check = |inner: &Inner| {
+            crate::consistent::check_log(&self.dir, inner.tree.size(), inner.tree.root(), heads)
+        };
+        let fail = |e: AuditError| {
+            format!(
+                "cannot check the log against its exported checkpoints ({e}); nothing is signed"
+            )
+        };
+        let mut verdict = check(inner).map_err(fail)?;
+        if verdict == Verdict::TreeDiffers {
+            let (tree, start, recent) = rebuild_tree(&self.dir, None).map_err(fail)?;
+            inner.tree = tree;
+            inner.recent_start = start;
+            inner.recent = recent;
+            verdict = check(inner).map_err(fail)?;
+        }
+        match verdict {
+            Verdict::Consistent => Ok(()),
+            Verdict::TreeDiffers => {
+                Err(AuditError::AnchorMismatch("its files changed while it was read".into())
+                    .to_string())
+            }
+            Verdict::Contradicted(why) => Err(AuditError::AnchorMismatch(format!(
+                "{why}; the writer signs and exports nothing"
+            ))
+            .to_string()),
+        }
     }
 
     /// The anchor, when there is one.
@@ -494,7 +560,7 @@ impl AuditLog {
             self.synced.notify_all();
         }
         if inner.since_checkpoint >= CHECKPOINT_EVERY {
-            let job = self.write_checkpoint(&mut inner)?;
+            let job = self.write_checkpoint(&mut inner, &[])?;
             drop(inner);
             if let Some(job) = job {
                 self.export(job, &[])?;
@@ -533,9 +599,55 @@ impl AuditLog {
         }
     }
 
+    /// Before signing: checks the tree against the newest signed checkpoint in each
+    /// export directory (configured, and `extra`) not checked yet, reading the records.
+    /// One that the tree does not extend makes the log damaged, for good.
+    fn check_unchecked(&self, inner: &mut Inner, extra: &[PathBuf]) -> Result<(), AuditError> {
+        let Some(anchor) = &self.anchor else { return Ok(()) };
+        for dir in anchor.exports().iter().chain(extra) {
+            if inner.checked.contains(dir) {
+                continue;
+            }
+            // Not there: nothing to contradict, and its export fails and is recorded.
+            let Ok(head) = crate::consistent::newest_head(dir, anchor.verifier()) else {
+                continue;
+            };
+            let heads: Vec<Signed> = head.into_iter().collect();
+            let (size, root) = (inner.tree.size(), inner.tree.root());
+            let why = match crate::consistent::check_log(&self.dir, size, root, &heads) {
+                Ok(Verdict::Consistent) => {
+                    inner.checked.insert(dir.clone());
+                    continue;
+                }
+                Ok(Verdict::TreeDiffers) => AuditError::AnchorMismatch(
+                    "the records on disk are not those the writer wrote; the writer signs and exports nothing more".into(),
+                )
+                .to_string(),
+                Ok(Verdict::Contradicted(why)) => AuditError::AnchorMismatch(format!(
+                    "{why}; the writer signs and exports nothing more"
+                ))
+                .to_string(),
+                Err(e) => format!(
+                    "cannot check the log against the checkpoints in {} ({e}); nothing is signed",
+                    dir.display()
+                ),
+            };
+            inner.failed = Some(why.clone());
+            self.synced.notify_all();
+            return Err(AuditError::Unavailable(why));
+        }
+        Ok(())
+    }
+
     /// Writes `checkpoint.json` (and, with an anchor, the signed `checkpoint.note`), and
-    /// returns the export to run once `inner` is let go.
-    fn write_checkpoint(&self, inner: &mut Inner) -> Result<Option<ExportJob>, AuditError> {
+    /// returns the export to run once `inner` is let go; `extra` are export directories
+    /// besides the configured ones.
+    fn write_checkpoint(
+        &self,
+        inner: &mut Inner,
+        extra: &[PathBuf],
+    ) -> Result<Option<ExportJob>, AuditError> {
+        self.check_unchecked(inner, extra)?;
         let (file, offset) = match (&inner.file, &inner.newest_day) {
             (Some((day, _)), _) => (format!("{day}.jsonl"), inner.offset),
             (None, Some(day)) => {
@@ -662,7 +774,7 @@ impl AuditLog {
             // claim a record 0 that verify cannot find.
             return Ok(Vec::new());
         }
-        let job = self.write_checkpoint(&mut inner)?;
+        let job = self.write_checkpoint(&mut inner, extra)?;
         drop(inner);
         match job {
             Some(job) => self.export(job, extra),

@@ -6,12 +6,13 @@
 //! `tlog_tiles` has the proofs but not this text format, so its few lines are read and
 //! written here.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use crate::anchor::open_note;
+use crate::consistent::Head;
 use crate::error::AuditError;
 use crate::log::day_files;
 use crate::tree::{FullTree, Hash, check_inclusion, leaf_hash};
@@ -36,10 +37,24 @@ pub struct Proof {
 
 /// Writes the proof that the record with sequence number `seq` is in the checkpoint
 /// `note` (checked with `verifier` first), reading the log in `dir`. Refuses when the
-/// log's tree at the checkpoint's size is not the checkpoint's.
-pub fn prove(dir: &Path, seq: u64, note: &[u8], verifier: &str) -> Result<String, AuditError> {
+/// log's tree at the checkpoint's size is not the checkpoint's, and
+/// ([`AuditError::AnchorMismatch`]) when a checkpoint in the export directories `exports`
+/// signed by the same key contradicts `note` (an RFC 6962 consistency proof between the
+/// two, from the log's hashes, does not check): the key then signed two histories, and
+/// the newer one may sign a rewrite.
+pub fn prove(
+    dir: &Path,
+    seq: u64,
+    note: &[u8],
+    verifier: &str,
+    exports: &[PathBuf],
+) -> Result<String, AuditError> {
     let bad = |why: String| AuditError::Io { path: dir.display().to_string(), message: why };
     let cp = open_note(note, verifier).map_err(|e| bad(format!("the checkpoint: {e}")))?;
+    let others: Vec<Head> =
+        exports.iter().flat_map(|e| crate::consistent::all_heads(e, verifier)).collect();
+    // The tree reaches every checkpoint to compare, as far as the log goes.
+    let reach = others.iter().map(|h| h.cp.size).fold(cp.size, u64::max);
     let mut tree = FullTree::default();
     let mut found: Option<(u64, Vec<u8>)> = None;
     let want = format!("{{\"seq\":{seq},");
@@ -48,14 +63,15 @@ pub fn prove(dir: &Path, seq: u64, note: &[u8], verifier: &str) -> Result<String
         let mut reader = std::io::BufReader::new(file);
         let mut buf = Vec::new();
         loop {
-            if tree.size() >= cp.size {
+            if tree.size() >= reach {
                 break 'files;
             }
             match crate::verify::next_line(&mut reader, &mut buf, &path)? {
                 crate::verify::Line::End | crate::verify::Line::Torn => break,
                 crate::verify::Line::Oversize(_, _, leaf) => tree.push(leaf),
                 crate::verify::Line::Whole => {
-                    if found.is_none() && buf.starts_with(want.as_bytes()) {
+                    if found.is_none() && tree.size() < cp.size && buf.starts_with(want.as_bytes())
+                    {
                         found = Some((tree.size(), buf.clone()));
                     }
                     tree.push(leaf_hash(&buf));
@@ -64,11 +80,12 @@ pub fn prove(dir: &Path, seq: u64, note: &[u8], verifier: &str) -> Result<String
         }
     }
     if tree.root_at(cp.size) != Some(cp.root) {
-        return Err(bad(format!(
-            "the log's first {} records do not hash to the checkpoint's root (run `bx audit verify`; see docs/runbook.md#audit-broken)",
+        return Err(AuditError::AnchorMismatch(format!(
+            "the log's first {} records do not hash to the root the checkpoint signed: they were rewritten or cut",
             cp.size
         )));
     }
+    crate::consistent::check_heads(&tree, &cp, &others).map_err(AuditError::AnchorMismatch)?;
     let Some((index, line)) = found else {
         return Err(bad(format!(
             "no record with seq {seq} among the {} the checkpoint covers",

@@ -76,6 +76,14 @@ impl Tree {
 
     /// Adds a leaf by its hash.
     pub fn push(&mut self, leaf: Hash) {
+        self.push_stored(leaf);
+    }
+
+    /// Adds a leaf by its hash, and returns the stored hashes it completes (the leaf's
+    /// own, then each subtree it closes) with the stored-hash index of the first; the
+    /// others follow it in `tlog_tiles`' numbering. A consistency proof is made of such
+    /// hashes, so a caller streaming the log keeps only those a proof will read.
+    pub(crate) fn push_stored(&mut self, leaf: Hash) -> (u64, Vec<Hash>) {
         let n = self.size;
         // Leaf n completes one subtree per trailing 1 bit of n: those rightmost subtrees
         // merge with it into one, of level m. The edge holds every hash that reads.
@@ -87,6 +95,7 @@ impl Tree {
         self.edge.truncate(self.edge.len().saturating_sub(m as usize));
         self.edge.push((stored_hash_index(u8::try_from(m).unwrap_or(u8::MAX), n >> m), top));
         self.size = n + 1;
+        (stored_hash_index(0, n), new)
     }
 
     /// The root hash (the empty tree's for no leaves).

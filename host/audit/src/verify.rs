@@ -46,6 +46,34 @@ pub struct Break {
     pub accepted: Vec<Problem>,
 }
 
+/// What a call left open lacks: the first record of its sequence that is not in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lacks {
+    /// Its request is there and no decision: cut off before the decision was on disk
+    /// (the request is written without its own sync; see docs/audit.md). The call
+    /// never ran.
+    Decision,
+    /// It was asked about and the owner's answer (or its expiry) is not there.
+    Answer,
+    /// It was allowed (by the broker or the owner) and no result is there: it may have
+    /// run.
+    Result,
+}
+
+/// A call whose request has no result.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OpenCall {
+    /// The call's id.
+    pub call: String,
+    /// Its session.
+    pub session: String,
+    /// The sequence number of its request record.
+    pub seq: u64,
+    /// What it lacks.
+    pub lacks: Lacks,
+}
+
 /// What `verify` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Report {
@@ -59,8 +87,9 @@ pub struct Report {
     pub checkpoint: Option<(u64, String)>,
     /// Session ids seen in records.
     pub sessions: BTreeSet<String>,
-    /// Calls that were allowed to run and have no result: what a crash left open.
-    pub calls_without_result: Vec<String>,
+    /// Every call whose request has no result, in the order of the requests, with what
+    /// it lacks: what a crash (or a refusal that was never recorded) left open.
+    pub calls_without_result: Vec<OpenCall>,
     /// Calls that were refused (by the broker, the owner, or before either was asked):
     /// complete without a result.
     pub calls_denied: u64,
@@ -110,7 +139,7 @@ const HISTORICAL: &[&str] = &["parse", "oversize", "fields", "time", "seq", "cha
 
 /// Where each call stands as the walk goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum CallState {
+enum Stage {
     /// Requested, not yet decided.
     Requested,
     /// Allowed (directly or by the owner's approval): a result must follow.
@@ -124,7 +153,8 @@ struct Walk {
     found: Vec<Problem>,
     found_more: u64,
     breaks: Vec<(u64, String, u64, BreakEntry)>,
-    calls: BTreeMap<String, CallState>,
+    /// Calls with a request and no result yet: their session, request seq and stage.
+    calls: BTreeMap<String, (String, u64, Stage)>,
     checkpoint: Option<Checkpoint>,
     checkpoint_hash: Option<String>,
     expected_seq: u64,
@@ -209,16 +239,16 @@ impl Walk {
         match entry {
             Entry::Request(r) => {
                 if self.calls.len() < MAX_LISTED {
-                    self.calls.insert(r.call, CallState::Requested);
+                    self.calls.insert(r.call, (r.session, seq, Stage::Requested));
                 }
             }
             Entry::Decision(d) => match d.decision.as_str() {
-                "allow" => self.set(&d.call, CallState::Allowed),
-                "ask" => self.set(&d.call, CallState::Asked),
+                "allow" => self.set(&d.call, Stage::Allowed),
+                "ask" => self.set(&d.call, Stage::Asked),
                 _ => self.denied(&d.call),
             },
             Entry::Approval(a) => match a.decision.as_str() {
-                "allow" => self.set(&a.call, CallState::Allowed),
+                "allow" => self.set(&a.call, Stage::Allowed),
                 _ => self.denied(&a.call),
             },
             Entry::Result(r) => {
@@ -239,9 +269,9 @@ impl Walk {
         }
     }
 
-    fn set(&mut self, call: &str, state: CallState) {
-        if let Some(s) = self.calls.get_mut(call) {
-            *s = state;
+    fn set(&mut self, call: &str, stage: Stage) {
+        if let Some((_, _, s)) = self.calls.get_mut(call) {
+            *s = stage;
         }
     }
 
@@ -442,12 +472,24 @@ pub fn verify_against(dir: &Path, against: &Against) -> Result<Report, AuditErro
         None => report.anchor.state = "unanchored".into(),
     }
     let mut found_more = walk.found_more;
-    report.calls_without_result = walk
+    // Every request without a result, whatever stage it reached: a request cut off
+    // before its decision is as open as an allowed call without its result.
+    let mut open: Vec<OpenCall> = walk
         .calls
-        .iter()
-        .filter(|(_, s)| **s == CallState::Allowed)
-        .map(|(c, _)| c.clone())
+        .into_iter()
+        .map(|(call, (session, seq, stage))| OpenCall {
+            call,
+            session,
+            seq,
+            lacks: match stage {
+                Stage::Requested => Lacks::Decision,
+                Stage::Asked => Lacks::Answer,
+                Stage::Allowed => Lacks::Result,
+            },
+        })
         .collect();
+    open.sort_by_key(|c| c.seq);
+    report.calls_without_result = open;
 
     if let Some(cp) = &walk.checkpoint {
         let head_seq = report.head.as_ref().map_or(0, |h| h.0);

@@ -12,8 +12,8 @@ use super::*;
 pub(crate) struct Anchored {
     _tmp: tempfile::TempDir,
     pub(crate) log: PathBuf,
-    export: PathBuf,
-    key: PathBuf,
+    pub(crate) export: PathBuf,
+    pub(crate) key: PathBuf,
     pub(crate) vkey: String,
 }
 
@@ -29,7 +29,7 @@ impl Anchored {
         Anchored { log: tmp.path().join("audit"), export, key, vkey, _tmp: tmp }
     }
 
-    fn open(&self) -> AuditLog {
+    pub(crate) fn open(&self) -> AuditLog {
         self.open_with(Box::new(bx_audit::SystemClock))
     }
 
@@ -81,7 +81,7 @@ fn all_lines(dir: &Path) -> Vec<(PathBuf, Vec<String>)> {
 
 /// What an attacker with write access to the log does after changing records: rewrite
 /// every `prev` from the first record on, and the checkpoint to the new head.
-fn rechain(dir: &Path, mut edit: impl FnMut(&mut Vec<(PathBuf, Vec<String>)>)) {
+pub(crate) fn rechain(dir: &Path, mut edit: impl FnMut(&mut Vec<(PathBuf, Vec<String>)>)) {
     let mut files = all_lines(dir);
     edit(&mut files);
     let mut prev = bx_audit::GENESIS.to_owned();
@@ -171,30 +171,33 @@ fn a_removed_newest_day_file_is_named() {
 }
 
 #[test]
-fn a_cut_log_continued_is_refused_export_and_then_named_a_fork() {
-    // Cut back past the export, then bx goes on writing: the export directory knows
-    // more records than the log, so it is refused, and the refusal is on the log.
+fn a_cut_log_is_not_continued_and_a_continued_one_is_named_a_fork() {
+    // Cut back past the export: the writer's next open finds the log shorter than the
+    // checkpoint exported, and refuses to continue it (issue 31: it used to go on
+    // writing, and sign and export the cut history once it was longer again).
     let a = Anchored::new();
     a.write(4);
     rechain(&a.log, |files| files[0].1.truncate(6));
     let log = a.open();
-    log.append(&note("s1", "after the cut")).unwrap();
-    let results = log.checkpoint_exporting(&[]).unwrap();
-    assert!(results[0].error.as_deref().unwrap().contains("holds 12 records and the log only 7"));
-    log.close().unwrap();
-    let text = std::fs::read_to_string(day_files(&a.log).unwrap().pop().unwrap()).unwrap();
-    assert!(text.contains("\"kind\":\"export-failed\""), "the failed export is recorded");
-    let status = std::fs::read_to_string(a.log.join("export.json")).unwrap();
-    assert!(status.contains("holds 12 records"), "{status}");
+    let refused = log.append(&note("s1", "after the cut")).unwrap_err();
+    assert!(refused.to_string().contains("records 7..=12 were cut off"), "{refused}");
+    assert!(refused.to_string().contains("docs/runbook.md#audit-anchor-mismatch"), "{refused}");
+    drop(log);
 
-    // Past the exported size, the export goes through, but the key has now signed two
-    // histories: the old checkpoint names where they part.
-    let log = a.open();
-    for i in 0..8 {
+    // Continued anyway (an older bx, or a new export directory that knows nothing of
+    // the cut): the key has now signed two histories, and the old checkpoint names
+    // where they part.
+    let fresh = a.export.with_file_name("usb-new");
+    std::fs::create_dir(&fresh).unwrap();
+    bx_audit::prepare_export(&fresh, "bx.test/anchor").unwrap();
+    let anchor = Anchor::load(&a.key, vec![fresh.clone()]).unwrap();
+    let log = AuditLog::open(&a.log).unwrap().with_anchor(anchor);
+    for i in 0..9 {
         log.append(&note("s1", &format!("more {i}"))).unwrap();
     }
     log.close().unwrap();
-    let report = a.verify();
+    let both = Against { exports: vec![a.export.clone(), fresh], ..a.against() };
+    let report = bx_audit::verify_against(&a.log, &both).unwrap();
     assert!(kinds(&report).contains(&"anchor-forked"), "{:?}", report.problems);
     let fork = report.problems.iter().find(|p| p.kind == "anchor-forked").unwrap();
     assert!(fork.detail.starts_with("record 7 ("), "{fork:?}");
@@ -309,7 +312,8 @@ fn a_proof_checks_offline_and_a_changed_record_or_key_does_not() {
     let a = Anchored::new();
     a.write(3);
     let note = std::fs::read(a.exported().join("9.checkpoint")).unwrap();
-    let proof = bx_audit::prove(&a.log, 4, &note, &a.vkey).unwrap();
+    let proof =
+        bx_audit::prove(&a.log, 4, &note, &a.vkey, std::slice::from_ref(&a.export)).unwrap();
     assert!(proof.starts_with("c2sp.org/tlog-proof@v1\nextra "));
     let checked = check_proof(proof.as_bytes(), &a.vkey).unwrap();
     assert_eq!((checked.index, checked.size), (3, 9));
@@ -323,7 +327,7 @@ fn a_proof_checks_offline_and_a_changed_record_or_key_does_not() {
     lines[1] = format!("extra {}", base64::engine::general_purpose::STANDARD.encode(record));
     let forged = lines.join("\n") + "\n";
     assert!(check_proof(forged.as_bytes(), &a.vkey).unwrap_err().contains("not at index 3"));
-    assert!(bx_audit::prove(&a.log, 99, &note, &a.vkey).is_err());
+    assert!(bx_audit::prove(&a.log, 99, &note, &a.vkey, &[]).is_err());
 }
 
 /// Regression (found probing): a break record written by hand, listing the anchor
@@ -433,7 +437,8 @@ fn a_proof_index_is_canonical_and_a_misnamed_checkpoint_is_reported() {
     let a = Anchored::new();
     a.write(1);
     let note = std::fs::read(a.exported().join("3.checkpoint")).unwrap();
-    let proof = bx_audit::prove(&a.log, 2, &note, &a.vkey).unwrap();
+    let proof =
+        bx_audit::prove(&a.log, 2, &note, &a.vkey, std::slice::from_ref(&a.export)).unwrap();
     assert!(check_proof(proof.as_bytes(), &a.vkey).is_ok());
     let plus = proof.replace("\nindex 1\n", "\nindex +1\n");
     assert_ne!(plus, proof);

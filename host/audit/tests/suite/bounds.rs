@@ -124,9 +124,11 @@ fn fields_are_checked_against_their_kind() {
 }
 
 /// Regression: calls_without_result listed every denied call as well as the calls a
-/// crash left open. A denied call is complete.
+/// crash left open. A denied call is complete; every other request without a result is
+/// listed with what it lacks (issue 31: a request cut off before its decision, and an
+/// ask never answered, were listed nowhere).
 #[test]
-fn denied_calls_are_complete_and_only_allowed_ones_are_open() {
+fn denied_calls_are_complete_and_every_other_request_without_a_result_is_open() {
     let dir = tempfile::tempdir().unwrap();
     let log = AuditLog::open(dir.path()).unwrap();
     for (call, d) in [("denied", "deny"), ("open", "allow"), ("asked", "ask")] {
@@ -136,10 +138,24 @@ fn denied_calls_are_complete_and_only_allowed_ones_are_open() {
     log.append(&request("s", "done", "{}")).unwrap();
     log.append(&decision("s", "done", "allow")).unwrap();
     log.append(&result("s", "done")).unwrap();
+    log.append_deferred(&request("s", "undecided", "{}")).unwrap();
     log.close().unwrap();
     let report = verify(dir.path()).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
-    assert_eq!(report.calls_without_result, vec!["open".to_owned()]);
+    let open = |call: &str, seq, lacks| bx_audit::OpenCall {
+        call: call.into(),
+        session: "s".into(),
+        seq,
+        lacks,
+    };
+    assert_eq!(
+        report.calls_without_result,
+        vec![
+            open("open", 3, bx_audit::Lacks::Result),
+            open("asked", 5, bx_audit::Lacks::Answer),
+            open("undecided", 10, bx_audit::Lacks::Decision),
+        ]
+    );
     assert_eq!(report.calls_denied, 1);
 }
 

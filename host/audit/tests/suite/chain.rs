@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bx_audit::{AuditLog, Record, line_hash, verify};
+use bx_audit::{AuditLog, Lacks, OpenCall, Record, line_hash, verify};
 
 use super::*;
 
@@ -36,7 +36,9 @@ fn reports_calls_without_result() {
     log.close().unwrap();
     let report = verify(dir.path()).unwrap();
     assert!(report.is_clean());
-    assert_eq!(report.calls_without_result, vec!["dangling".to_owned()]);
+    let open =
+        OpenCall { call: "dangling".into(), session: "s2".into(), seq: 1, lacks: Lacks::Result };
+    assert_eq!(report.calls_without_result, vec![open]);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! `fixtures/audit/`: logs that are good, torn, tampered, forked, cut and
-//! checkpoint-mismatched, each with the report verify must give. The logs are made here
+//! `fixtures/audit/`: logs that are good, torn, tampered, forked, cut,
+//! checkpoint-mismatched and undecided (cut off between a request and its decision),
+//! each with the report verify must give. The logs are made here
 //! with a fixed clock, so a change to the writer's format shows as drift; the reports
 //! are golden. `BX_BLESS=1 cargo test -p bx-audit --test all fixtures` rewrites both.
 
@@ -14,9 +15,12 @@ fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audit")
 }
 
+/// The fixed time of every fixture's records.
+const FIXED: u64 = BEFORE_MIDNIGHT - 60_000;
+
 /// The good log: two calls, one refused, at a fixed time.
 fn good(dir: &Path) {
-    let clock = ManualClock(Arc::new(AtomicU64::new(BEFORE_MIDNIGHT - 60_000)));
+    let clock = ManualClock(Arc::new(AtomicU64::new(FIXED)));
     let log = AuditLog::open_with_clock(dir, Box::new(clock)).unwrap();
     log.append(&request("s1", "c1", r#"{"path":"/home/o/notes/todo.md"}"#)).unwrap();
     log.append(&decision("s1", "c1", "allow")).unwrap();
@@ -75,6 +79,15 @@ fn cases() -> Vec<(&'static str, Make)> {
             let hash = v["hash"].as_str().unwrap();
             std::fs::write(d.join("checkpoint.json"), cp.replace(hash, &"0".repeat(64))).unwrap();
         }),
+        ("undecided", |d| {
+            // A kill -9 between a call's request (written without its own sync) and its
+            // decision: the request is on disk, nothing after it, no close.
+            let clock = ManualClock(Arc::new(AtomicU64::new(FIXED)));
+            let log = AuditLog::open_with_clock(d, Box::new(clock)).unwrap();
+            log.append_deferred(&request("s1", "c3", r#"{"path":"/home/o/notes/b.md"}"#)).unwrap();
+            drop(log);
+            let _ = std::fs::remove_file(d.join(".lock"));
+        }),
     ]
 }
 
@@ -129,6 +142,28 @@ fn fixtures_are_what_the_writer_makes_and_verify_reports_them_as_recorded() {
             report, expected,
             "verify's report of fixtures/audit/{name} changed (BX_BLESS=1 to accept)"
         );
-        assert_eq!(name == "good", verify(&fixture).unwrap().is_clean(), "{name}");
+        let clean = ["good", "undecided"].contains(&name);
+        assert_eq!(clean, verify(&fixture).unwrap().is_clean(), "{name}");
     }
+}
+
+/// Regression (issue 31): a call cut off between its request and its decision (the
+/// request is written without its own sync) was listed nowhere in verify's report. Every
+/// request without a result is listed, with what it lacks.
+#[test]
+fn a_request_cut_off_before_its_decision_is_listed_as_lacking_one() {
+    let report = verify(&fixtures_dir().join("undecided")).unwrap();
+    let open = bx_audit::OpenCall {
+        call: "c3".into(),
+        session: "s1".into(),
+        seq: 7,
+        lacks: bx_audit::Lacks::Decision,
+    };
+    assert_eq!(report.calls_without_result, vec![open]);
+    assert!(report.is_clean(), "{:?}", report.problems);
+    // The cut fixture ends in a request too (c2's, its decision cut off).
+    let cut = verify(&fixtures_dir().join("cut")).unwrap();
+    let lacks: Vec<_> =
+        cut.calls_without_result.iter().map(|c| (c.call.as_str(), c.lacks)).collect();
+    assert_eq!(lacks, [("c2", bx_audit::Lacks::Decision)]);
 }

@@ -48,7 +48,7 @@ fn go_sumdb_verifies_the_checkpoint_recomputes_the_tree_and_checks_the_proof() {
     let note = std::fs::read(&checkpoint).unwrap();
     let proof = a.log.join("p.tlog-proof");
     for seq in [1, 8, 15] {
-        std::fs::write(&proof, bx_audit::prove(&a.log, seq, &note, &a.vkey).unwrap()).unwrap();
+        std::fs::write(&proof, bx_audit::prove(&a.log, seq, &note, &a.vkey, &[]).unwrap()).unwrap();
         let (ok, text) = go_check(&a, &checkpoint, &proof);
         assert!(ok, "Go disagrees with bx on record {seq}: {text}");
         let (_, root) = bx_audit::open_note(&note, &a.vkey).map(|c| (c.size, c.root)).unwrap();

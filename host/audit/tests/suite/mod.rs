@@ -7,6 +7,7 @@ mod crash;
 mod faults;
 mod fixtures;
 mod interop;
+mod resign;
 mod tamper;
 mod writers;
 

@@ -231,9 +231,19 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                     report.sessions.iter().map(|s| term::one_line(s)).collect();
                 outln!("sessions:  {}", sessions.join(", "));
                 outln!("calls denied: {}", report.calls_denied);
-                outln!("calls allowed with no result: {}", report.calls_without_result.len());
+                outln!("calls with no result: {}", report.calls_without_result.len());
                 for c in &report.calls_without_result {
-                    outln!("  {}", term::one_line(c));
+                    let lacks = match c.lacks {
+                        bx_audit::Lacks::Decision => "no decision (cut off before it; never ran)",
+                        bx_audit::Lacks::Answer => "no answer from the owner",
+                        bx_audit::Lacks::Result => "allowed, no result (may have run)",
+                    };
+                    outln!(
+                        "  {} (session {}, request seq {}): {lacks}",
+                        term::one_line(&c.call),
+                        term::one_line(&c.session),
+                        c.seq
+                    );
                 }
                 let a = &report.anchor;
                 match a.state.as_str() {
@@ -393,7 +403,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             let Some((size, path, note)) = newest_checkpoint(state, &config, &verifier) else {
                 anyhow::bail!("no signed checkpoint yet; `bx audit checkpoint` writes one");
             };
-            let proof = bx_audit::prove(&dir, seq, &note, &verifier)?;
+            let proof = bx_audit::prove(&dir, seq, &note, &verifier, &config.audit.export)?;
             match out {
                 Some(file) => {
                     std::fs::write(&file, &proof)?;
