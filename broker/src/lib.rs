@@ -10,6 +10,7 @@ mod approval;
 mod decide;
 mod grant;
 mod label;
+mod name;
 mod net;
 mod path;
 mod policy;
@@ -24,10 +25,11 @@ pub use decide::{
 };
 pub use grant::{FsAccess, FsRoute, Grant, NetRoute, Refusal, RootKind};
 pub use label::{Confidentiality, Integrity, Label};
+pub use name::NamePattern;
 pub use net::{HostRule, is_public_ip};
 pub use path::{PathError, normalize};
 pub use policy::{
-    DenyRule, Example, Expect, GrantRule, Mode, NamePattern, OnTainted, Policy, PolicyError,
+    AskRule, DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError,
     PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
 

@@ -287,8 +287,16 @@ impl CallState {
         Ok(())
     }
 
-    /// Opens the directory that holds `rel`'s last component, verified, with that name.
-    fn open_parent(&mut self, idx: usize, rel: &Path, shown: &str) -> Result<(Dir, String), Error> {
+    /// Opens the directory that holds `rel`'s last component, verified, with that name,
+    /// refusing the name if the grant refuses it for `access` where it really lies (a
+    /// write never reaches a name an `[[ask]]` rule covers through a symlinked parent).
+    fn open_parent(
+        &mut self,
+        idx: usize,
+        rel: &Path,
+        shown: &str,
+        access: FsAccess,
+    ) -> Result<(Dir, String), Error> {
         let root = self.root(idx)?;
         if let Some(file) = &root.file {
             if !rel.as_os_str().is_empty() {
@@ -308,7 +316,7 @@ impl CallState {
         };
         let dir = root.dir.open_dir(parent).map_err(|e| io_error(shown, &e))?;
         let logical_parent = self.verify(idx, &dir, shown)?;
-        if let Some(refusal) = self.grant.denied_prefix(&logical_parent.join(name)) {
+        if let Some(refusal) = self.grant.refusal(&logical_parent.join(name), access) {
             return Err(Error::Denied(format!("{shown}: under {refusal}")));
         }
         // What the name will be once created: the verified parent's real path and the
@@ -416,7 +424,7 @@ impl CallState {
             return Err(Error::TooLarge(format!("write of {} bytes; at most {cap}", data.len())));
         }
         let (idx, rel) = self.route(path, FsAccess::Write)?;
-        let (dir, name) = self.open_parent(idx, &rel, path)?;
+        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
         let mut options = OpenOptions::new();
         options.follow(FollowSymlinks::No).custom_flags(OPEN_FLAGS);
         // Never truncate at open: the descriptor is verified first, then cut.
@@ -477,7 +485,7 @@ impl CallState {
         let meta = if root.file.is_none() && rel.as_os_str().is_empty() {
             root.dir.dir_metadata().map_err(|e| io_error(path, &e))?
         } else {
-            let (dir, name) = self.open_parent(idx, &rel, path)?;
+            let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
             dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?
         };
         self.touch_path(self.logical(idx, &rel), FsAccess::Read);
@@ -490,7 +498,7 @@ impl CallState {
 
     fn fs_mkdir(&mut self, path: &str) -> Result<(), Error> {
         let (idx, rel) = self.route(path, FsAccess::Write)?;
-        let (dir, name) = self.open_parent(idx, &rel, path)?;
+        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
         dir.create_dir(&name).map_err(|e| io_error(path, &e))?;
         self.touch_path(self.logical(idx, &rel), FsAccess::Write);
         Ok(())
