@@ -7,6 +7,7 @@
 
 mod allow;
 mod approval;
+mod credentials;
 mod decide;
 mod grant;
 mod label;
@@ -20,6 +21,7 @@ pub use allow::AllowList;
 pub use approval::{
     Answered, ApprovalTable, Pending, escape_untrusted, is_hidden, render_block, typed_answer,
 };
+pub use credentials::{CREDENTIAL_STORES, CredentialGap, CredentialStore};
 pub use decide::{
     Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, decide, redecide,
 };
