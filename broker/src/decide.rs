@@ -197,8 +197,10 @@ fn covering<'p>(
 /// Every declared resource is decided on its own; the call's decision is the worst of
 /// them (deny over ask over allow). A deny rule refuses at every taint. Otherwise the
 /// covering grant decides: when the session's taint flows to the grant's label the
-/// resource is allowed, else its `when_tainted` applies. A resource no grant covers is
-/// refused. The grant reaches the covering grants' resources and never the deny rules'.
+/// resource is allowed, else its `when_tainted` applies; an `[[ask]]` rule covering the
+/// resource in its mode makes it ask at every taint. A resource no grant covers is
+/// refused. The grant reaches the covering grants' resources and never the deny rules',
+/// nor, in an ask rule's mode, what the rule covers and the call did not declare.
 pub fn decide(policy: &Policy, taint: Label, call: &CallRequest) -> Decision {
     match evaluate(policy, taint, call) {
         Err(reason) => Decision::Deny(reason),
