@@ -120,7 +120,7 @@ impl AllowList {
                 }
                 (ResourceRule::Host(h), _) => Some(crate::Resource::Url(format!("http://{h}/"))),
                 // An allow-list names no workspace; a policy under it may.
-                (ResourceRule::InWorkspace(_) | ResourceRule::Name(_), _) => None,
+                (ResourceRule::InWorkspace(_) | ResourceRule::Names(_), _) => None,
             })
             .collect()
     }

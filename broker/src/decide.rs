@@ -131,23 +131,26 @@ fn denied_by(
     url: Option<&url::Url>,
 ) -> Option<String> {
     for d in policy.denies.iter().filter(|d| d.tool.matches(tool)) {
+        // `Some("")` for a hit by path or host; `Some(", name …")` says which name hit.
         let hit = match (&d.resource, resource) {
             (ResourceRule::Path(p), Resource::PathRead(_) | Resource::PathWrite(_)) => {
-                path.is_some_and(|path| under(path, p))
+                path.is_some_and(|path| under(path, p)).then(String::new)
             }
-            (ResourceRule::Name(n), Resource::PathRead(_) | Resource::PathWrite(_)) => path
-                .is_some_and(|path| {
-                    crate::policy::denied_name(std::slice::from_ref(n), path).is_some()
-                }),
-            (ResourceRule::Host(h), Resource::Url(_)) => url.is_some_and(|u| {
-                u.host()
-                    .is_some_and(|host| h.matches(&host, u.port_or_known_default().unwrap_or(0)))
-            }),
-            _ => false,
+            (ResourceRule::Names(names), Resource::PathRead(_) | Resource::PathWrite(_)) => path
+                .and_then(|path| crate::name::denied_name(names, path))
+                .map(|n| format!(", {n}")),
+            (ResourceRule::Host(h), Resource::Url(_)) => url
+                .is_some_and(|u| {
+                    u.host().is_some_and(|host| {
+                        h.matches(&host, u.port_or_known_default().unwrap_or(0))
+                    })
+                })
+                .then(String::new),
+            _ => None,
         };
-        if hit {
+        if let Some(which) = hit {
             return Some(format!(
-                "{resource} is refused by {}",
+                "{resource} is refused by {}{which}",
                 rule_name("deny", d.index, d.line)
             ));
         }
@@ -194,8 +197,10 @@ fn covering<'p>(
 /// Every declared resource is decided on its own; the call's decision is the worst of
 /// them (deny over ask over allow). A deny rule refuses at every taint. Otherwise the
 /// covering grant decides: when the session's taint flows to the grant's label the
-/// resource is allowed, else its `when_tainted` applies. A resource no grant covers is
-/// refused. The grant reaches the covering grants' resources and never the deny rules'.
+/// resource is allowed, else its `when_tainted` applies; an `[[ask]]` rule covering the
+/// resource in its mode makes it ask at every taint. A resource no grant covers is
+/// refused. The grant reaches the covering grants' resources and never the deny rules',
+/// nor, in an ask rule's mode, what the rule covers and the call did not declare.
 pub fn decide(policy: &Policy, taint: Label, call: &CallRequest) -> Decision {
     match evaluate(policy, taint, call) {
         Err(reason) => Decision::Deny(reason),
@@ -215,6 +220,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
     let mut reasons = Vec::new();
     let mut asking = Vec::new();
     let mut matched = Vec::new();
+    let mut approved = Vec::new();
     for resource in &call.resources {
         let (mode, path, url) = match resource {
             Resource::PathRead(p) | Resource::PathWrite(p) => {
@@ -262,6 +268,23 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             label: g.label,
             clean,
         });
+        // An `[[ask]]` rule asks at every taint; it allows nothing a grant does not.
+        let asked_by = path.as_deref().and_then(|path| {
+            policy
+                .asks
+                .iter()
+                .filter(|a| a.mode == mode && a.tool.matches(&call.tool))
+                .find_map(|a| crate::name::denied_name(&a.names, path).map(|n| (a, n)))
+        });
+        if let (Some((a, n)), Some(path)) = (asked_by, path.as_deref()) {
+            let access = if mode == Mode::Write { FsAccess::Write } else { FsAccess::Read };
+            reasons.push(format!(
+                "{resource}: {} asks before every {access} of {n}",
+                rule_name("ask", a.index, a.line)
+            ));
+            asking.push(resource.clone());
+            approved.push((access, path.to_path_buf()));
+        }
         if clean && g.when_clean == OnTainted::Ask {
             reasons.push(format!("{resource}: {name} asks before every use"));
             asking.push(resource.clone());
@@ -298,7 +321,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             }
             // `covering` never picks one (it covers nothing before `for_workspace`, and a
             // grant has no name rule).
-            ResourceRule::InWorkspace(_) | ResourceRule::Name(_) => {}
+            ResourceRule::InWorkspace(_) | ResourceRule::Names(_) => {}
         }
     }
     let mut denied: Vec<std::path::PathBuf> = policy
@@ -307,18 +330,26 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         .filter(|d| d.tool.matches(&call.tool))
         .filter_map(|d| match &d.resource {
             ResourceRule::Path(p) => Some(p.clone()),
-            ResourceRule::Host(_) | ResourceRule::Name(_) | ResourceRule::InWorkspace(_) => None,
+            ResourceRule::Host(_) | ResourceRule::Names(_) | ResourceRule::InWorkspace(_) => None,
         })
         .collect();
     let denied_names = policy
         .denies
         .iter()
         .filter(|d| d.tool.matches(&call.tool))
-        .filter_map(|d| match &d.resource {
-            ResourceRule::Name(n) => Some(n.clone()),
-            _ => None,
+        .flat_map(|d| match &d.resource {
+            ResourceRule::Names(names) => names.as_slice(),
+            ResourceRule::Path(_) | ResourceRule::Host(_) | ResourceRule::InWorkspace(_) => &[],
         })
+        .cloned()
         .collect();
+    // The names an `[[ask]]` rule covers are out of this call's reach in the rule's mode
+    // (a write of the workspace never reaches `.git/hooks`), except the paths it declared
+    // and so was asked about.
+    let asked = |mode: Mode| -> Vec<crate::NamePattern> {
+        let rules = policy.asks.iter().filter(|a| a.mode == mode && a.tool.matches(&call.tool));
+        rules.flat_map(|a| a.names.iter().cloned()).collect()
+    };
     // A grant nested under a root, of the root's mode, that would ask or refuse at this
     // taint: the call does not reach it through the wider root (a search of the parent
     // must not read what a direct read would have to ask about).
@@ -343,6 +374,9 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         roots,
         denied,
         denied_names,
+        asked_reads: asked(Mode::Read),
+        asked_writes: asked(Mode::Write),
+        approved,
         own: policy.own.clone(),
         labels: std::sync::Arc::clone(&policy.labels),
         hosts,

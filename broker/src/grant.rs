@@ -79,8 +79,11 @@ pub enum Refusal<'g> {
     Denied(&'g Path),
     /// It is bx's own state (`docs/runbook.md#own-state`), which no grant reaches.
     Own(&'g Path),
-    /// One of its components has a name a `[[deny]]` rule refuses (`.env`, `*.pem`).
+    /// It has a name a `[[deny]]` rule refuses (`.env`, `*.pem`, `.git/config`).
     Named(&'g crate::NamePattern),
+    /// It has a name an `[[ask]]` rule covers in this access (`.git/hooks` for a write),
+    /// and the call did not name it, so the owner was not asked about it.
+    Asks(&'g crate::NamePattern),
 }
 
 impl std::fmt::Display for Refusal<'_> {
@@ -88,6 +91,10 @@ impl std::fmt::Display for Refusal<'_> {
         match self {
             Refusal::Denied(p) => write!(f, "denied path {}", p.display()),
             Refusal::Named(n) => write!(f, "a name denied by rule ({n})"),
+            Refusal::Asks(n) => write!(
+                f,
+                "a name that asks the owner first ({n}); only a call that names it reaches it"
+            ),
             Refusal::Own(p) => write!(
                 f,
                 "bx's own state {} (no grant reaches it; see docs/runbook.md#own-state)",
@@ -110,6 +117,15 @@ pub struct Grant {
     pub(crate) denied: Vec<PathBuf>,
     /// Names no path component may have (the tool's `[[deny]] name = …` rules).
     pub(crate) denied_names: Vec<crate::NamePattern>,
+    /// Names an `[[ask]]` rule of the tool covers for reading: this call never reads
+    /// them, except under `approved`.
+    pub(crate) asked_reads: Vec<crate::NamePattern>,
+    /// Names an `[[ask]]` rule of the tool covers for writing: this call never writes
+    /// them, except under `approved`.
+    pub(crate) asked_writes: Vec<crate::NamePattern>,
+    /// The paths the call declared that an `[[ask]]` rule covered (normalised, with their
+    /// access): the owner approved the call naming them, so it reaches them and below.
+    pub(crate) approved: Vec<(FsAccess, PathBuf)>,
     pub(crate) own: Vec<PathBuf>,
     /// Every path grant's label, shared with the policy (one index per policy, not a
     /// copy per call); filtered by the tool when read.
@@ -207,15 +223,33 @@ impl Grant {
         hit(false).or_else(|| hit(true)).map(|(_, label)| *label)
     }
 
-    /// The denied sub-path or own state that covers `path` (normalised), if any.
+    /// Why `path` (normalised) is out of reach for reading, stating and listing, if it
+    /// is: [`Grant::refusal`] with [`FsAccess::Read`]. A listing leaves such entries out.
     pub fn denied_prefix(&self, path: &Path) -> Option<Refusal<'_>> {
+        self.refusal(path, FsAccess::Read)
+    }
+
+    /// Why `path` (normalised) is out of reach for `access`, whatever the roots say, if
+    /// it is: bx's own state, a denied sub-path, a denied name (in any access), or a name
+    /// an `[[ask]]` rule covers for `access` that the call did not declare. The runtime
+    /// asks this for what a write will create or open with [`FsAccess::Write`].
+    pub fn refusal(&self, path: &Path, access: FsAccess) -> Option<Refusal<'_>> {
         if let Some(own) = self.own.iter().find(|d| strip_root(path, d).is_some()) {
             return Some(Refusal::Own(own));
         }
         if let Some(d) = self.denied.iter().find(|d| strip_root(path, d).is_some()) {
             return Some(Refusal::Denied(d));
         }
-        crate::policy::denied_name(&self.denied_names, path).map(Refusal::Named)
+        if let Some(n) = crate::name::denied_name(&self.denied_names, path) {
+            return Some(Refusal::Named(n));
+        }
+        let asked = match access {
+            FsAccess::Read => &self.asked_reads,
+            FsAccess::Write => &self.asked_writes,
+        };
+        let approved =
+            || self.approved.iter().any(|(a, p)| *a == access && strip_root(path, p).is_some());
+        crate::name::denied_name(asked, path).filter(|_| !approved()).map(Refusal::Asks)
     }
 
     /// Whether `path` (a real path the kernel reported) is bx's own state.
@@ -228,7 +262,7 @@ impl Grant {
     /// root wins. The runtime repeats the denied check on the object it actually opened.
     pub fn route_path(&self, path: &str, access: FsAccess) -> Result<FsRoute, String> {
         let path = normalize(Path::new(path)).map_err(|e| e.to_string())?;
-        if let Some(refusal) = self.denied_prefix(&path) {
+        if let Some(refusal) = self.refusal(&path, access) {
             return Err(format!("{} is under {refusal}", path.display()));
         }
         let best = self
@@ -293,6 +327,9 @@ mod tests {
             ],
             denied: vec!["/home/o/.ssh".into()],
             denied_names: Vec::new(),
+            asked_reads: Vec::new(),
+            asked_writes: Vec::new(),
+            approved: Vec::new(),
             own: vec!["/home/o/.local/state/bx".into()],
             labels: vec![
                 LabelRule {

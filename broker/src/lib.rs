@@ -7,9 +7,11 @@
 
 mod allow;
 mod approval;
+mod credentials;
 mod decide;
 mod grant;
 mod label;
+mod name;
 mod net;
 mod path;
 mod policy;
@@ -20,15 +22,17 @@ pub use approval::{
     Answered, ApprovalTable, MAX_ARG_SHOWN_BYTES, MAX_ARGS_SHOWN_BYTES, Pending,
     escape_untrusted, is_hidden, new_approval_id, render_block, shown_part, typed_answer,
 };
+pub use credentials::{CREDENTIAL_STORES, CredentialGap, CredentialStore};
 pub use decide::{
     Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, decide, redecide,
 };
 pub use grant::{FsAccess, FsRoute, Grant, NetRoute, Refusal, RootKind};
 pub use label::{Confidentiality, Integrity, Label};
+pub use name::NamePattern;
 pub use net::{HostRule, is_public_ip};
 pub use path::{PathError, normalize};
 pub use policy::{
-    DenyRule, Example, Expect, GrantRule, Mode, NamePattern, OnTainted, Policy, PolicyError,
+    AskRule, DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError,
     PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
 

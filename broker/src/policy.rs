@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use crate::label::{Confidentiality, Integrity, Label};
+use crate::name::NamePattern;
 use crate::net::HostRule;
 use crate::path::normalize;
 
@@ -57,74 +58,14 @@ pub enum ResourceRule {
     Path(PathBuf),
     /// A host name or address, optionally with a port.
     Host(HostRule),
-    /// `name = ".env"` (deny rules only): every path with a component of that name,
-    /// wherever it lies.
-    Name(NamePattern),
+    /// `name = ".env"` or `name = [".env", ".git/config", …]` (deny rules only): every
+    /// path that has one of these names wherever it lies (see [`NamePattern`]). Never
+    /// empty.
+    Names(Vec<NamePattern>),
     /// `{workspace}` or `{workspace}/rest`: a path under the session's workspace, kept
     /// as the normalised `rest` (empty for the workspace itself). It covers nothing
     /// until [`Policy::for_workspace`] puts the workspace in.
     InWorkspace(PathBuf),
-}
-
-/// A file name a deny rule refuses wherever it appears in a path: an exact name
-/// (`.env`), or one `*` standing for any run of characters (`*.pem`, `id_*`). Written by
-/// hand rather than with a glob crate: one `*` is all a file name rule needs, and no
-/// `/`, `?` or `[` means no surprises about what it matches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamePattern {
-    text: String,
-}
-
-impl NamePattern {
-    /// Parses a name rule: non-empty, no `/`, at most one `*`, not `.` or `..`, no
-    /// control characters, not only spaces. Every other character (`?`, `[`) is itself.
-    pub fn parse(text: &str) -> Result<NamePattern, String> {
-        if text.is_empty() || text.contains('/') || text.contains('\0') {
-            return Err("a name is one path component: not empty, no /".into());
-        }
-        if text == "." || text == ".." || text == "*" {
-            return Err(format!("{text:?} would match every path; name the files to refuse"));
-        }
-        if text.matches('*').count() > 1 {
-            return Err("a name has at most one *".into());
-        }
-        if text.chars().any(char::is_control) || text.trim().is_empty() {
-            return Err("a name has no control characters and is not only spaces".into());
-        }
-        Ok(NamePattern { text: text.to_owned() })
-    }
-
-    /// Whether the component `name` matches.
-    pub fn matches(&self, name: &str) -> bool {
-        match self.text.split_once('*') {
-            None => self.text == name,
-            Some((head, tail)) => {
-                name.len() >= head.len() + tail.len()
-                    && name.starts_with(head)
-                    && name.ends_with(tail)
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for NamePattern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "name {}", self.text)
-    }
-}
-
-/// The first pattern a component of `path` matches.
-pub(crate) fn denied_name<'p>(patterns: &'p [NamePattern], path: &Path) -> Option<&'p NamePattern> {
-    if patterns.is_empty() {
-        return None;
-    }
-    path.components().find_map(|c| match c {
-        std::path::Component::Normal(n) => {
-            let n = n.to_string_lossy();
-            patterns.iter().find(|p| p.matches(&n))
-        }
-        _ => None,
-    })
 }
 
 /// What a policy path starts with to name the session's workspace.
@@ -166,6 +107,42 @@ pub struct DenyRule {
     pub resource: ResourceRule,
 }
 
+/// One `[[ask]]`: a covered resource of the rule's mode asks the owner at every taint,
+/// even where a grant would allow it. It never allows anything itself (a resource no
+/// grant covers is still refused) and a `[[deny]]` still wins. A call's grant refuses
+/// these names in that mode at run time, unless the call declared them and so was asked
+/// about them: a write to the workspace never reaches `.git/hooks` through it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AskRule {
+    /// Position among the ask rules, from 0.
+    pub index: usize,
+    /// Line in the policy file.
+    pub line: usize,
+    /// Which tools.
+    pub tool: ToolMatch,
+    /// The names it covers (never empty).
+    pub names: Vec<NamePattern>,
+    /// `Read` or `Write` (never `Fetch`).
+    pub mode: Mode,
+}
+
+/// `name .env` for one name, `names .aws, .netrc` for several.
+fn write_names(f: &mut std::fmt::Formatter<'_>, names: &[NamePattern]) -> std::fmt::Result {
+    match names {
+        [one] => write!(f, "{one}"),
+        many => {
+            f.write_str("names ")?;
+            for (i, n) in many.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                f.write_str(n.as_str())?;
+            }
+            Ok(())
+        }
+    }
+}
+
 impl std::fmt::Display for ToolMatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -180,7 +157,7 @@ impl std::fmt::Display for ResourceRule {
         match self {
             ResourceRule::Path(path) => write!(f, "{}", path.display()),
             ResourceRule::Host(host) => write!(f, "{host}"),
-            ResourceRule::Name(name) => write!(f, "{name}"),
+            ResourceRule::Names(names) => write_names(f, names),
             ResourceRule::InWorkspace(rest) if rest.as_os_str().is_empty() => {
                 f.write_str(WORKSPACE)
             }
@@ -222,6 +199,15 @@ impl std::fmt::Display for DenyRule {
     }
 }
 
+/// `ask[0] (line 9): tool * write names .git/hooks, .bashrc`.
+impl std::fmt::Display for AskRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = if self.mode == Mode::Read { "read" } else { "write" };
+        write!(f, "ask[{}] (line {}): tool {} {mode} ", self.index, self.line, self.tool)?;
+        write_names(f, &self.names)
+    }
+}
+
 /// What an `[[example]]` expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -256,6 +242,7 @@ pub struct Example {
 pub struct Policy {
     pub(crate) grants: Vec<GrantRule>,
     pub(crate) denies: Vec<DenyRule>,
+    pub(crate) asks: Vec<AskRule>,
     pub(crate) examples: Vec<Example>,
     /// bx's own state: no call reaches it, whatever the grants say. Not a policy line:
     /// the host sets it from the state directory's layout.
@@ -372,6 +359,8 @@ struct RawPolicy {
     #[serde(default)]
     deny: Vec<Spanned<RawDeny>>,
     #[serde(default)]
+    ask: Vec<Spanned<RawAsk>>,
+    #[serde(default)]
     example: Vec<Spanned<RawExample>>,
 }
 
@@ -393,7 +382,80 @@ struct RawDeny {
     tool: Spanned<String>,
     path: Option<Spanned<String>>,
     host: Option<Spanned<String>>,
-    name: Option<Spanned<String>>,
+    name: Option<Spanned<RawNames>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAsk {
+    tool: Spanned<String>,
+    name: Spanned<RawNames>,
+    mode: Spanned<String>,
+}
+
+/// `name = ".env"` or `name = [".env", ".git/config"]`, each name with its own span.
+enum RawNames {
+    One(String),
+    Many(Vec<Spanned<String>>),
+}
+
+impl<'de> serde::Deserialize<'de> for RawNames {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RawNames, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RawNames;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a name or an array of names")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawNames, E> {
+                Ok(RawNames::One(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RawNames, A::Error> {
+                let mut names = Vec::new();
+                while let Some(n) = seq.next_element::<Spanned<String>>()? {
+                    names.push(n);
+                }
+                Ok(RawNames::Many(names))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// Parses a rule's `name`: every name, each error at its own span. `None` when any
+/// name (or the list) is invalid; the errors say why.
+fn names_rule(
+    src: &Source<'_>,
+    raw: &Spanned<RawNames>,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<Vec<NamePattern>> {
+    let before = errors.len();
+    let mut out = Vec::new();
+    let mut one =
+        |text: &str, span: std::ops::Range<usize>, at: String| match NamePattern::parse(text) {
+            Ok(n) => out.push(n),
+            Err(e) => errors.push(src.error(span, &at, e)),
+        };
+    match raw.get_ref() {
+        RawNames::One(text) => one(text, raw.span(), format!("{rule}.name")),
+        RawNames::Many(list) if list.is_empty() => {
+            errors.push(src.error(
+                raw.span(),
+                &format!("{rule}.name"),
+                "an empty list names nothing",
+            ));
+        }
+        RawNames::Many(list) => {
+            for (i, n) in list.iter().enumerate() {
+                one(n.get_ref(), n.span(), format!("{rule}.name[{i}]"));
+            }
+        }
+    }
+    (errors.len() == before).then_some(out)
 }
 
 #[derive(serde::Deserialize)]
@@ -654,6 +716,11 @@ impl Policy {
         &self.denies
     }
 
+    /// The ask rules, in file order.
+    pub fn asks(&self) -> &[AskRule] {
+        &self.asks
+    }
+
     /// The examples, in file order.
     pub fn examples(&self) -> &[Example] {
         &self.examples
@@ -768,13 +835,9 @@ impl Policy {
             let tool = tool_match(&src, &d.tool, &rule, &mut errors);
             // A deny of / is allowed (it refuses everything); only grants of / are invalid.
             let res = match (&d.path, &d.host, &d.name) {
-                (None, None, Some(n)) => match NamePattern::parse(n.get_ref()) {
-                    Ok(name) => Some(ResourceRule::Name(name)),
-                    Err(e) => {
-                        errors.push(src.error(n.span(), &format!("{rule}.name"), e));
-                        None
-                    }
-                },
+                (None, None, Some(n)) => {
+                    names_rule(&src, n, &rule, &mut errors).map(ResourceRule::Names)
+                }
                 (_, _, Some(n)) => {
                     errors.push(src.error(n.span(), &rule, "give one of path, host or name"));
                     None
@@ -802,6 +865,24 @@ impl Policy {
             if let (Some(tool), Some(resource)) = (tool, res) {
                 let line = src.line_of(whole.start.min(text.len()));
                 policy.denies.push(DenyRule { index, line, tool, resource });
+            }
+        }
+        for (index, a) in raw.ask.iter().enumerate() {
+            let rule = format!("ask[{index}]");
+            let whole = a.span();
+            let a = a.get_ref();
+            let tool = tool_match(&src, &a.tool, &rule, &mut errors);
+            let names = names_rule(&src, &a.name, &rule, &mut errors);
+            let mode = one_of(
+                &src,
+                &a.mode,
+                &format!("{rule}.mode"),
+                &[("read", Mode::Read), ("write", Mode::Write)],
+                &mut errors,
+            );
+            if let (Some(tool), Some(names), Some(mode)) = (tool, names, mode) {
+                let line = src.line_of(whole.start.min(text.len()));
+                policy.asks.push(AskRule { index, line, tool, names, mode });
             }
         }
         for (index, e) in raw.example.iter().enumerate() {

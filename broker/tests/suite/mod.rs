@@ -2,6 +2,7 @@
 
 mod approval;
 mod decide;
+mod names;
 mod policy;
 mod props;
 

@@ -8,8 +8,9 @@ use super::*;
 fn example_policy_parses_and_its_examples_hold() {
     let policy = Policy::parse("example.toml", &read_fixture("policy/example.toml")).unwrap();
     assert_eq!(policy.grants().len(), 3);
-    assert_eq!(policy.denies().len(), 8);
-    assert_eq!(policy.examples().len(), 6);
+    assert_eq!(policy.denies().len(), 2);
+    assert_eq!(policy.asks().len(), 1);
+    assert_eq!(policy.examples().len(), 16);
     let g = &policy.grants()[1];
     assert_eq!(
         (g.mode, g.label, g.when_tainted, g.when_clean, &g.resource),
@@ -113,16 +114,21 @@ fn grant_and_deny_lines_read_like_the_file() {
         .iter()
         .map(ToString::to_string)
         .chain(policy.denies().iter().map(ToString::to_string))
+        .chain(policy.asks().iter().map(ToString::to_string))
         .collect();
     assert_eq!(
-        lines[..6],
+        lines[..4],
         [
-            "grant[0] (line 26): tool * read {workspace}, label private/trusted, when tainted allow",
-            "grant[1] (line 33): tool * write {workspace}, label private/trusted, when tainted ask, asks always",
-            "grant[2] (line 41): tool http.fetch fetch *, label public/untrusted, when tainted ask, asks always",
-            "deny[0] (line 49): tool * name .env",
-            "deny[1] (line 53): tool * name .env.*",
-            "deny[2] (line 57): tool * {workspace}/.git/config",
+            "grant[0] (line 30): tool * read {workspace}, label private/trusted, when tainted allow",
+            "grant[1] (line 37): tool * write {workspace}, label private/trusted, when tainted ask, asks always",
+            "grant[2] (line 45): tool http.fetch fetch *, label public/untrusted, when tainted ask, asks always",
+            "deny[0] (line 57): tool * names .env, .env.*, .git/config, *.pem, *.key, *.p12, *.pfx, *.jks, *.keystore, *.ppk, *.kdbx, .htpasswd",
         ]
     );
+    assert!(lines[4].starts_with("deny[1] (line 68): tool * names .ssh, id_rsa*, "), "{lines:?}");
+    assert!(
+        lines[5].starts_with("ask[0] (line 101): tool * write names .git/hooks, "),
+        "{lines:?}"
+    );
+    assert_eq!(lines.len(), 6);
 }

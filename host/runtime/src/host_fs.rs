@@ -395,7 +395,9 @@ impl CallState {
     /// opened one component at a time without following a symlink: a write lands at the
     /// path the owner was shown, or nowhere (`docs -> .git/hooks` in a workspace would
     /// otherwise turn an approved `docs/post-commit` into a git hook). Reads still follow
-    /// in-root symlinks, and are labelled by where they lead.
+    /// in-root symlinks, and are labelled by where they lead. The name is refused if the
+    /// grant refuses it for `access` where it really lies (a write never reaches a name an
+    /// `[[ask]]` rule covers that the call did not name).
     fn open_parent(
         &mut self,
         idx: usize,
@@ -425,7 +427,7 @@ impl CallState {
             FsAccess::Write => open_dir_beneath(&root.dir, parent, shown)?,
         };
         let (logical_parent, _) = self.verify(idx, &dir, shown)?;
-        if let Some(refusal) = self.grant.denied_prefix(&logical_parent.join(name)) {
+        if let Some(refusal) = self.grant.refusal(&logical_parent.join(name), access) {
             return Err(Error::Denied(format!("{shown}: under {refusal}")));
         }
         // What the name will be once created: the verified parent's real path and the

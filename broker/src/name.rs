@@ -1,0 +1,200 @@
+//! Name patterns: the file names and short relative paths that `[[deny]]` and `[[ask]]`
+//! rules match wherever they appear in a path, ASCII case-insensitively.
+
+use std::path::{Component, Path};
+
+/// A file name, or a short relative path of names, that a rule matches wherever it
+/// appears in a path: `.env`, `*.pem`, `id_rsa*`, or `.git/config`, `.config/gh`, whose
+/// components must appear one after the other (`/a/sub/.git/config` and everything below
+/// it match `.git/config`; `/a/.git/x/config` does not).
+///
+/// Each component is an exact name or has one `*` standing for any run of characters.
+/// Matching is ASCII case-insensitive (`*.pem` matches `server.PEM`, `.env` matches
+/// `.ENV`): a rule that refuses or asks about more is the safe side, and the file systems
+/// of macOS and Windows fold case anyway. Non-ASCII characters compare exactly.
+///
+/// Written by hand rather than with a glob crate: one `*` per component is all these
+/// rules need, and no `?`, `[` or `**` means no surprises about what a rule matches.
+///
+/// Cheap to clone (shared): every call's grant carries the tool's names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamePattern(std::sync::Arc<Inner>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct Inner {
+    /// As written, for messages.
+    text: String,
+    /// The components, at least one.
+    parts: Vec<String>,
+}
+
+impl NamePattern {
+    /// Parses a name rule: one or more components joined by `/`, each non-empty, not `.`
+    /// or `..`, not `*` alone, with at most one `*`; no leading or trailing `/`, no
+    /// control characters, no component of only spaces. Every other character (`?`, `[`,
+    /// `\`) is itself.
+    pub fn parse(text: &str) -> Result<NamePattern, String> {
+        if text.is_empty() {
+            return Err("a name is not empty".into());
+        }
+        if text.chars().any(char::is_control) {
+            return Err("a name has no control characters".into());
+        }
+        if text.starts_with('/') {
+            return Err(format!(
+                "a name is relative and matches anywhere: write {:?}, or use path = for one place",
+                text.trim_start_matches('/')
+            ));
+        }
+        let mut parts = Vec::new();
+        for part in text.split('/') {
+            match part {
+                "" => return Err("a name has no empty component (no // and no trailing /)".into()),
+                "." | ".." => {
+                    return Err(format!("a name has no {part:?} component; name the files"));
+                }
+                "*" => {
+                    return Err(
+                        "a component of only * would match every path; name the files".into()
+                    );
+                }
+                _ if part.trim().is_empty() => {
+                    return Err("a name has no component of only spaces".into());
+                }
+                _ if part.matches('*').count() > 1 => {
+                    return Err(format!("{part:?}: a component has at most one *"));
+                }
+                _ => parts.push(part.to_owned()),
+            }
+        }
+        Ok(NamePattern(std::sync::Arc::new(Inner { text: text.to_owned(), parts })))
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.0.text
+    }
+
+    /// Whether `path` has the pattern's components one after the other anywhere: the
+    /// named file or directory itself, or anything below it.
+    pub fn matches(&self, path: &Path) -> bool {
+        let names: Vec<std::borrow::Cow<'_, str>> = normal_components(path).collect();
+        self.matches_components(&names)
+    }
+
+    fn matches_components<S: AsRef<str>>(&self, names: &[S]) -> bool {
+        let k = self.0.parts.len();
+        names.len() >= k
+            && names.windows(k).any(|w| {
+                w.iter()
+                    .zip(&self.0.parts)
+                    .all(|(name, part)| component_matches(part, name.as_ref()))
+            })
+    }
+}
+
+/// Whether the component `name` matches `pattern` (one component, at most one `*`),
+/// ASCII case-insensitively.
+fn component_matches(pattern: &str, name: &str) -> bool {
+    let (name, pattern) = (name.as_bytes(), pattern.as_bytes());
+    match pattern.iter().position(|b| *b == b'*') {
+        None => name.eq_ignore_ascii_case(pattern),
+        Some(star) => {
+            let (head, tail) = (&pattern[..star], &pattern[star + 1..]);
+            name.len() >= head.len() + tail.len()
+                && name[..head.len()].eq_ignore_ascii_case(head)
+                && name[name.len() - tail.len()..].eq_ignore_ascii_case(tail)
+        }
+    }
+}
+
+fn normal_components(path: &Path) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    path.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n.to_string_lossy()),
+        _ => None,
+    })
+}
+
+impl std::fmt::Display for NamePattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "name {}", self.0.text)
+    }
+}
+
+/// The first of `patterns` that `path` matches. The path's components are split once,
+/// whatever the number of patterns (the runtime asks this for every listed entry).
+pub(crate) fn denied_name<'p>(patterns: &'p [NamePattern], path: &Path) -> Option<&'p NamePattern> {
+    if patterns.is_empty() {
+        return None;
+    }
+    let names: Vec<std::borrow::Cow<'_, str>> = normal_components(path).collect();
+    patterns.iter().find(|p| p.matches_components(&names))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(pattern: &str, path: &str) -> bool {
+        NamePattern::parse(pattern).unwrap().matches(Path::new(path))
+    }
+
+    #[test]
+    fn one_component_matches_anywhere_ignoring_ascii_case() {
+        assert!(hit(".env", "/a/.env"));
+        assert!(hit(".env", "/a/.ENV/x"));
+        assert!(hit("*.pem", "/a/server.PEM"));
+        assert!(hit("*.pem", "/a/.pem"));
+        assert!(hit("id_rsa*", "/h/.backup/id_rsa.bak"));
+        assert!(hit("Login Data", "/h/.config/chromium/Default/login data"));
+        assert!(!hit("*.pem", "/a/pem"));
+        assert!(!hit(".env", "/a/.envx"));
+        assert!(!hit("ab*ba", "/aba"), "head and tail may not overlap");
+        // Non-ASCII compares exactly.
+        assert!(!hit("é.key", "/a/É.key"));
+    }
+
+    #[test]
+    fn several_components_match_one_after_the_other() {
+        assert!(hit(".git/config", "/h/proj/sub/.git/config"));
+        assert!(hit(".git/config", "/h/.GIT/Config"));
+        assert!(hit(".config/gh", "/h/.config/gh/hosts.yml"));
+        assert!(hit("Profile */Cookies", "/h/.config/chromium/Profile 2/Cookies"));
+        assert!(!hit(".git/config", "/h/.git/x/config"));
+        assert!(!hit(".git/config", "/h/config/.git"));
+        assert!(!hit(".git/config", "/h/.git"));
+        assert!(!hit(".cargo/credentials.toml", "/h/credentials.toml"));
+    }
+
+    #[test]
+    fn refuses_patterns_that_match_too_much_or_are_malformed() {
+        for (bad, why) in [
+            ("", "not empty"),
+            ("*", "only *"),
+            (".git/*", "only *"),
+            (".", "\".\""),
+            ("a/../b", "\"..\""),
+            ("a//b", "empty component"),
+            ("a/", "empty component"),
+            ("/etc/passwd", "relative"),
+            ("*a*", "at most one *"),
+            ("a/*b*", "at most one *"),
+            ("a\nb", "control"),
+            (" ", "only spaces"),
+            ("a/ /b", "only spaces"),
+        ] {
+            let err = NamePattern::parse(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_first_matching_pattern_is_named() {
+        let pats: Vec<NamePattern> =
+            [".ssh", "id_*"].iter().map(|p| NamePattern::parse(p).unwrap()).collect();
+        let got = denied_name(&pats, Path::new("/h/.ssh/id_ed25519"));
+        assert_eq!(got.map(NamePattern::as_str), Some(".ssh"));
+        assert_eq!(denied_name(&pats, Path::new("/h/notes")), None);
+        assert_eq!(denied_name(&[], Path::new("/h/.ssh")), None);
+    }
+}
