@@ -1,5 +1,6 @@
 //! `bx doctor`: the daemon and its inference self-test, the policy (and any grant over
-//! bx's own state), the audit log and the installed tools, each with ok or what is wrong.
+//! bx's own state, and any credential store under the home it would read), the audit log
+//! and the installed tools, each with ok or what is wrong.
 
 use bx_protocol::Body;
 use bx_state::{PolicyStatus, StateDir};
@@ -7,6 +8,9 @@ use bx_store::Store;
 use clap::Args;
 
 use super::{EXIT_ERROR, EXIT_OK};
+
+/// Credential stores a warning names one by one; the rest are counted.
+const MAX_GAPS_SHOWN: usize = 5;
 use crate::client::Conn;
 use crate::term;
 
@@ -78,6 +82,29 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
     if let Some(p) = policy.in_force() {
         for line in bx_daemon::own_state_lines(&p) {
             outln!("warn {}", term::shown(&line));
+        }
+        // A policy that reads a home without the default's credential-store denies: the
+        // first few gaps by name, and how many in all.
+        if let Some(home) = std::env::home_dir() {
+            let gaps = p.missing_credential_denies(&home);
+            for gap in gaps.iter().take(MAX_GAPS_SHOWN) {
+                let how = match gap.decision {
+                    bx_broker::Expect::Allow => "without asking",
+                    bx_broker::Expect::Ask | bx_broker::Expect::Deny => "after asking",
+                };
+                outln!(
+                    "warn policy: {} reads {} ({}) {how} when the workspace is your home; add it to a [[deny]] name list (see docs/policy.md#what-the-default-refuses-and-asks)",
+                    term::one_line(&gap.tool),
+                    term::one_line(&gap.path.display().to_string()),
+                    gap.what
+                );
+            }
+            if gaps.len() > MAX_GAPS_SHOWN {
+                outln!(
+                    "warn policy: {} more credential stores under your home are not refused",
+                    gaps.len() - MAX_GAPS_SHOWN
+                );
+            }
         }
     }
 

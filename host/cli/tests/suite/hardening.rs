@@ -175,6 +175,35 @@ fn a_home_directory_is_a_workspace_only_when_named() {
 }
 
 #[test]
+fn doctor_warns_of_a_policy_that_reads_a_home_without_the_denies() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let home = tempfile::tempdir().unwrap();
+    let doctor = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_bx"))
+            .arg("--state-dir")
+            .arg(s)
+            .arg("doctor")
+            .env("HOME", home.path())
+            .env_remove("BX_HOME")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let said = doctor();
+    assert!(!said.contains("credential"), "the default refuses every store: {said}");
+    std::fs::write(
+        s.join("policy.toml"),
+        "[[grant]]\ntool = \"*\"\npath = \"{workspace}\"\nmode = \"read\"\nlabel = \"private/trusted\"\n",
+    )
+    .unwrap();
+    let said = doctor();
+    assert!(said.contains(".ssh/id_ed25519") && said.contains("without asking"), "{said}");
+    assert!(said.contains("more credential stores under your home"), "{said}");
+}
+
+#[test]
 fn a_call_of_megabytes_hides_no_other_approval_and_a_cancel_refuses_it() {
     let Setup { s, ws, .. } = &setup("", &["fs_write"]);
     let daemon = Daemon::start(s);
@@ -426,4 +455,44 @@ fn http_bounds_slow_and_idle_connections() {
     let _ = server.kill();
     let _ = server.wait();
     daemon.stop();
+}
+
+#[test]
+fn what_a_call_touched_names_the_file_as_it_lies_on_disk() {
+    // A session's workspace replaced by a symlink after the session was made: the read
+    // follows it, and the result record names the file actually read.
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_read");
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let top = tempfile::tempdir().unwrap();
+    let top = std::fs::canonicalize(top.path()).unwrap();
+    let (ws, other) = (top.join("ws"), top.join("other"));
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("notes.txt"), "first\n").unwrap();
+    let read = |extra: &[&str]| {
+        let mut args = vec!["tool", "run", "fs.read", "--session", "moved"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--args", r#"{"path":"notes.txt"}"#]);
+        bx(s, &args)
+    };
+    let r = read(&["--workspace", ws.to_str().unwrap()]);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "first\n"), "{}", r.stderr);
+    std::fs::rename(&ws, top.join("ws.old")).unwrap();
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "second\n").unwrap();
+    std::os::unix::fs::symlink(&other, &ws).unwrap();
+    let r = read(&[]);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "second\n"), "{}", r.stderr);
+    let touched: Vec<Value> = audit_records(s)
+        .into_iter()
+        .filter(|r| r["kind"] == "result")
+        .map(|r| r["fields"]["touched"][0].clone())
+        .collect();
+    assert_eq!(touched.len(), 2);
+    assert!(touched[0].as_str().unwrap().contains(&format!("{}/notes.txt", ws.display())));
+    assert!(
+        touched[1].as_str().unwrap().contains(&format!("{}/notes.txt", other.display())),
+        "{touched:?}"
+    );
 }
