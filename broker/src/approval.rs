@@ -493,7 +493,7 @@ mod tests {
                 &block[block.len() - 300..]
             );
             assert!(block.contains(&format!("bx approvals show {}", p.id)));
-            assert!(!block.chars().any(|c| is_hidden(c)), "escaped");
+            assert!(!block.chars().any(is_hidden), "escaped");
         }
     }
 

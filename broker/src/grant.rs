@@ -332,14 +332,8 @@ mod tests {
             approved: Vec::new(),
             own: vec!["/home/o/.local/state/bx".into()],
             labels: vec![
-                LabelRule {
-                    path: "/home/o".into(),
-                    label: Label::CLEAN,
-                },
-                LabelRule {
-                    path: "/home/o/out".into(),
-                    label: Label::TOP,
-                },
+                LabelRule { path: "/home/o".into(), label: Label::CLEAN },
+                LabelRule { path: "/home/o/out".into(), label: Label::TOP },
             ]
             .into(),
             hosts: vec![(HostRule::parse("example.com").unwrap(), Label::TOP)],

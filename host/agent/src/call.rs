@@ -484,8 +484,8 @@ impl<'t> Requested<'t> {
                         }
                         Decision::Allow(_) => {}
                     }
-                    let approval = matches!(decision, Decision::Ask(_))
-                        .then(bx_broker::new_approval_id);
+                    let approval =
+                        matches!(decision, Decision::Ask(_)).then(bx_broker::new_approval_id);
                     trust.decision(
                         &self.session,
                         &self.call,

@@ -60,33 +60,6 @@ fn json_escaped(raw: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HOSTILE: &str = "a\u{1b}]0;pwned\u{7}b\u{9b}31mc\u{202e}d\u{200b}e\u{e0041}\t\nf";
-
-    #[test]
-    fn no_raw_control_reaches_the_terminal() {
-        let s = shown(HOSTILE);
-        assert!(!s.chars().any(bx_broker::is_hidden), "{s:?}");
-        assert_eq!(s, "a\\u{1b}]0;pwned\\u{7}b\\u{9b}31mc\\u{202e}d\\u{200b}e\\u{e0041}\t\nf");
-        assert_eq!(one_line("a\nb\tc"), "a\\u{a}b\\u{9}c");
-    }
-
-    #[test]
-    fn json_keeps_the_value_and_escapes_every_hidden_character() {
-        let text = json(&serde_json::json!({ "t": HOSTILE })).unwrap();
-        assert!(text.is_ascii() || !text.chars().any(bx_broker::is_hidden), "{text}");
-        assert!(
-            text.contains("\\u009b") && text.contains("\\u202e") && text.contains("\\udb40\\udc41"),
-            "{text}"
-        );
-        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(back["t"], HOSTILE);
-    }
-}
-
 /// Writes to standard output. A reader that went away (`bx approvals | head`) ends the
 /// command quietly with status 0, as ripgrep does: there is nobody left to tell, and a
 /// panic about it would only be noise.
@@ -112,4 +85,31 @@ macro_rules! outp {
 macro_rules! outln {
     () => { $crate::term::out(format_args!("\n")) };
     ($($arg:tt)*) => { $crate::term::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOSTILE: &str = "a\u{1b}]0;pwned\u{7}b\u{9b}31mc\u{202e}d\u{200b}e\u{e0041}\t\nf";
+
+    #[test]
+    fn no_raw_control_reaches_the_terminal() {
+        let s = shown(HOSTILE);
+        assert!(!s.chars().any(bx_broker::is_hidden), "{s:?}");
+        assert_eq!(s, "a\\u{1b}]0;pwned\\u{7}b\\u{9b}31mc\\u{202e}d\\u{200b}e\\u{e0041}\t\nf");
+        assert_eq!(one_line("a\nb\tc"), "a\\u{a}b\\u{9}c");
+    }
+
+    #[test]
+    fn json_keeps_the_value_and_escapes_every_hidden_character() {
+        let text = json(&serde_json::json!({ "t": HOSTILE })).unwrap();
+        assert!(text.is_ascii() || !text.chars().any(bx_broker::is_hidden), "{text}");
+        assert!(
+            text.contains("\\u009b") && text.contains("\\u202e") && text.contains("\\udb40\\udc41"),
+            "{text}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back["t"], HOSTILE);
+    }
 }

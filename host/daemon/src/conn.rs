@@ -259,7 +259,7 @@ pub(crate) async fn handle(
                         // JSON escaping at most doubles what the block holds, plus a
                         // few hundred bytes of the other fields.
                         let size = 2 * (a.block.len() + a.session.len() + a.tool.len()) + 256;
-                        room = room.checked_sub(size).unwrap_or(0);
+                        room = room.saturating_sub(size);
                         room > 0
                     })
                     .collect();
@@ -278,7 +278,10 @@ pub(crate) async fn handle(
                         }
                     }
                     None => Body::Refused {
-                        reason: format!("no approval {} is waiting", bx_audit::bounded(&approval, 64)),
+                        reason: format!(
+                            "no approval {} is waiting",
+                            bx_audit::bounded(&approval, 64)
+                        ),
                     },
                 };
                 out.send(id, msg);

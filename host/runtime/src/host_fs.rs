@@ -310,7 +310,12 @@ impl CallState {
     /// Refuses an opened object that is one of bx's own paths, or lies in one, by
     /// (device, inode) rather than by name: the state directory bind-mounted into a
     /// workspace, or a hard link to the signing key, has a name no rule knows.
-    fn check_identity(&mut self, opened: &(u64, u64), real: &Path, shown: &str) -> Result<(), Error> {
+    fn check_identity(
+        &mut self,
+        opened: &(u64, u64),
+        real: &Path,
+        shown: &str,
+    ) -> Result<(), Error> {
         let grant = &self.grant;
         let own = self.roots.own_ids.get_or_insert_with(|| {
             let mut ids: Vec<(u64, u64)> = grant

@@ -83,8 +83,7 @@ fn show(state: &StateDir, id: &str, raw: bool) -> anyhow::Result<u8> {
     let mut conn = connect_running(state)?;
     let mut offset = 0;
     loop {
-        let reply =
-            conn.request(Body::ShowApproval { approval: id.to_owned(), offset })?;
+        let reply = conn.request(Body::ShowApproval { approval: id.to_owned(), offset })?;
         let (text, total) = match reply {
             Body::ApprovalArgs { text, total, .. } => (text, total),
             Body::Refused { reason } => {

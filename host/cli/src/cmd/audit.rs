@@ -247,9 +247,9 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 }
                 let a = &report.anchor;
                 match a.state.as_str() {
-                    "unanchored" => outln!(
-                        "anchor:    none (no signed checkpoint outside the log was checked)"
-                    ),
+                    "unanchored" => {
+                        outln!("anchor:    none (no signed checkpoint outside the log was checked)")
+                    }
                     state => outln!(
                         "anchor:    {state}: {} signed checkpoint(s) of {}, the log consistent up to record {}",
                         a.checkpoints,
@@ -291,12 +291,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                     outln!("PROBLEMS: {}", report.problems.len() as u64 + report.problems_more);
                     for p in &report.problems {
                         let where_ = term::one_line(&p.file);
-                        outln!(
-                            "  {where_}:{}: {}: {}",
-                            p.line,
-                            p.kind,
-                            term::one_line(&p.detail)
-                        );
+                        outln!("  {where_}:{}: {}: {}", p.line, p.kind, term::one_line(&p.detail));
                     }
                     if report.problems_more > 0 {
                         outln!("  … and {} more", report.problems_more);

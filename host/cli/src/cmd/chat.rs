@@ -58,7 +58,9 @@ pub(crate) fn workspace(given: Option<&std::path::Path>) -> anyhow::Result<Strin
         anyhow::bail!(
             "the current directory {} {}; a workspace there puts every file of yours in the tools' reach. Start in a project directory, or name it with --workspace {} if you mean it (see docs/runbook.md#workspace-home)",
             term::one_line(&real.display().to_string()),
-            if home == real { "is your home".to_owned() } else {
+            if home == real {
+                "is your home".to_owned()
+            } else {
                 format!("holds your home {}", term::one_line(&home.display().to_string()))
             },
             term::one_line(&real.display().to_string()),

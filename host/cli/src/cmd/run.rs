@@ -124,10 +124,25 @@ fn overlay(args: &RunArgs) -> anyhow::Result<Overlay> {
         |paths: &[PathBuf]| paths.iter().map(|p| absolute(p)).collect::<anyhow::Result<Vec<_>>>();
     Ok(Overlay {
         read: abs(&args.allow_read)?,
-        write: abs(&args.allow_write)?,
+        write: with_resolved(abs(&args.allow_write)?),
         hosts: args.allow_host.clone(),
         deny: abs(&args.deny)?,
     })
+}
+
+/// Write grants as named and, where that differs, as they resolve on disk: a write is
+/// decided on the path it resolves to, so `--allow-write LINK` must cover LINK's target
+/// for writes as well as LINK for reads.
+fn with_resolved(paths: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(paths.len());
+    for p in paths {
+        let real = std::fs::canonicalize(&p).ok().and_then(|r| r.to_str().map(str::to_owned));
+        out.push(p);
+        if let Some(real) = real.filter(|r| !out.contains(r)) {
+            out.push(real);
+        }
+    }
+    out
 }
 
 pub(crate) fn run(state: &StateDir, args: &RunArgs) -> anyhow::Result<u8> {

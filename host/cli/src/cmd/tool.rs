@@ -109,7 +109,9 @@ fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
         (Some(old), true) => {
             outln!(
                 "replaced {} {old} with {} (tool epoch {})",
-                outcome.name, outcome.digest, outcome.epoch
+                outcome.name,
+                outcome.digest,
+                outcome.epoch
             )
         }
         (None, true) => {

@@ -137,6 +137,31 @@ impl Raw {
     }
 }
 
+/// `bx mcp --http` on a free loopback port, working in `ws`, and its URL once it serves
+/// (read from its stderr, which is drained after).
+pub(super) fn spawn_http(s: &Path, ws: &Path) -> (std::process::Child, String) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(s)
+        .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
+        .arg(ws)
+        .env_remove("BX_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("bx mcp --http ended before serving").unwrap();
+        if let Some(at) = line.find("http://") {
+            break line[at..].trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (server, url)
+}
+
 /// The approvals waiting in the daemon of `s`.
 pub(super) fn approvals(s: &Path) -> Vec<Value> {
     let r = bx(s, &["approvals", "--json"]);
@@ -302,25 +327,7 @@ fn streamable_http_needs_the_token_checks_host_and_origin_and_serves_the_sdk() {
     assert_eq!(refused.code, 1);
     assert!(refused.stderr.contains("--allow-remote"), "{}", refused.stderr);
 
-    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(&s)
-        .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
-        .arg(&ws_real)
-        .env_remove("BX_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(server.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("bx mcp --http ended before serving").unwrap();
-        if let Some(at) = line.find("http://") {
-            break line[at..].trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (mut server, url) = spawn_http(&s, &ws_real);
     let token_file = s.join("mcp.token");
     use std::os::unix::fs::PermissionsExt as _;
     assert_eq!(std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777, 0o600);

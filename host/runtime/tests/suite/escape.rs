@@ -201,7 +201,10 @@ fn refuses_write_through_a_symlinked_directory_inside_the_root() {
     assert!(denied(r).contains("docs is a symlink"));
     assert!(!l.granted.join(".git/hooks/post-commit").exists());
     assert!(!l.granted.join(".git/hooks/new").exists());
-    assert_eq!(std::fs::read_to_string(l.granted.join(".git/hooks/pre-push")).unwrap(), "#!/bin/sh\n");
+    assert_eq!(
+        std::fs::read_to_string(l.granted.join(".git/hooks/pre-push")).unwrap(),
+        "#!/bin/sh\n"
+    );
     assert_eq!(ok_text(hostile_read(allow, &s(&l.granted.join("docs/pre-push")))), "#!/bin/sh\n");
 }
 

@@ -64,7 +64,8 @@ fn own_state_is_out_of_reach_whatever_the_grant() {
         let args = json!({"mode": mode, "path": path, "content": "x"});
         let args = if mode == "write" { args } else { json!({"mode": mode, "path": path}) };
         let why = denied(hostile(over_home(&h), args));
-        let through_link = mode != "list" && mode != "stat" && why.contains("innocent is a symlink");
+        let through_link =
+            mode != "list" && mode != "stat" && why.contains("innocent is a symlink");
         assert!(why.contains("bx's own state") || through_link, "{mode} {path}: {why}");
     }
     assert_eq!(

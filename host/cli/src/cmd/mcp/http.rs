@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures_util::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
-use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use rmcp::transport::streamable_http_server::{
     SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
@@ -135,8 +135,10 @@ impl BoundedSessions {
         let live: Vec<SessionId> = self.inner.sessions.read().await.keys().cloned().collect();
         let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
         used.retain(|id, _| live.contains(id));
-        let mut by_age: Vec<(Instant, SessionId)> =
-            live.into_iter().map(|id| (used.get(&id).copied().unwrap_or(Instant::now()), id)).collect();
+        let mut by_age: Vec<(Instant, SessionId)> = live
+            .into_iter()
+            .map(|id| (used.get(&id).copied().unwrap_or(Instant::now()), id))
+            .collect();
         by_age.sort_by_key(|(at, _)| *at);
         let excess = (by_age.len() + 1).saturating_sub(MAX_SESSIONS);
         by_age.into_iter().take(excess).map(|(_, id)| id).collect()
