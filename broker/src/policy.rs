@@ -953,9 +953,17 @@ impl Policy {
                     crate::Decision::Deny(d) => (Expect::Deny, d.message),
                 };
                 if got != ex.expect {
-                    let message =
-                        format!("expected {:?}, the policy decides {:?}: {why}", ex.expect, got)
-                            .to_lowercase();
+                    // The reason keeps its case: it quotes the owner's paths.
+                    let name = |e: Expect| match e {
+                        Expect::Allow => "allow",
+                        Expect::Ask => "ask",
+                        Expect::Deny => "deny",
+                    };
+                    let message = format!(
+                        "expected {}, the policy decides {}: {why}",
+                        name(ex.expect),
+                        name(got)
+                    );
                     errors.push(src.error(
                         ex.span.clone(),
                         &format!("example[{}]", ex.index),

@@ -53,6 +53,17 @@ fn failing_example_is_an_error_at_the_example() {
     assert_eq!((err.0[0].rule.as_str(), err.0[0].line), ("example[0]", 11));
 }
 
+/// Regression: a failing example's message was lowercased whole, so it misquoted the
+/// owner's paths (`/Srv/Data` shown as `/srv/data`).
+#[test]
+fn a_failing_example_quotes_paths_as_written() {
+    let text = "[[grant]]\ntool = \"*\"\npath = \"/Srv/Data\"\nmode = \"read\"\nlabel = \"public/trusted\"\n\
+                [[example]]\ntool = \"fs.read\"\nread = \"/Srv/Other/README.md\"\nexpect = \"allow\"\n";
+    let err = Policy::parse("p.toml", text).unwrap_err().to_string();
+    assert!(err.contains("expected allow, the policy decides deny"), "{err}");
+    assert!(err.contains("/Srv/Other/README.md"), "{err}");
+}
+
 #[test]
 fn refuses_unknown_keys_duplicates_and_both_path_and_host() {
     let unknown = "[[grant]]\ntool = \"*\"\npath = \"/a\"\nmode = \"read\"\nlabel = \"public/trusted\"\nwhen = \"ask\"\n";
