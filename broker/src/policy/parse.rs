@@ -1,0 +1,569 @@
+//! Reading a policy file: the raw TOML shapes, each rule checked against its span, and
+//! the caret snippets every error carries.
+
+use std::path::Path;
+
+use toml::Spanned;
+
+use super::*;
+use crate::label::{Confidentiality, Integrity, Label};
+use crate::name::NamePattern;
+use crate::net::HostRule;
+use crate::path::normalize;
+
+struct Source<'a> {
+    file: &'a str,
+    text: &'a str,
+    /// Byte offset where each line starts, so locating a span is a binary search rather
+    /// than a scan from the start (a policy of 20,000 grants loads in linear time).
+    line_starts: Vec<usize>,
+}
+
+impl<'a> Source<'a> {
+    fn new(file: &'a str, text: &'a str) -> Source<'a> {
+        let line_starts = std::iter::once(0).chain(newline_offsets(text).map(|i| i + 1)).collect();
+        Source { file, text, line_starts }
+    }
+
+    /// The 1-based line holding byte `offset`.
+    fn line_of(&self, offset: usize) -> usize {
+        self.line_starts.partition_point(|&start| start <= offset).max(1)
+    }
+
+    fn error(
+        &self,
+        span: std::ops::Range<usize>,
+        rule: &str,
+        message: impl Into<String>,
+    ) -> PolicyError {
+        let start = span.start.min(self.text.len());
+        let end = span.end.clamp(start, self.text.len());
+        let line_no = self.line_of(start);
+        let line_start = self.line_starts[line_no - 1];
+        let line_end = self.text[start..].find('\n').map_or(self.text.len(), |i| start + i);
+        let column = self.text[line_start..start].chars().count() + 1;
+        let source_line = &self.text[line_start..line_end];
+        let width = self.text[start..end.min(line_end)].chars().count().max(1);
+        let gutter = line_no.to_string().len();
+        let snippet = format!(
+            "{:gutter$} |\n{line_no} | {source_line}\n{:gutter$} | {}{}",
+            "",
+            "",
+            " ".repeat(column - 1),
+            "^".repeat(width)
+        );
+        PolicyError {
+            file: self.file.to_owned(),
+            line: line_no,
+            column,
+            rule: rule.to_owned(),
+            message: message.into(),
+            snippet,
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    #[serde(default)]
+    grant: Vec<Spanned<RawGrant>>,
+    #[serde(default)]
+    deny: Vec<Spanned<RawDeny>>,
+    #[serde(default)]
+    ask: Vec<Spanned<RawAsk>>,
+    #[serde(default)]
+    example: Vec<Spanned<RawExample>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    tool: Spanned<String>,
+    path: Option<Spanned<String>>,
+    host: Option<Spanned<String>>,
+    mode: Spanned<String>,
+    label: Spanned<String>,
+    when_tainted: Option<Spanned<String>>,
+    when_clean: Option<Spanned<String>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeny {
+    tool: Spanned<String>,
+    path: Option<Spanned<String>>,
+    host: Option<Spanned<String>>,
+    name: Option<Spanned<RawNames>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAsk {
+    tool: Spanned<String>,
+    name: Spanned<RawNames>,
+    mode: Spanned<String>,
+}
+
+/// `name = ".env"` or `name = [".env", ".git/config"]`, each name with its own span.
+enum RawNames {
+    One(String),
+    Many(Vec<Spanned<String>>),
+}
+
+impl<'de> serde::Deserialize<'de> for RawNames {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RawNames, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RawNames;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a name or an array of names")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawNames, E> {
+                Ok(RawNames::One(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RawNames, A::Error> {
+                let mut names = Vec::new();
+                while let Some(n) = seq.next_element::<Spanned<String>>()? {
+                    names.push(n);
+                }
+                Ok(RawNames::Many(names))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// Parses a rule's `name`: every name, each error at its own span. `None` when any
+/// name (or the list) is invalid; the errors say why.
+fn names_rule(
+    src: &Source<'_>,
+    raw: &Spanned<RawNames>,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<Vec<NamePattern>> {
+    let before = errors.len();
+    let mut out = Vec::new();
+    let mut one =
+        |text: &str, span: std::ops::Range<usize>, at: String| match NamePattern::parse(text) {
+            Ok(n) => out.push(n),
+            Err(e) => errors.push(src.error(span, &at, e)),
+        };
+    match raw.get_ref() {
+        RawNames::One(text) => one(text, raw.span(), format!("{rule}.name")),
+        RawNames::Many(list) if list.is_empty() => {
+            errors.push(src.error(
+                raw.span(),
+                &format!("{rule}.name"),
+                "an empty list names nothing",
+            ));
+        }
+        RawNames::Many(list) => {
+            for (i, n) in list.iter().enumerate() {
+                one(n.get_ref(), n.span(), format!("{rule}.name[{i}]"));
+            }
+        }
+    }
+    (errors.len() == before).then_some(out)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExample {
+    tool: Spanned<String>,
+    read: Option<Spanned<String>>,
+    write: Option<Spanned<String>>,
+    fetch: Option<Spanned<String>>,
+    taint: Option<Spanned<String>>,
+    workspace: Option<Spanned<String>>,
+    expect: Spanned<String>,
+}
+
+/// Parses `"private/untrusted"`.
+pub fn parse_label(text: &str) -> Result<Label, String> {
+    let (c, i) = text
+        .split_once('/')
+        .ok_or("a label is CONFIDENTIALITY/INTEGRITY, such as private/trusted")?;
+    let confidentiality = match c {
+        "public" => Confidentiality::Public,
+        "private" => Confidentiality::Private,
+        "secret" => Confidentiality::Secret,
+        _ => return Err(format!("confidentiality {c:?} is not public, private or secret")),
+    };
+    let integrity = match i {
+        "trusted" => Integrity::Trusted,
+        "untrusted" => Integrity::Untrusted,
+        _ => return Err(format!("integrity {i:?} is not trusted or untrusted")),
+    };
+    Ok(Label { confidentiality, integrity })
+}
+
+fn tool_match(
+    src: &Source<'_>,
+    raw: &Spanned<String>,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<ToolMatch> {
+    let name = raw.get_ref();
+    if name == "*" {
+        return Some(ToolMatch::Any);
+    }
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        errors.push(src.error(
+            raw.span(),
+            &format!("{rule}.tool"),
+            "a tool name (letters, digits, '.', '_', '-') or \"*\"",
+        ));
+        return None;
+    }
+    Some(ToolMatch::Named(name.clone()))
+}
+
+fn path_rule(
+    src: &Source<'_>,
+    raw: &Spanned<String>,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<ResourceRule> {
+    match rule_path(raw.get_ref()) {
+        Ok(ResourceRule::Path(p)) if p == Path::new("/") => {
+            errors.push(src.error(
+                raw.span(),
+                &format!("{rule}.path"),
+                "a grant of / is invalid: name the directories the tool needs",
+            ));
+            None
+        }
+        Ok(r) => Some(r),
+        Err(e) => {
+            errors.push(src.error(raw.span(), &format!("{rule}.path"), e));
+            None
+        }
+    }
+}
+
+/// A rule's path: absolute and normalised, or `{workspace}` with a normalised rest.
+fn rule_path(text: &str) -> Result<ResourceRule, String> {
+    let Some(rest) = text.strip_prefix(WORKSPACE) else {
+        if text.contains(WORKSPACE) {
+            return Err(format!("{WORKSPACE} may only begin a path"));
+        }
+        return normalize(Path::new(text)).map(ResourceRule::Path).map_err(|e| e.to_string());
+    };
+    if !rest.is_empty() && !rest.starts_with('/') {
+        return Err(format!("after {WORKSPACE} comes / or the end of the path"));
+    }
+    if rest.contains(WORKSPACE) {
+        return Err(format!("{WORKSPACE} may only begin a path"));
+    }
+    let under =
+        normalize(&Path::new("/").join(rest.trim_start_matches('/'))).map_err(|e| e.to_string())?;
+    let rest = under.strip_prefix("/").map(Path::to_path_buf).unwrap_or_default();
+    Ok(ResourceRule::InWorkspace(rest))
+}
+
+fn resource(
+    src: &Source<'_>,
+    path: Option<&Spanned<String>>,
+    host: Option<&Spanned<String>>,
+    whole: std::ops::Range<usize>,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<ResourceRule> {
+    match (path, host) {
+        (Some(p), None) => path_rule(src, p, rule, errors),
+        (None, Some(h)) => match HostRule::parse(h.get_ref()) {
+            Ok(rule) => Some(ResourceRule::Host(rule)),
+            Err(e) => {
+                errors.push(src.error(h.span(), &format!("{rule}.host"), e));
+                None
+            }
+        },
+        (Some(_), Some(h)) => {
+            errors.push(src.error(h.span(), rule, "give either path or host, not both"));
+            None
+        }
+        (None, None) => {
+            errors.push(src.error(whole, rule, "needs a path or a host"));
+            None
+        }
+    }
+}
+
+fn one_of<T: Copy>(
+    src: &Source<'_>,
+    raw: &Spanned<String>,
+    rule: &str,
+    options: &[(&str, T)],
+    errors: &mut Vec<PolicyError>,
+) -> Option<T> {
+    if let Some((_, v)) = options.iter().find(|(name, _)| name == raw.get_ref()) {
+        return Some(*v);
+    }
+    let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+    errors.push(src.error(
+        raw.span(),
+        rule,
+        format!("{:?} is not one of {}", raw.get_ref(), names.join(", ")),
+    ));
+    None
+}
+
+fn newline_offsets(text: &str) -> impl Iterator<Item = usize> + '_ {
+    text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i)
+}
+
+impl Policy {
+    /// Parses and validates policy text read from `file` (the name is only for errors).
+    /// Returns every error found; the examples are checked last, against the policy.
+    pub fn parse(file: &str, text: &str) -> Result<Policy, PolicyErrors> {
+        let src = Source::new(file, text);
+        crate::toml_shape::check(text)
+            .map_err(|(at, why)| PolicyErrors(vec![src.error(at..at + 1, "toml", why)]))?;
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            PolicyErrors(vec![src.error(span, "toml", e.message().trim().to_owned())])
+        })?;
+        let mut errors = Vec::new();
+        let mut policy = Policy::default();
+        // (tool, resource, mode) of each grant kept, to refuse duplicates in linear time.
+        let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for (index, g) in raw.grant.iter().enumerate() {
+            let rule = format!("grant[{index}]");
+            let whole = g.span();
+            let g = g.get_ref();
+            let tool = tool_match(&src, &g.tool, &rule, &mut errors);
+            let res =
+                resource(&src, g.path.as_ref(), g.host.as_ref(), whole.clone(), &rule, &mut errors);
+            let mode = one_of(
+                &src,
+                &g.mode,
+                &format!("{rule}.mode"),
+                &[("read", Mode::Read), ("write", Mode::Write), ("fetch", Mode::Fetch)],
+                &mut errors,
+            );
+            let label = parse_label(g.label.get_ref())
+                .map_err(|e| errors.push(src.error(g.label.span(), &format!("{rule}.label"), e)))
+                .ok();
+            let when_tainted = match &g.when_tainted {
+                Some(w) => one_of(
+                    &src,
+                    w,
+                    &format!("{rule}.when_tainted"),
+                    &[
+                        ("allow", OnTainted::Allow),
+                        ("ask", OnTainted::Ask),
+                        ("deny", OnTainted::Deny),
+                    ],
+                    &mut errors,
+                ),
+                None => Some(OnTainted::Ask),
+            };
+            let when_clean = match &g.when_clean {
+                Some(w) => one_of(
+                    &src,
+                    w,
+                    &format!("{rule}.when_clean"),
+                    &[("allow", OnTainted::Allow), ("ask", OnTainted::Ask)],
+                    &mut errors,
+                ),
+                None => Some(OnTainted::Allow),
+            };
+            let is_path = g.path.is_some() && g.host.is_none();
+            let is_host = g.host.is_some() && g.path.is_none();
+            match (is_path, is_host, mode) {
+                (true, _, Some(Mode::Fetch)) => errors.push(src.error(
+                    g.mode.span(),
+                    &format!("{rule}.mode"),
+                    "a path grant's mode is read or write; fetch is for hosts",
+                )),
+                (_, true, Some(Mode::Read | Mode::Write)) => errors.push(src.error(
+                    g.mode.span(),
+                    &format!("{rule}.mode"),
+                    "a host grant's mode is fetch",
+                )),
+                _ => {}
+            }
+            if let (
+                Some(tool),
+                Some(resource),
+                Some(mode),
+                Some(label),
+                Some(when_tainted),
+                Some(when_clean),
+            ) = (tool, res, mode, label, when_tainted, when_clean)
+            {
+                let line = src.line_of(whole.start.min(text.len()));
+                let key = format!("{tool}\0{resource}\0{mode:?}");
+                if let Some(dup) = seen.get(&key) {
+                    errors.push(src.error(
+                        whole,
+                        &rule,
+                        format!("duplicates grant[{dup}] (same tool, resource and mode)"),
+                    ));
+                    continue;
+                }
+                seen.insert(key, index);
+                policy.grants.push(GrantRule {
+                    index,
+                    line,
+                    tool,
+                    resource,
+                    mode,
+                    label,
+                    when_tainted,
+                    when_clean,
+                });
+            }
+        }
+        for (index, d) in raw.deny.iter().enumerate() {
+            let rule = format!("deny[{index}]");
+            let whole = d.span();
+            let d = d.get_ref();
+            let tool = tool_match(&src, &d.tool, &rule, &mut errors);
+            // A deny of / is allowed (it refuses everything); only grants of / are invalid.
+            let res = match (&d.path, &d.host, &d.name) {
+                (None, None, Some(n)) => {
+                    names_rule(&src, n, &rule, &mut errors).map(ResourceRule::Names)
+                }
+                (_, _, Some(n)) => {
+                    errors.push(src.error(n.span(), &rule, "give one of path, host or name"));
+                    None
+                }
+                (Some(p), None, None) => match rule_path(p.get_ref()) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        errors.push(src.error(p.span(), &format!("{rule}.path"), e));
+                        None
+                    }
+                },
+                (None, None, None) => {
+                    errors.push(src.error(whole.clone(), &rule, "needs a path, a host or a name"));
+                    None
+                }
+                _ => resource(
+                    &src,
+                    d.path.as_ref(),
+                    d.host.as_ref(),
+                    whole.clone(),
+                    &rule,
+                    &mut errors,
+                ),
+            };
+            if let (Some(tool), Some(resource)) = (tool, res) {
+                let line = src.line_of(whole.start.min(text.len()));
+                policy.denies.push(DenyRule { index, line, tool, resource });
+            }
+        }
+        for (index, a) in raw.ask.iter().enumerate() {
+            let rule = format!("ask[{index}]");
+            let whole = a.span();
+            let a = a.get_ref();
+            let tool = tool_match(&src, &a.tool, &rule, &mut errors);
+            let names = names_rule(&src, &a.name, &rule, &mut errors);
+            let mode = one_of(
+                &src,
+                &a.mode,
+                &format!("{rule}.mode"),
+                &[("read", Mode::Read), ("write", Mode::Write)],
+                &mut errors,
+            );
+            if let (Some(tool), Some(names), Some(mode)) = (tool, names, mode) {
+                let line = src.line_of(whole.start.min(text.len()));
+                policy.asks.push(AskRule { index, line, tool, names, mode });
+            }
+        }
+        for (index, e) in raw.example.iter().enumerate() {
+            let rule = format!("example[{index}]");
+            let span = e.span();
+            let e = e.get_ref();
+            let mut resources = Vec::new();
+            if let Some(r) = &e.read {
+                resources.push(crate::Resource::PathRead(r.get_ref().clone()));
+            }
+            if let Some(w) = &e.write {
+                resources.push(crate::Resource::PathWrite(w.get_ref().clone()));
+            }
+            if let Some(f) = &e.fetch {
+                resources.push(crate::Resource::Url(f.get_ref().clone()));
+            }
+            let taint = match &e.taint {
+                Some(t) => parse_label(t.get_ref())
+                    .map_err(|m| errors.push(src.error(t.span(), &format!("{rule}.taint"), m)))
+                    .ok(),
+                None => Some(Label::CLEAN),
+            };
+            let workspace = match &e.workspace {
+                Some(w) => match normalize(Path::new(w.get_ref())) {
+                    Ok(p) => Some(Some(p)),
+                    Err(m) => {
+                        errors.push(src.error(
+                            w.span(),
+                            &format!("{rule}.workspace"),
+                            m.to_string(),
+                        ));
+                        None
+                    }
+                },
+                None => Some(None),
+            };
+            let expect = one_of(
+                &src,
+                &e.expect,
+                &format!("{rule}.expect"),
+                &[("allow", Expect::Allow), ("ask", Expect::Ask), ("deny", Expect::Deny)],
+                &mut errors,
+            );
+            if let (Some(taint), Some(expect), Some(workspace)) = (taint, expect, workspace) {
+                policy.examples.push(Example {
+                    index,
+                    tool: e.tool.get_ref().clone(),
+                    resources,
+                    taint,
+                    workspace,
+                    expect,
+                    span,
+                });
+            }
+        }
+        policy.index_labels();
+        if errors.is_empty() {
+            for ex in &policy.examples {
+                let call = crate::CallRequest {
+                    tool: ex.tool.clone(),
+                    digest: String::new(),
+                    resources: ex.resources.clone(),
+                };
+                let decided = policy.for_workspace(ex.workspace.as_deref());
+                let (got, why) = match crate::decide(&decided, ex.taint, &call) {
+                    crate::Decision::Allow(_) => (Expect::Allow, "allowed".to_owned()),
+                    crate::Decision::Ask(a) => (Expect::Ask, a.reasons.join("; ")),
+                    crate::Decision::Deny(d) => (Expect::Deny, d.message),
+                };
+                if got != ex.expect {
+                    // The reason keeps its case: it quotes the owner's paths.
+                    let name = |e: Expect| match e {
+                        Expect::Allow => "allow",
+                        Expect::Ask => "ask",
+                        Expect::Deny => "deny",
+                    };
+                    let message = format!(
+                        "expected {}, the policy decides {}: {why}",
+                        name(ex.expect),
+                        name(got)
+                    );
+                    errors.push(src.error(
+                        ex.span.clone(),
+                        &format!("example[{}]", ex.index),
+                        message,
+                    ));
+                }
+            }
+        }
+        errors.sort_by_key(|e| (e.line, e.column));
+        if errors.is_empty() { Ok(policy) } else { Err(PolicyErrors(errors)) }
+    }
+}
