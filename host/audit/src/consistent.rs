@@ -41,13 +41,42 @@ fn head_at(size: u64, path: PathBuf, verifier: &str) -> Option<Head> {
     Some(Head { path, cp })
 }
 
-/// The newest checkpoint in the export directory `export` that `verifier` signed, walking
-/// from the largest name down; `Ok(None)` when it holds none. An error when the origin's
-/// subdirectory cannot be listed (not mounted, never set up): nothing there to trust.
-pub(crate) fn newest_head(export: &Path, verifier: &str) -> std::io::Result<Option<Head>> {
+/// What the newest checkpoint of an export directory is, for the key's origin.
+#[derive(Debug)]
+pub(crate) enum Newest {
+    /// There is none yet.
+    Nothing,
+    /// The newest, signed by the key.
+    Head(Head),
+    /// The newest is not signed by the key (another key of the same origin signed it,
+    /// or it does not read as a signed checkpoint): the writer cannot tell what it
+    /// vouches for, so it signs nothing over it.
+    Foreign(PathBuf),
+}
+
+/// The newest checkpoint in the export directory `export`: the file with the largest
+/// size in the key's origin subdirectory, which `verifier` must have signed. An error
+/// when the subdirectory cannot be listed (not mounted, never set up): nothing there to
+/// trust.
+pub(crate) fn newest_head(export: &Path, verifier: &str) -> std::io::Result<Newest> {
     let origin = verifier.split('+').next().unwrap_or_default();
     let (files, _) = checkpoint_files(&origin_dir(export, origin))?;
-    Ok(files.into_iter().rev().find_map(|(size, path)| head_at(size, path, verifier)))
+    Ok(match files.into_iter().next_back() {
+        None => Newest::Nothing,
+        Some((size, path)) => match head_at(size, path.clone(), verifier) {
+            Some(head) => Newest::Head(head),
+            None => Newest::Foreign(path),
+        },
+    })
+}
+
+/// Why the writer will not sign over a checkpoint another key signed.
+pub(crate) fn foreign_reason(path: &Path) -> String {
+    AuditError::AnchorMismatch(format!(
+        "{} is the newest checkpoint there and the configured key did not sign it (was the key in config.toml changed?); the writer signs and exports nothing over it",
+        path.display()
+    ))
+    .to_string()
 }
 
 /// Every checkpoint in the export directory `export` that `verifier` signed (named for

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::anchor::{Anchor, origin_dir};
-use crate::consistent::{Head as Signed, Verdict};
+use crate::consistent::{Head as Signed, Newest, Verdict};
 use crate::entry::{Entry, ExportFailed, MAX_FIELD_BYTES, MAX_RECORD_BYTES, Recovered, bounded};
 use crate::error::AuditError;
 use crate::record::{GENESIS, Record, line_hash};
@@ -339,17 +339,23 @@ impl AuditLog {
     pub fn with_anchor(mut self, anchor: Anchor) -> AuditLog {
         let mut heads = Vec::new();
         let mut checked = std::collections::BTreeSet::new();
+        let mut foreign = None;
         for export in anchor.exports() {
             // A directory that cannot be listed (not mounted) vouches for nothing now;
             // it is checked before the first checkpoint signed while it is there.
-            if let Ok(head) = crate::consistent::newest_head(export, anchor.verifier()) {
-                heads.extend(head);
-                checked.insert(export.clone());
+            match crate::consistent::newest_head(export, anchor.verifier()) {
+                Ok(Newest::Head(head)) => heads.push(head),
+                Ok(Newest::Nothing) => {}
+                Ok(Newest::Foreign(path)) => foreign = Some(path),
+                Err(_) => continue,
             }
+            checked.insert(export.clone());
         }
         {
             let mut inner = self.lock();
-            if heads.is_empty() {
+            if let Some(path) = foreign {
+                inner.failed = Some(crate::consistent::foreign_reason(&path));
+            } else if heads.is_empty() {
                 self.check_local_note(&mut inner, &anchor);
             } else if let Err(why) = self.check_heads(&mut inner, &heads) {
                 inner.failed = Some(why);
@@ -609,10 +615,17 @@ impl AuditLog {
                 continue;
             }
             // Not there: nothing to contradict, and its export fails and is recorded.
-            let Ok(head) = crate::consistent::newest_head(dir, anchor.verifier()) else {
-                continue;
+            let heads: Vec<Signed> = match crate::consistent::newest_head(dir, anchor.verifier()) {
+                Ok(Newest::Head(head)) => vec![head],
+                Ok(Newest::Nothing) => Vec::new(),
+                Ok(Newest::Foreign(path)) => {
+                    let why = crate::consistent::foreign_reason(&path);
+                    inner.failed = Some(why.clone());
+                    self.synced.notify_all();
+                    return Err(AuditError::Unavailable(why));
+                }
+                Err(_) => continue,
             };
-            let heads: Vec<Signed> = head.into_iter().collect();
             let (size, root) = (inner.tree.size(), inner.tree.root());
             let why = match crate::consistent::check_log(&self.dir, size, root, &heads) {
                 Ok(Verdict::Consistent) => {

@@ -60,15 +60,20 @@ fn json_escaped(raw: &str) -> String {
     out
 }
 
+/// The status of a command whose standard output was closed under it: 128 + SIGPIPE.
+const EXIT_CLOSED_PIPE: i32 = 141;
+
 /// Writes to standard output. A reader that went away (`bx approvals | head`) ends the
-/// command quietly with status 0, as ripgrep does: there is nobody left to tell, and a
-/// panic about it would only be noise.
+/// command quietly: there is nobody left to tell, and a panic about it would only be
+/// noise. The status is 141, what a shell reports for a command a closed pipe ended
+/// (as for git or cat), not 0: `bx audit verify | head -1` must not pass for a clean log
+/// because its reader left early.
 pub(crate) fn out(args: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            std::process::exit(EXIT_CLOSED_PIPE);
         }
         // Anything else (a full disk behind a redirect) is worth a word, once.
         eprintln!("bx: writing to standard output: {e}");

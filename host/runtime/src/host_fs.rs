@@ -47,9 +47,13 @@ pub(crate) struct Roots {
     /// The denied sub-paths and bx's own state as they resolve on disk, each with
     /// whether it is bx's own; resolved on first use.
     denied_real: Option<Vec<(PathBuf, bool)>>,
-    /// (device, inode) of bx's own regular files that have more than one link; found on
-    /// the first opened file that has more than one (most never do).
-    own_linked: Option<Vec<(u64, u64)>>,
+    /// (device, inode) of every directory and file inside bx's own directories (three
+    /// levels deep), sorted; scanned only when an opened object could be a second name
+    /// of one: a file with more than one link, or a path under a bind mount.
+    own_deep: Option<Vec<(u64, u64)>>,
+    /// Where a directory is mounted a second time (a bind mount of something other
+    /// than a file system's root), from `/proc/self/mountinfo`; read on first use.
+    bind_points: Option<Vec<PathBuf>>,
     /// The policy's path labels as their paths resolve on disk: a grant named by a
     /// symlink labels what it leads to, whatever name a call reaches it by.
     labels_real: Option<Vec<(PathBuf, bx_broker::Label)>>,
@@ -66,7 +70,8 @@ impl Roots {
         Roots {
             slots: grant.roots().map(|_| None).collect(),
             denied_real: None,
-            own_linked: None,
+            own_deep: None,
+            bind_points: None,
             labels_real: None,
             own_ids: None,
             not_own: std::collections::HashSet::new(),
@@ -77,9 +82,9 @@ impl Roots {
 /// Entries of bx's own directories looked at for hard-linked files, at most.
 const MAX_OWN_SCAN: usize = 100_000;
 
-/// (device, inode) of every regular file with more than one link under `dirs`, three
-/// levels deep at most.
-fn linked_files(dirs: &[PathBuf]) -> Vec<(u64, u64)> {
+/// (device, inode) of every directory and regular file under `dirs` (and the dirs),
+/// three levels deep at most, sorted.
+fn own_identities(dirs: &[PathBuf]) -> Vec<(u64, u64)> {
     use std::os::unix::fs::MetadataExt as _;
     let mut out = Vec::new();
     let mut stack: Vec<(PathBuf, u32)> = dirs.iter().map(|d| (d.clone(), 0)).collect();
@@ -89,17 +94,55 @@ fn linked_files(dirs: &[PathBuf]) -> Vec<(u64, u64)> {
         for entry in entries.flatten() {
             seen += 1;
             if seen > MAX_OWN_SCAN {
-                return out;
+                break;
             }
             let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+            if meta.is_dir() || meta.is_file() {
+                out.push((meta.dev(), meta.ino()));
+            }
             if meta.is_dir() && depth < 3 {
                 stack.push((entry.path(), depth + 1));
-            } else if meta.is_file() && meta.nlink() > 1 {
-                out.push((meta.dev(), meta.ino()));
             }
         }
     }
+    out.sort_unstable();
+    out.dedup();
     out
+}
+
+/// The mount points of `/proc/self/mountinfo` that mount part of a file system (a bind
+/// mount of a directory or a file: the mount's root is not `/`).
+fn bind_mount_points() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let root = fields.nth(3)?;
+            let point = fields.next()?;
+            (root != "/").then(|| PathBuf::from(unescape_mountinfo(point)))
+        })
+        .collect()
+}
+
+/// A mountinfo path with its octal escapes (`\040` for a space) undone.
+fn unescape_mountinfo(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `O_NONBLOCK`: opening a FIFO for reading or writing must not wait for its other end.
@@ -179,14 +222,14 @@ fn real_fd_path(fd: std::os::fd::BorrowedFd<'_>) -> PathBuf {
 
 /// (device, inode) of what `/proc/self/fd/N` names: the opened object itself, however
 /// it was reached.
-fn fd_id(proc_path: &Path) -> Result<(u64, u64), Error> {
+fn fd_id(proc_path: &Path) -> Result<((u64, u64), u64), Error> {
     use std::os::unix::fs::MetadataExt as _;
     let meta = std::fs::metadata(proc_path).map_err(|e| {
         Error::Denied(format!(
             "cannot verify what an opened path is ({e}); see docs/runbook.md#path-unverifiable"
         ))
     })?;
-    Ok((meta.dev(), meta.ino()))
+    Ok(((meta.dev(), meta.ino()), meta.nlink()))
 }
 
 /// The kernel's idea of where an open descriptor lives.
@@ -303,7 +346,7 @@ impl CallState {
             )));
         }
         self.check_real(&real, shown)?;
-        self.check_identity(&fd_id(&real_fd_path(fd.as_fd()))?, &real, shown)?;
+        self.check_identity(fd_id(&real_fd_path(fd.as_fd()))?, &real, shown)?;
         Ok((logical, real))
     }
 
@@ -312,10 +355,11 @@ impl CallState {
     /// workspace, or a hard link to the signing key, has a name no rule knows.
     fn check_identity(
         &mut self,
-        opened: &(u64, u64),
+        (opened, links): ((u64, u64), u64),
         real: &Path,
         shown: &str,
     ) -> Result<(), Error> {
+        let opened = &opened;
         let grant = &self.grant;
         let own = self.roots.own_ids.get_or_insert_with(|| {
             let mut ids: Vec<(u64, u64)> = grant
@@ -349,6 +393,26 @@ impl CallState {
                 return Err(refuse());
             }
         }
+        // Under a bind mount (of a directory inside bx's state, say), or a file with
+        // another name: compare with everything inside bx's own directories too.
+        let binds = self.roots.bind_points.get_or_insert_with(bind_mount_points);
+        if links > 1 || binds.iter().any(|b| real.starts_with(b)) {
+            let deep = self.roots.own_deep.get_or_insert_with(|| {
+                let own: Vec<PathBuf> =
+                    grant.denied().filter(|d| grant.is_own(d)).map(Path::to_path_buf).collect();
+                own_identities(&own)
+            });
+            let mut ids = vec![*opened];
+            for dir in real.ancestors().skip(1).filter(|d| binds.iter().any(|b| d.starts_with(b))) {
+                use std::os::unix::fs::MetadataExt as _;
+                if let Ok(meta) = std::fs::metadata(dir) {
+                    ids.push((meta.dev(), meta.ino()));
+                }
+            }
+            if ids.iter().any(|id| deep.binary_search(id).is_ok()) {
+                return Err(refuse());
+            }
+        }
         for dir in real.ancestors().skip(1) {
             if !self.roots.not_own.insert(dir.to_path_buf()) {
                 break;
@@ -375,26 +439,6 @@ impl CallState {
         Ok(())
     }
 
-    /// Refuses a file that is a hard link to one of bx's own files: the path checks see
-    /// only the name it was opened by, so the inode is compared too.
-    fn check_links(&mut self, meta: &cap_std::fs::Metadata, shown: &str) -> Result<(), Error> {
-        if meta.nlink() <= 1 {
-            return Ok(());
-        }
-        let grant = &self.grant;
-        let linked = self.roots.own_linked.get_or_insert_with(|| {
-            let own: Vec<PathBuf> =
-                grant.denied().filter(|d| grant.is_own(d)).map(Path::to_path_buf).collect();
-            linked_files(&own)
-        });
-        if linked.contains(&(meta.dev(), meta.ino())) {
-            return Err(Error::Denied(format!(
-                "{shown}: is a hard link to bx's own state (see docs/runbook.md#own-state)"
-            )));
-        }
-        Ok(())
-    }
-
     /// Opens the directory that holds `rel`'s last component, verified, with that name.
     /// For a write (`access` is [`FsAccess::Write`]) every directory below the root is
     /// opened one component at a time without following a symlink: a write lands at the
@@ -410,7 +454,17 @@ impl CallState {
         shown: &str,
         access: FsAccess,
     ) -> Result<(Dir, String), Error> {
+        let logical_root = self.root_path(idx);
         let root = self.root(idx)?;
+        // The root itself must still be where it was granted: a workspace swapped for a
+        // symlink after the call was approved would carry the write somewhere else.
+        if access == FsAccess::Write && root.real != logical_root {
+            return Err(Error::Denied(format!(
+                "{shown}: the granted root {} now resolves to {}; a write never passes through a symlink",
+                logical_root.display(),
+                root.real.display()
+            )));
+        }
         if let Some(file) = &root.file {
             if !rel.as_os_str().is_empty() {
                 return Err(Error::NotFound(shown.to_owned()));
@@ -499,7 +553,6 @@ impl CallState {
         if !meta.is_file() {
             return Err(Error::Invalid(format!("{path}: not a regular file")));
         }
-        self.check_links(&meta, path)?;
         self.touch_path(logical, Some(real), FsAccess::Read);
         Ok((file, meta.len()))
     }
@@ -561,7 +614,15 @@ impl CallState {
         if !meta.is_file() {
             return Err(Error::Invalid(format!("{path}: not a regular file")));
         }
-        self.check_links(&meta, path)?;
+        // A file with another name (a hard link) is not written: the block showed one
+        // name, and the write would land under every other (`notes.md` linked to a git
+        // hook). Its other names may lie anywhere on the file system.
+        if meta.nlink() > 1 {
+            return Err(Error::Denied(format!(
+                "{path}: has {} names (hard links); a write never changes a file it does not show whole",
+                meta.nlink()
+            )));
+        }
         if mode == WriteMode::Overwrite {
             file.set_len(0).map_err(|e| io_error(path, &e))?;
         }

@@ -215,3 +215,22 @@ fn an_honest_log_passes_the_check_at_every_open() {
     assert!(bx_audit::origin_dir(&second, "bx.test/anchor").join("13.checkpoint").exists());
     assert!(prove_as_the_cli(&a, 6).is_ok());
 }
+
+/// Regression (a probe of the fix above): the attacker also points the config at a key
+/// of their own with the same origin. The writer sees a newest exported checkpoint its
+/// key did not sign, and signs and exports nothing over it.
+#[test]
+fn a_key_swapped_in_the_config_signs_nothing_over_the_owners_checkpoints() {
+    let a = Anchored::new();
+    honest_log(&a);
+    relabel_record_6(&a);
+    let evil = a.key.with_file_name("evil.key");
+    bx_audit::init_key(&evil, "bx.test/anchor").unwrap();
+    let anchor = Anchor::load(&evil, vec![a.export.clone()]).unwrap();
+    let log = AuditLog::open(&a.log).unwrap().with_anchor(anchor);
+    let failure = log.failure().expect("refused from open on");
+    assert!(failure.contains(RUNBOOK) && failure.contains("9.checkpoint"), "{failure}");
+    assert!(log.append(&request("s1", "next", "{}")).is_err());
+    assert!(log.close().is_err());
+    assert_eq!(exported_checkpoints(&a), ["9.checkpoint"], "a checkpoint over the forged tree");
+}

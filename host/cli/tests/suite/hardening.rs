@@ -356,8 +356,12 @@ fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() 
     let ws = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     std::fs::create_dir(ws.join("mnt")).unwrap();
+    std::fs::create_dir(ws.join("sub")).unwrap();
     let script = format!(
         "mount --bind {state} {ws}/mnt || exit 90\n\
+         mount --bind {state}/tools {ws}/sub || exit 91\n\
+         {bx} --state-dir {state} tool run fs.read --allow-read {ws} --args '{{\"path\":\"{ws}/sub/installed.json\"}}'; echo sub=$?\n\
+         {bx} --state-dir {state} tool run fs.write --allow-write {ws} --args '{{\"path\":\"{ws}/sub/new.json\",\"content\":\"x\"}}'; echo subwrite=$?\n\
          {bx} --state-dir {state} tool run fs.read --allow-read {ws} --args '{{\"path\":\"{ws}/mnt/policy.toml\"}}'; echo read=$?\n\
          {bx} --state-dir {state} tool run fs.write --allow-write {ws} --args '{{\"path\":\"{ws}/mnt/policy.toml\",\"content\":\"x\"}}'; echo write=$?\n",
         state = s.display(),
@@ -369,6 +373,9 @@ fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() 
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "unshare -m needs root: {stdout}{stderr}");
     assert!(stdout.contains("read=3") && stdout.contains("write=3"), "{stdout}{stderr}");
+    // A directory inside the state directory, bound elsewhere, is refused too.
+    assert!(stdout.contains("sub=3") && stdout.contains("subwrite=3"), "{stdout}{stderr}");
+    assert!(!s.join("tools/new.json").exists());
     assert!(stderr.contains("#own-state"), "{stderr}");
     assert_eq!(std::fs::read_to_string(s.join("policy.toml")).unwrap(), before);
 }
@@ -402,7 +409,7 @@ fn a_closed_pipe_ends_a_command_quietly() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{command:?}: {stderr}");
-        assert_eq!(out.status.code(), Some(0), "{command:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{command:?}: {stderr}");
     }
 }
 

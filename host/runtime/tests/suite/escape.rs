@@ -208,6 +208,42 @@ fn refuses_write_through_a_symlinked_directory_inside_the_root() {
     assert_eq!(ok_text(hostile_read(allow, &s(&l.granted.join("docs/pre-push")))), "#!/bin/sh\n");
 }
 
+/// A file with a second name is not written: the owner was shown one name, and a hard
+/// link from `notes.md` to `.git/hooks/post-commit` would turn the write into a hook.
+#[test]
+fn refuses_write_to_a_file_with_another_name() {
+    let l = layout();
+    std::fs::create_dir_all(l.granted.join(".git/hooks")).unwrap();
+    std::fs::write(l.granted.join(".git/hooks/post-commit"), "old").unwrap();
+    std::fs::hard_link(l.granted.join(".git/hooks/post-commit"), l.granted.join("notes.md"))
+        .unwrap();
+    let allow = AllowList::new().write(&s(&l.granted)).unwrap();
+    let r = call(
+        tool("test_hostile"),
+        allow.clone(),
+        json!({"mode": "write", "path": s(&l.granted.join("notes.md")), "content": "pwn"}),
+    );
+    assert!(denied(r).contains("has 2 names"));
+    assert_eq!(std::fs::read_to_string(l.granted.join(".git/hooks/post-commit")).unwrap(), "old");
+    assert_eq!(ok_text(hostile_read(allow, &s(&l.granted.join("notes.md")))), "old");
+}
+
+/// A granted root swapped for a symlink after the decision takes no write elsewhere.
+#[test]
+fn refuses_write_when_the_root_itself_became_a_symlink() {
+    let l = layout();
+    let allow = AllowList::new().write(&s(&l.granted)).unwrap();
+    std::fs::rename(&l.granted, l.granted.with_extension("old")).unwrap();
+    symlink(&l.outside, &l.granted).unwrap();
+    let r = call(
+        tool("test_hostile"),
+        allow,
+        json!({"mode": "write", "path": s(&l.granted.join("pre-push")), "content": "pwn"}),
+    );
+    assert!(denied(r).contains("now resolves to"));
+    assert!(!l.outside.join("pre-push").exists());
+}
+
 #[test]
 fn refuses_denied_sub_path_inside_granted_root() {
     let l = layout();
