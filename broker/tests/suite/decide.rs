@@ -6,20 +6,10 @@ use bx_broker::{
     Answer, CallRequest, Decision, Label, Policy, Resource, decide, parse_label, redecide,
 };
 
+use super::{call, read, write};
+
 fn policy(text: &str) -> Policy {
     Policy::parse("p.toml", text).unwrap()
-}
-
-fn call(tool: &str, resources: Vec<Resource>) -> CallRequest {
-    CallRequest { tool: tool.into(), digest: "sha256:00".into(), resources }
-}
-
-fn read(p: &str) -> Resource {
-    Resource::PathRead(p.into())
-}
-
-fn write(p: &str) -> Resource {
-    Resource::PathWrite(p.into())
 }
 
 fn fetch(u: &str) -> Resource {

@@ -8,6 +8,23 @@ mod props;
 
 use std::path::{Path, PathBuf};
 
+use bx_broker::{CallRequest, Resource};
+
+/// A call of `tool` naming `resources`.
+pub fn call(tool: &str, resources: Vec<Resource>) -> CallRequest {
+    CallRequest { tool: tool.into(), digest: "sha256:00".into(), resources }
+}
+
+/// A path the call reads.
+pub fn read(p: &str) -> Resource {
+    Resource::PathRead(p.into())
+}
+
+/// A path the call writes.
+pub fn write(p: &str) -> Resource {
+    Resource::PathWrite(p.into())
+}
+
 pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures").join(rel)
 }

@@ -4,21 +4,11 @@
 use std::path::Path;
 
 use bx_broker::{
-    Answer, CREDENTIAL_STORES, CallRequest, Decision, Expect, FsAccess, Label, Policy, Resource,
-    decide, redecide,
+    Answer, CREDENTIAL_STORES, CallRequest, Decision, Expect, FsAccess, Label, Policy, decide,
+    redecide,
 };
 
-fn call(tool: &str, resources: Vec<Resource>) -> CallRequest {
-    CallRequest { tool: tool.into(), digest: "sha256:00".into(), resources }
-}
-
-fn read(p: &str) -> Resource {
-    Resource::PathRead(p.into())
-}
-
-fn write(p: &str) -> Resource {
-    Resource::PathWrite(p.into())
-}
+use super::{call, read, write};
 
 /// "allow", "ask: <reasons>" or "deny: <reason>".
 fn outcome(p: &Policy, c: &CallRequest) -> String {

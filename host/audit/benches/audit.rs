@@ -108,17 +108,7 @@ fn main() {
     }
     let bytes: u64 =
         bx_audit::day_files(dir).unwrap().iter().map(|f| std::fs::metadata(f).unwrap().len()).sum();
-    let time = |f: &dyn Fn()| -> Vec<Duration> {
-        let mut runs: Vec<Duration> = (0..5)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed()
-            })
-            .collect();
-        runs.sort();
-        runs
-    };
+    let time = |f: &dyn Fn()| five_runs(f);
     let runs = time(&|| assert!(verify(dir).unwrap().is_clean()));
     let anchored = time(&|| {
         let r = bx_audit::verify_against(dir, &against).unwrap();
@@ -200,17 +190,7 @@ fn open_cost() {
         log.close().unwrap();
         let key = root.path().join("bench.key");
         let export = root.path().join("export");
-        let median = |f: &dyn Fn()| {
-            let mut runs: Vec<Duration> = (0..5)
-                .map(|_| {
-                    let t = Instant::now();
-                    f();
-                    t.elapsed()
-                })
-                .collect();
-            runs.sort();
-            runs[2]
-        };
+        let median = |f: &dyn Fn()| five_runs(f)[2];
         let plain = median(&|| drop(AuditLog::open(&dir).unwrap()));
         let anchored = median(&|| {
             let anchor = Anchor::load(&key, vec![export.clone()]).unwrap();
@@ -293,4 +273,17 @@ fn proofs() {
         "\nproof: {hashes} hashes, {bytes} bytes of proof lines (plus the record and the signed checkpoint); tree of {N} built in {:.1} s",
         build.as_secs_f64()
     );
+}
+
+/// `f` timed five times, fastest first.
+fn five_runs(f: &dyn Fn()) -> Vec<Duration> {
+    let mut runs: Vec<Duration> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    runs.sort();
+    runs
 }
