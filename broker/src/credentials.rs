@@ -107,6 +107,8 @@ pub const CREDENTIAL_STORES: &[CredentialStore] = &[
     store(".psql_history", "database client history"),
     store(".mysql_history", "database client history"),
     store(".node_repl_history", "REPL history"),
+    store(".viminfo", "vim's history of commands, searches and registers"),
+    store(".lesshst", "less's search history"),
 ];
 
 /// A credential store a policy lets a tool read without refusing it.
