@@ -554,6 +554,17 @@ impl CallState {
             return Err(Error::Invalid(format!("{path}: not a regular file")));
         }
         self.touch_path(logical, Some(real), FsAccess::Read);
+        if meta.nlink() > 1 {
+            // The file has other names, anywhere on its file system, whose grants (a
+            // secret one, or none) cannot be seen from here: its label is unknown, and
+            // what cannot be known counts as the top label.
+            let path = PathBuf::from(path);
+            self.touch(Touched::Path {
+                path,
+                access: FsAccess::Read,
+                label: bx_broker::Label::TOP,
+            });
+        }
         Ok((file, meta.len()))
     }
 

@@ -225,7 +225,10 @@ fn refuses_write_to_a_file_with_another_name() {
     );
     assert!(denied(r).contains("has 2 names"));
     assert_eq!(std::fs::read_to_string(l.granted.join(".git/hooks/post-commit")).unwrap(), "old");
-    assert_eq!(ok_text(hostile_read(allow, &s(&l.granted.join("notes.md")))), "old");
+    // Read, it is labelled at the top: its other names' grants cannot be seen.
+    let read = hostile_read(allow, &s(&l.granted.join("notes.md"))).unwrap();
+    assert_eq!(read.label, bx_broker::Label::TOP);
+    assert_eq!(ok_text(Ok(read)), "old");
 }
 
 /// A granted root swapped for a symlink after the decision takes no write elsewhere.
