@@ -47,6 +47,7 @@ pub const CREDENTIAL_STORES: &[CredentialStore] = &[
     store(".git-credentials", "git's stored HTTPS passwords"),
     store("proj/.git/config", "a repository's remotes, which may carry a token"),
     store("proj/sub/.git/config", "a nested repository's remotes, which may carry a token"),
+    store("proj/.git/modules/lib/config", "a submodule's remotes, which may carry a token"),
     store(".config/git/credentials", "git's stored HTTPS passwords (XDG)"),
     store(".netrc", "machine passwords (curl, ftp, heroku)"),
     store("_netrc", "machine passwords (curl, ftp, heroku)"),

@@ -30,7 +30,8 @@ struct Inner {
 
 impl NamePattern {
     /// Parses a name rule: one or more components joined by `/`, each non-empty, not `.`
-    /// or `..`, not `*` alone, with at most one `*`; no leading or trailing `/`, no
+    /// or `..`, with at most one `*` (a component of only `*`, one folder of any name,
+    /// only between two others: `.git/modules/*/config`); no leading or trailing `/`, no
     /// control characters, no component of only spaces. Every other character (`?`, `[`,
     /// `\`) is itself.
     pub fn parse(text: &str) -> Result<NamePattern, String> {
@@ -53,9 +54,11 @@ impl NamePattern {
                 "." | ".." => {
                     return Err(format!("a name has no {part:?} component; name the files"));
                 }
-                "*" => {
+                // Between two named parts it stands for one folder of any name
+                // (`.git/modules/*/config`); first or last it would match too much.
+                "*" if parts.is_empty() || text.ends_with("/*") => {
                     return Err(
-                        "a component of only * would match every path; name the files".into()
+                        "a component of only * would match every path; name the files (it may only stand between two named parts)".into()
                     );
                 }
                 _ if part.trim().is_empty() => {
@@ -163,6 +166,10 @@ mod tests {
         assert!(!hit(".git/config", "/h/.git/x/config"));
         assert!(!hit(".git/config", "/h/config/.git"));
         assert!(!hit(".git/config", "/h/.git"));
+        // A lone * stands for one folder between two named parts.
+        assert!(hit(".git/modules/*/config", "/h/p/.git/modules/lib/config"));
+        assert!(!hit(".git/modules/*/config", "/h/p/.git/modules/config"));
+        assert!(!hit(".git/modules/*/config", "/h/p/.git/modules/a/b/config"));
         assert!(!hit(".cargo/credentials.toml", "/h/credentials.toml"));
     }
 
@@ -172,6 +179,7 @@ mod tests {
             ("", "not empty"),
             ("*", "only *"),
             (".git/*", "only *"),
+            ("*/config", "only *"),
             (".", "\".\""),
             ("a/../b", "\"..\""),
             ("a//b", "empty component"),

@@ -10,7 +10,7 @@ fn example_policy_parses_and_its_examples_hold() {
     assert_eq!(policy.grants().len(), 3);
     assert_eq!(policy.denies().len(), 2);
     assert_eq!(policy.asks().len(), 1);
-    assert_eq!(policy.examples().len(), 16);
+    assert_eq!(policy.examples().len(), 17);
     let g = &policy.grants()[1];
     assert_eq!(
         (g.mode, g.label, g.when_tainted, g.when_clean, &g.resource),
@@ -133,12 +133,12 @@ fn grant_and_deny_lines_read_like_the_file() {
             "grant[0] (line 30): tool * read {workspace}, label private/trusted, when tainted allow",
             "grant[1] (line 37): tool * write {workspace}, label private/trusted, when tainted ask, asks always",
             "grant[2] (line 45): tool http.fetch fetch *, label public/untrusted, when tainted ask, asks always",
-            "deny[0] (line 57): tool * names .env, .env.*, .git/config, *.pem, *.key, *.p12, *.pfx, *.jks, *.keystore, *.ppk, *.kdbx, .htpasswd",
+            "deny[0] (line 58): tool * names .env, .env.*, .git/config, .git/modules/*/config, .git/modules/*/modules/*/config, *.pem, *.key, *.p12, *.pfx, *.jks, *.keystore, *.ppk, *.kdbx, .htpasswd",
         ]
     );
-    assert!(lines[4].starts_with("deny[1] (line 68): tool * names .ssh, id_rsa*, "), "{lines:?}");
+    assert!(lines[4].starts_with("deny[1] (line 70): tool * names .ssh, id_rsa*, "), "{lines:?}");
     assert!(
-        lines[5].starts_with("ask[0] (line 101): tool * write names .git/hooks, "),
+        lines[5].starts_with("ask[0] (line 103): tool * write names .git/hooks, "),
         "{lines:?}"
     );
     assert_eq!(lines.len(), 6);
