@@ -50,7 +50,7 @@ pub(crate) struct Roots {
     /// (device, inode) of every directory and file inside bx's own directories (three
     /// levels deep), sorted; scanned only when an opened object could be a second name
     /// of one: a file with more than one link, or a path under a bind mount.
-    own_deep: Option<Vec<(u64, u64)>>,
+    own_deep: Option<(Vec<(u64, u64)>, bool)>,
     /// Where a directory is mounted a second time (a bind mount of something other
     /// than a file system's root), from `/proc/self/mountinfo`; read on first use.
     bind_points: Option<Vec<PathBuf>>,
@@ -83,8 +83,9 @@ impl Roots {
 const MAX_OWN_SCAN: usize = 100_000;
 
 /// (device, inode) of every directory and regular file under `dirs` (and the dirs),
-/// three levels deep at most, sorted.
-fn own_identities(dirs: &[PathBuf]) -> Vec<(u64, u64)> {
+/// three levels deep at most, sorted; and whether all of them were scanned (at most
+/// [`MAX_OWN_SCAN`] entries are).
+fn own_identities(dirs: &[PathBuf]) -> (Vec<(u64, u64)>, bool) {
     use std::os::unix::fs::MetadataExt as _;
     let mut out = Vec::new();
     let mut stack: Vec<(PathBuf, u32)> = dirs.iter().map(|d| (d.clone(), 0)).collect();
@@ -94,7 +95,11 @@ fn own_identities(dirs: &[PathBuf]) -> Vec<(u64, u64)> {
         for entry in entries.flatten() {
             seen += 1;
             if seen > MAX_OWN_SCAN {
-                break;
+                // Past the bound, the rest is not scanned: the caller refuses what it
+                // cannot compare (see `check_identity`).
+                out.sort_unstable();
+                out.dedup();
+                return (out, false);
             }
             let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
             if meta.is_dir() || meta.is_file() {
@@ -107,33 +112,54 @@ fn own_identities(dirs: &[PathBuf]) -> Vec<(u64, u64)> {
     }
     out.sort_unstable();
     out.dedup();
-    out
+    (out, true)
 }
 
-/// The mount points of `/proc/self/mountinfo` that mount part of a file system (a bind
-/// mount of a directory or a file: the mount's root is not `/`).
+/// The mount points of `/proc/self/mountinfo` that give something a second name: a
+/// mount of part of a file system (its root is not `/`: a bind mount of a directory or a
+/// file), or one of a file system mounted at more than one place (a bind of a whole
+/// mount). Read as bytes (a mount point need not be UTF-8). When the table cannot be read
+/// or parsed, every path counts as under such a mount (`/`), so the full comparison runs.
 fn bind_mount_points() -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split(' ');
-            let root = fields.nth(3)?;
-            let point = fields.next()?;
-            (root != "/").then(|| PathBuf::from(unescape_mountinfo(point)))
-        })
-        .collect()
+    std::fs::read("/proc/self/mountinfo")
+        .ok()
+        .and_then(|table| second_name_mounts(&table))
+        .unwrap_or_else(|| vec![PathBuf::from("/")])
 }
 
-/// A mountinfo path with its octal escapes (`\040` for a space) undone.
-fn unescape_mountinfo(text: &str) -> String {
-    let bytes = text.as_bytes();
+/// [`bind_mount_points`] of a mountinfo table; `None` when a line does not parse.
+fn second_name_mounts(table: &[u8]) -> Option<Vec<PathBuf>> {
+    let mut mounts: Vec<(&[u8], &[u8], PathBuf)> = Vec::new();
+    for line in table.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let mut fields = line.split(|b| *b == b' ');
+        let (Some(device), Some(root), Some(point)) = (fields.nth(2), fields.next(), fields.next())
+        else {
+            return None;
+        };
+        mounts.push((device, root, unescape_mountinfo(point)));
+    }
+    let points = mounts
+        .iter()
+        .filter(|(device, root, _)| {
+            *root != b"/" || mounts.iter().filter(|(d, r, _)| d == device && *r == b"/").count() > 1
+        })
+        .map(|(_, _, point)| point.clone())
+        .collect();
+    Some(points)
+}
+
+/// A mountinfo path with its octal escapes (`\040` for a space) undone, as bytes.
+fn unescape_mountinfo(bytes: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt as _;
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
         match (bytes[i], octal) {
             (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                out.push(
+                    (d[0] - b'0').wrapping_mul(64).wrapping_add((d[1] - b'0') * 8 + (d[2] - b'0')),
+                );
                 i += 4;
             }
             (b, _) => {
@@ -142,7 +168,7 @@ fn unescape_mountinfo(text: &str) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// `O_NONBLOCK`: opening a FIFO for reading or writing must not wait for its other end.
@@ -229,7 +255,10 @@ fn fd_id(proc_path: &Path) -> Result<((u64, u64), u64), Error> {
             "cannot verify what an opened path is ({e}); see docs/runbook.md#path-unverifiable"
         ))
     })?;
-    Ok(((meta.dev(), meta.ino()), meta.nlink()))
+    // A directory always has several links ("." and its subdirectories' ".."); only a
+    // file's count says it has another name.
+    let links = if meta.is_file() { meta.nlink() } else { 1 };
+    Ok(((meta.dev(), meta.ino()), links))
 }
 
 /// The kernel's idea of where an open descriptor lives.
@@ -409,8 +438,14 @@ impl CallState {
                     ids.push((meta.dev(), meta.ino()));
                 }
             }
+            let (deep, whole) = &*deep;
             if ids.iter().any(|id| deep.binary_search(id).is_ok()) {
                 return Err(refuse());
+            }
+            if !whole {
+                return Err(Error::Denied(format!(
+                    "{shown}: has a second name, and bx's own directories hold more than {MAX_OWN_SCAN} entries to compare it with (see docs/runbook.md#own-state)"
+                )));
             }
         }
         for dir in real.ancestors().skip(1) {
@@ -771,6 +806,20 @@ impl crate::bindings::bx::tool::types::Host for CallState {}
 #[cfg(test)]
 mod tests {
     use super::utf8_complete_prefix;
+
+    #[test]
+    fn second_names_are_bind_mounts_and_file_systems_mounted_twice() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let table = b"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+            30 22 8:1 /s/tools /w/m\\040x rw - ext4 /dev/sda1 rw\n\
+            31 22 0:40 / /s/sessions rw - tmpfs none rw\n\
+            32 22 0:40 / /w/\xff rw - tmpfs none rw\n\
+            33 22 0:41 / /media rw - tmpfs none rw\n";
+        let points = super::second_name_mounts(table).unwrap();
+        let shown: Vec<&[u8]> = points.iter().map(|p| p.as_os_str().as_bytes()).collect();
+        assert_eq!(shown, [&b"/w/m x"[..], b"/s/sessions", b"/w/\xff"]);
+        assert_eq!(super::second_name_mounts(b"22 1 8:1\n"), None);
+    }
 
     #[test]
     fn keeps_only_complete_characters() {

@@ -346,7 +346,8 @@ fn a_hard_link_to_the_signing_key_outside_the_state_directory_is_refused() {
 #[test]
 fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() {
     // A bind mount is a second name no path rule knows; the directory's (device,
-    // inode) gives it away. Needs root for `unshare -m` (CI runs as root).
+    // inode) gives it away, whatever else the mount table holds (a mount point that is
+    // not UTF-8 once hid every bind). Needs root for `unshare -m` (CI runs as root).
     let state = tempfile::tempdir().unwrap();
     let s = state.path();
     install(s, "fs_read");
@@ -360,6 +361,10 @@ fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() 
     let script = format!(
         "mount --bind {state} {ws}/mnt || exit 90\n\
          mount --bind {state}/tools {ws}/sub || exit 91\n\
+         mkdir {ws}/harmless \"$(printf '{ws}/x\\377')\" && touch {ws}/p.toml || exit 92\n\
+         mount --bind {ws}/harmless \"$(printf '{ws}/x\\377')\" || exit 93\n\
+         mount --bind {state}/policy.toml {ws}/p.toml || exit 94\n\
+         {bx} --state-dir {state} tool run fs.read --allow-read {ws} --args '{{\"path\":\"{ws}/p.toml\"}}'; echo file=$?\n\
          {bx} --state-dir {state} tool run fs.read --allow-read {ws} --args '{{\"path\":\"{ws}/sub/installed.json\"}}'; echo sub=$?\n\
          {bx} --state-dir {state} tool run fs.write --allow-write {ws} --args '{{\"path\":\"{ws}/sub/new.json\",\"content\":\"x\"}}'; echo subwrite=$?\n\
          {bx} --state-dir {state} tool run fs.read --allow-read {ws} --args '{{\"path\":\"{ws}/mnt/policy.toml\"}}'; echo read=$?\n\
@@ -375,6 +380,8 @@ fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() 
     assert!(stdout.contains("read=3") && stdout.contains("write=3"), "{stdout}{stderr}");
     // A directory inside the state directory, bound elsewhere, is refused too.
     assert!(stdout.contains("sub=3") && stdout.contains("subwrite=3"), "{stdout}{stderr}");
+    // A file bound elsewhere, with a mount point that is not UTF-8 in the table.
+    assert!(stdout.contains("file=3"), "{stdout}{stderr}");
     assert!(!s.join("tools/new.json").exists());
     assert!(stderr.contains("#own-state"), "{stderr}");
     assert_eq!(std::fs::read_to_string(s.join("policy.toml")).unwrap(), before);
