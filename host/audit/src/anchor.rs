@@ -219,13 +219,38 @@ pub fn open_note(note: &[u8], verifier: &str) -> Result<SignedCheckpoint, String
 /// Sets up `export` for the log of `origin`: makes its subdirectory (the export directory
 /// itself must exist). The writer never makes it: a device that is not mounted leaves an
 /// empty mount point, and exports there would land on this host's own disk.
+///
+/// A new origin is not set up beside another origin's checkpoints: that is how a key
+/// swapped into `config.toml` (a file in the state directory) would get a rewritten log
+/// signed into the owner's export directory under a fresh name. The owner who means it
+/// (a new key, or a second machine sharing the folder) makes the subdirectory by hand.
 pub fn prepare_export(export: &Path, origin: &str) -> Result<PathBuf, AuditError> {
     let dir = origin_dir(export, origin);
+    if !dir.exists()
+        && let Some(other) = other_origin(export)
+    {
+        return Err(AuditError::Key(format!(
+            "{} already holds the signed checkpoints of another origin ({}); a key that is not the one that signed them does not start a new origin there by itself. If this is a new key or another machine sharing the folder, make {} yourself",
+            export.display(),
+            other.display(),
+            dir.display()
+        )));
+    }
     match std::fs::create_dir(&dir) {
         Ok(()) => Ok(dir),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(dir),
         Err(e) => Err(AuditError::Io { path: dir.display().to_string(), message: e.to_string() }),
     }
+}
+
+/// A subdirectory of `export` that holds a checkpoint file (another origin's), if any.
+fn other_origin(export: &Path) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(export).ok()?;
+    entries
+        .flatten()
+        .take(1_000)
+        .map(|e| e.path())
+        .find(|sub| sub.is_dir() && checkpoint_files(sub).is_ok_and(|(files, _)| !files.is_empty()))
 }
 
 /// Writes one export: appends the leaves `dir` lacks (from `leaves(from, to)`), then the

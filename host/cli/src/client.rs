@@ -129,7 +129,7 @@ fn start(state: &StateDir) -> anyhow::Result<std::process::Child> {
     let log_path = state.serve_log();
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
-    eprintln!("bx: starting the daemon (log: {})", log_path.display());
+    errln!("bx: starting the daemon (log: {})", log_path.display());
     Command::new(std::env::current_exe()?)
         .arg("--state-dir")
         .arg(state.root())

@@ -1,9 +1,9 @@
 //! `bx`: the owner's command line.
 #![forbid(unsafe_code)]
 
-mod client;
 #[macro_use]
 mod term;
+mod client;
 mod cmd;
 
 use std::path::PathBuf;
@@ -59,7 +59,7 @@ fn main() -> ExitCode {
     let state_dir = match bx_state::StateDir::resolve(cli.state_dir) {
         Ok(dir) => dir,
         Err(e) => {
-            eprintln!("bx: {}", term::shown(&e.to_string()));
+            errln!("bx: {}", term::shown(&e.to_string()));
             return ExitCode::from(cmd::EXIT_ERROR);
         }
     };
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             // An error can carry what a tool or a server said.
-            eprintln!("bx: {}", term::shown(&format!("{e:#}")));
+            errln!("bx: {}", term::shown(&format!("{e:#}")));
             ExitCode::from(cmd::EXIT_ERROR)
         }
     }

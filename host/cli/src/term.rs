@@ -76,9 +76,28 @@ pub(crate) fn out(args: std::fmt::Arguments<'_>) {
             std::process::exit(EXIT_CLOSED_PIPE);
         }
         // Anything else (a full disk behind a redirect) is worth a word, once.
-        eprintln!("bx: writing to standard output: {e}");
+        err(format_args!("bx: writing to standard output: {e}\n"));
         std::process::exit(1);
     }
+}
+
+/// Writes to standard error, ignoring a failure: with stderr closed there is nobody to
+/// tell, and `eprintln!` would panic (and so end a call part-way, its records unfinished).
+pub(crate) fn err(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_fmt(args).and_then(|()| stderr.flush());
+}
+
+/// `eprint!` through [`err`].
+macro_rules! errp {
+    ($($arg:tt)*) => { $crate::term::err(format_args!($($arg)*)) };
+}
+
+/// `eprintln!` through [`err`].
+macro_rules! errln {
+    () => { $crate::term::err(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::term::err(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
 /// `print!` through [`out`].

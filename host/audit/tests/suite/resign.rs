@@ -234,3 +234,19 @@ fn a_key_swapped_in_the_config_signs_nothing_over_the_owners_checkpoints() {
     assert!(log.close().is_err());
     assert_eq!(exported_checkpoints(&a), ["9.checkpoint"], "a checkpoint over the forged tree");
 }
+
+/// Regression (a second probe): a key of another origin, swapped into the config, is not
+/// set up beside the owner's checkpoints by `bx audit checkpoint`'s setup; the owner who
+/// means it makes the folder by hand.
+#[test]
+fn a_new_origin_is_not_set_up_beside_another_origins_checkpoints() {
+    let a = Anchored::new();
+    honest_log(&a);
+    let refused = bx_audit::prepare_export(&a.export, "bx.test/other").unwrap_err();
+    assert!(refused.to_string().contains("another origin"), "{refused}");
+    assert!(!bx_audit::origin_dir(&a.export, "bx.test/other").exists());
+    std::fs::create_dir(bx_audit::origin_dir(&a.export, "bx.test/other")).unwrap();
+    assert!(bx_audit::prepare_export(&a.export, "bx.test/other").is_ok());
+    // The owner's own origin, already there, is set up as before.
+    assert!(bx_audit::prepare_export(&a.export, "bx.test/anchor").is_ok());
+}

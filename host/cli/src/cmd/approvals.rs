@@ -87,7 +87,7 @@ fn show(state: &StateDir, id: &str, raw: bool) -> anyhow::Result<u8> {
         let (text, total) = match reply {
             Body::ApprovalArgs { text, total, .. } => (text, total),
             Body::Refused { reason } => {
-                eprintln!("bx: {}", term::shown(&reason));
+                errln!("bx: {}", term::shown(&reason));
                 return Ok(EXIT_DENIED);
             }
             other => anyhow::bail!("unexpected reply: {}", term::one_line(other.type_name())),
@@ -116,15 +116,15 @@ fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
             Ok(EXIT_OK)
         }
         Body::Refused { reason } => {
-            eprintln!("bx: {}", term::shown(&reason));
+            errln!("bx: {}", term::shown(&reason));
             Ok(EXIT_DENIED)
         }
         Body::Error { message, runbook, .. } => {
-            eprintln!("bx: {}\n    runbook: {}", term::shown(&message), term::one_line(&runbook));
+            errln!("bx: {}\n    runbook: {}", term::shown(&message), term::one_line(&runbook));
             Ok(EXIT_ERROR)
         }
         other => {
-            eprintln!("bx: unexpected reply: {}", term::one_line(other.type_name()));
+            errln!("bx: unexpected reply: {}", term::one_line(other.type_name()));
             Ok(EXIT_ERROR)
         }
     }

@@ -206,17 +206,14 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             let mut report = match &reason {
                 Some(reason) => {
                     let (report, seq) = accept_break(&dir, reason)?;
-                    eprintln!(
-                        "accepted {} problem(s) in break record {seq}",
-                        report.problems.len()
-                    );
+                    errln!("accepted {} problem(s) in break record {seq}", report.problems.len());
                     verify_against(&dir, &against)?
                 }
                 None => verify_against(&dir, &against)?,
             };
             report.anchor.notes.extend(notes);
             for note in &report.anchor.notes {
-                eprintln!("note: {}", term::one_line(note));
+                errln!("note: {}", term::one_line(note));
             }
             if json {
                 outln!("{}", term::json_pretty(&report)?);
@@ -309,30 +306,30 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             }
             let vkey = bx_audit::init_key(&path, &origin)?;
             outln!("{vkey}");
-            eprintln!(
+            errln!(
                 "wrote the signing key {} (0600) and its verifier key {}",
                 term::one_line(&path.display().to_string()),
                 term::one_line(&bx_audit::verifier_path(&path).display().to_string())
             );
-            eprintln!(
+            errln!(
                 "keep the verifier key (printed above) off this machine: `bx audit verify --key` and `bx audit check-proof --key` take it"
             );
             let config = bx_daemon::load_config(state)?;
             if path != state.default_audit_key()
                 && config.audit.key.as_deref() != Some(path.as_path())
             {
-                eprintln!(
+                errln!(
                     "name it in config.toml:\n  [audit]\n  key = {:?}",
                     path.display().to_string()
                 );
             }
             if config.audit.export.is_empty() {
-                eprintln!(
+                errln!(
                     "and name where checkpoints go, off this host: [audit] export = [\"/media/usb/bx\"], then run `bx audit checkpoint` to set it up (see docs/audit.md)"
                 );
             }
             if inside(state, &path) {
-                eprintln!(
+                errln!(
                     "note: the key is inside the state directory; the anchor is then only as safe as this host"
                 );
             }
@@ -402,7 +399,7 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
             match out {
                 Some(file) => {
                     std::fs::write(&file, &proof)?;
-                    eprintln!(
+                    errln!(
                         "proof of record {seq} in the checkpoint of {size} records ({}) written to {}",
                         term::one_line(&path.display().to_string()),
                         term::one_line(&file.display().to_string())

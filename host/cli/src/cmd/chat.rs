@@ -108,7 +108,7 @@ fn settle_workspace(
                     term::one_line(asked)
                 );
             }
-            eprintln!("bx: session {session} {has}; --session NAME starts one here");
+            errln!("bx: session {session} {has}; --session NAME starts one here");
             Ok(held)
         }
     }
@@ -173,7 +173,7 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
     if let Some(text) = &args.say {
         return chat.turn(text);
     }
-    eprintln!(
+    errln!(
         "bx chat: session {} in {} (state {}). Ctrl-D leaves, Ctrl-C cancels a turn; approve a call by typing its id, or `bx approve ID` from another terminal.",
         term::one_line(&args.session),
         term::one_line(workspace.as_deref().unwrap_or("no workspace")),
@@ -184,7 +184,7 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
             // Input ended during the last turn.
             return Ok(EXIT_OK);
         }
-        eprint!("you> ");
+        errp!("you> ");
         let _ = std::io::stderr().flush();
         match chat.rx.recv() {
             Ok(Input::Line(Some(line))) if line.trim().is_empty() => {}
@@ -197,9 +197,9 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
                 // The daemon let an idle connection go (or stopped): the next message
                 // connects again.
                 chat.conn = None;
-                eprintln!();
+                errln!();
             }
-            Ok(Input::Frame(..) | Input::Interrupt) => eprintln!(),
+            Ok(Input::Frame(..) | Input::Interrupt) => errln!(),
         }
     }
 }
@@ -255,7 +255,7 @@ impl Chat<'_> {
             let input = self.rx.recv().map_err(|_| anyhow::anyhow!("input channel closed"))?;
             let envelope = match input {
                 Input::Interrupt => {
-                    eprintln!("\nbx: cancelling the turn");
+                    errln!("\nbx: cancelling the turn");
                     self.conn()?.send(Body::Cancel { session: session.clone() })?;
                     continue;
                 }
@@ -281,7 +281,7 @@ impl Chat<'_> {
                         runbook: "docs/runbook.md#internal-error".into(),
                     };
                     self.print_json(&lost)?;
-                    eprintln!("bx: the daemon closed the connection mid-turn");
+                    errln!("bx: the daemon closed the connection mid-turn");
                     return Ok(EXIT_UNAVAILABLE);
                 }
                 Input::Frame(_, Some(envelope)) => envelope,
@@ -290,7 +290,7 @@ impl Chat<'_> {
             if envelope.id != id && envelope.id != 0 {
                 // The reply to an approval answer or a cancel.
                 if let Body::Refused { reason } = &envelope.msg {
-                    eprintln!("bx: {}", term::shown(reason));
+                    errln!("bx: {}", term::shown(reason));
                 }
                 continue;
             }
@@ -305,7 +305,7 @@ impl Chat<'_> {
                     if wrote_text && !self.args.json {
                         outln!();
                     }
-                    eprintln!(
+                    errln!(
                         "bx: {}\n    runbook: {}{}",
                         term::shown(&message),
                         term::one_line(&runbook),
@@ -336,14 +336,14 @@ impl Chat<'_> {
                     let _ = std::io::stdout().flush();
                     wrote_text = true;
                 }
-                Body::ReasoningDelta { text, .. } => eprint!("{}", term::shown(&text)),
+                Body::ReasoningDelta { text, .. } => errp!("{}", term::shown(&text)),
                 Body::ToolCallProposed { tool, args, .. } => {
-                    eprintln!("\n[tool] {} {}", term::one_line(&tool), term::one_line(&args));
+                    errln!("\n[tool] {} {}", term::one_line(&tool), term::one_line(&args));
                 }
                 Body::ApprovalNeeded { approval: waiting, block, .. } => {
-                    eprint!("{}", term::shown(&block));
+                    errp!("{}", term::shown(&block));
                     if self.stdin_open {
-                        eprint!(
+                        errp!(
                             "type {} to approve, or a reason to refuse: ",
                             term::one_line(&waiting)
                         );
@@ -351,22 +351,22 @@ impl Chat<'_> {
                         approval = Some(waiting);
                     } else {
                         let w = term::one_line(&waiting);
-                        eprintln!("answer with `bx approve {w}` or `bx refuse {w}`");
+                        errln!("answer with `bx approve {w}` or `bx refuse {w}`");
                     }
                 }
                 Body::ToolStarted { .. } => {}
                 Body::ToolResult { status, label, bytes, .. } => {
-                    eprintln!(
+                    errln!(
                         "[tool] {}: {bytes} bytes, label {}",
                         term::one_line(&status),
                         term::one_line(&label)
                     );
                 }
                 Body::ToolDenied { reason, .. } => {
-                    eprintln!("[tool] refused: {}", term::reason(&reason));
+                    errln!("[tool] refused: {}", term::reason(&reason));
                 }
                 Body::ModelUsage { thinking_capped: true, .. } => {
-                    eprintln!("\n[thinking capped: the model was made to answer]");
+                    errln!("\n[thinking capped: the model was made to answer]");
                 }
                 _ => {}
             }

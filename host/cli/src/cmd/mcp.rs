@@ -462,7 +462,7 @@ fn token(state: &StateDir) -> anyhow::Result<String> {
             let token = hex::encode(raw);
             file.write_all(format!("{token}\n").as_bytes())?;
             file.sync_all()?;
-            eprintln!("bx mcp: made a bearer token in {}", path.display());
+            errln!("bx mcp: made a bearer token in {}", path.display());
             Ok(token)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -512,7 +512,7 @@ pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
     // it says goes to stderr: stdout is the protocol's.
     Conn::connect_or_start(state)?;
     let session = args.session.clone().unwrap_or_else(|| session_for(&workspace));
-    eprintln!("bx mcp: session {session}, working in {}", crate::term::one_line(&workspace));
+    errln!("bx mcp: session {session}, working in {}", crate::term::one_line(&workspace));
     let bridge = Bridge {
         daemon: Arc::new(link::Daemon::new(state)),
         workspace,

@@ -76,7 +76,7 @@ pub(crate) fn run(state: &StateDir, command: PolicyCommand) -> anyhow::Result<u8
                     Ok(EXIT_OK)
                 }
                 Err(errors) => {
-                    eprintln!("{}", term::shown(&errors.to_string()));
+                    errln!("{}", term::shown(&errors.to_string()));
                     Ok(EXIT_ERROR)
                 }
             }

@@ -103,15 +103,26 @@ fn read_line_in_background() -> mpsc::Receiver<std::io::Result<(usize, String)>>
 }
 
 /// Shows the owner the whole block, then the prompt.
-fn prompt(block: &str, id: &str) {
-    eprint!("{}", term::shown(block));
-    eprint!("type {} to approve, or a reason to refuse: ", term::one_line(id));
-    let _ = std::io::stderr().flush();
+/// Shows the block and the prompt on stderr; false when they could not be shown (stderr
+/// closed), and then nobody may answer: nothing is approved unseen.
+fn prompt(block: &str, id: &str) -> bool {
+    let mut err = std::io::stderr().lock();
+    write!(err, "{}", term::shown(block))
+        .and_then(|()| {
+            write!(err, "type {} to approve, or a reason to refuse: ", term::one_line(id))
+        })
+        .and_then(|()| err.flush())
+        .is_ok()
 }
 
-/// Asks the owner at the terminal: the whole block, then the id to approve.
+/// Asks the owner at the terminal: the whole block, then the id to approve. A block that
+/// could not be shown is a refusal.
 fn ask_owner(block: &str, id: &str, timeout: Duration) -> Answer {
-    prompt(block, id);
+    if !prompt(block, id) {
+        return Answer::Refuse(
+            "the approval block could not be shown (standard error is closed)".into(),
+        );
+    }
     match read_line_in_background().recv_timeout(timeout) {
         Ok(Ok((0, _))) => Answer::Expired, // end of input: nobody is there to answer
         Ok(Ok((_, line))) => bx_broker::typed_answer(id, &line),
@@ -188,7 +199,7 @@ fn via_daemon(
     })?;
     loop {
         let Ok(envelope) = frames.recv() else {
-            eprintln!("bx: the daemon closed the connection before the call ended");
+            errln!("bx: the daemon closed the connection before the call ended");
             return Ok(EXIT_UNAVAILABLE);
         };
         if envelope.id != id && envelope.id != 0 {
@@ -196,14 +207,22 @@ fn via_daemon(
         }
         match envelope.msg {
             Body::ApprovalNeeded { approval, block, .. } => {
-                prompt(&block, &approval);
+                let shown = prompt(&block, &approval);
                 let timeout = Duration::from_secs(args.approval_timeout);
-                let answer = match read_line_in_background().recv_timeout(timeout) {
-                    Ok(Ok((n, line))) if n > 0 => match bx_broker::typed_answer(&approval, &line) {
-                        Answer::Approve => bx_protocol::Answer::Approve {},
-                        Answer::Refuse(reason) => bx_protocol::Answer::Refuse { reason },
-                        Answer::Expired => bx_protocol::Answer::Refuse { reason: "expired".into() },
+                let answer = match shown.then(|| read_line_in_background().recv_timeout(timeout)) {
+                    None => bx_protocol::Answer::Refuse {
+                        reason: "the approval block could not be shown (standard error is closed)"
+                            .into(),
                     },
+                    Some(Ok(Ok((n, line)))) if n > 0 => {
+                        match bx_broker::typed_answer(&approval, &line) {
+                            Answer::Approve => bx_protocol::Answer::Approve {},
+                            Answer::Refuse(reason) => bx_protocol::Answer::Refuse { reason },
+                            Answer::Expired => {
+                                bx_protocol::Answer::Refuse { reason: "expired".into() }
+                            }
+                        }
+                    }
                     _ => bx_protocol::Answer::Refuse {
                         reason: "no answer at the prompt before it timed out".into(),
                     },
@@ -214,11 +233,7 @@ fn via_daemon(
                 return Ok(print(outcome, &text, &stderr));
             }
             Body::Error { message, runbook, code } => {
-                eprintln!(
-                    "bx: {}\n    runbook: {}",
-                    term::shown(&message),
-                    term::one_line(&runbook)
-                );
+                errln!("bx: {}\n    runbook: {}", term::shown(&message), term::one_line(&runbook));
                 return Ok(match code {
                     bx_protocol::ErrorCode::AuditUnavailable
                     | bx_protocol::ErrorCode::PolicyInvalid
@@ -237,7 +252,7 @@ struct Closing<'a>(&'a AuditLog);
 impl Drop for Closing<'_> {
     fn drop(&mut self) {
         if let Err(e) = self.0.checkpoint() {
-            eprintln!("bx: {e}");
+            errln!("bx: {e}");
         }
     }
 }
@@ -255,7 +270,7 @@ fn here(
     let log = match bx_daemon::open_audit(state, &config, LOG_LOCK_WAIT) {
         Ok(log) => Arc::new(log),
         Err(e) => {
-            eprintln!("bx: {e}");
+            errln!("bx: {e}");
             return Ok(EXIT_UNAVAILABLE);
         }
     };
@@ -268,7 +283,7 @@ fn here(
     let tool = match store.open_tool(&runtime, &args.name) {
         Ok((tool, outcome)) => {
             if let CacheOutcome::Replaced(why) = outcome {
-                eprintln!(
+                errln!(
                     "bx: warning: the precompiled code of {} was refused and compiled again: {} (see docs/runbook.md#precompiled-cache)",
                     term::one_line(&args.name),
                     term::one_line(&why)
@@ -282,13 +297,13 @@ fn here(
     let call_id = format!("c{:x}{:x}", now_ms(), std::process::id());
     let (value, refusal) = call::parse_args(&args.args);
     let unavailable = |e: bx_agent::AgentError| {
-        eprintln!("bx: {}", term::shown(&e.to_string()));
+        errln!("bx: {}", term::shown(&e.to_string()));
         Ok(EXIT_UNAVAILABLE)
     };
     let asked = match workspace.map(bx_agent::check_workspace).transpose() {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("bx: {}", term::reason(&e.to_string()));
+            errln!("bx: {}", term::reason(&e.to_string()));
             return Ok(EXIT_ERROR);
         }
     };
@@ -299,7 +314,7 @@ fn here(
                 asked.as_deref(),
                 held.as_deref(),
             );
-            eprintln!("bx: {}", term::reason(&e.to_string()));
+            errln!("bx: {}", term::reason(&e.to_string()));
             return Ok(EXIT_ERROR);
         }
         Ok((w, false)) => w,
@@ -383,7 +398,7 @@ fn here(
 /// Prints what a call produced, escaped for the terminal, and returns its exit status.
 fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
     if !stderr.is_empty() {
-        eprintln!("{}", term::shown(stderr));
+        errln!("{}", term::shown(stderr));
     }
     match outcome {
         RunOutcome::Json => {
@@ -403,38 +418,38 @@ fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
             EXIT_OK
         }
         RunOutcome::Refused => {
-            eprintln!("bx: denied: {} (see docs/runbook.md#tool-denied)", term::reason(text));
+            errln!("bx: denied: {} (see docs/runbook.md#tool-denied)", term::reason(text));
             EXIT_DENIED
         }
         RunOutcome::Unavailable => {
-            eprintln!("bx: {}", term::shown(text));
+            errln!("bx: {}", term::shown(text));
             EXIT_UNAVAILABLE
         }
         RunOutcome::HostDenied => {
-            eprintln!(
+            errln!(
                 "bx: denied by the host: {} (see docs/runbook.md#tool-denied)",
                 term::reason(text)
             );
             EXIT_DENIED
         }
         RunOutcome::InvalidArgs => {
-            eprintln!("bx: invalid arguments: {}", term::reason(text));
+            errln!("bx: invalid arguments: {}", term::reason(text));
             EXIT_ERROR
         }
         RunOutcome::Failed => {
-            eprintln!("bx: tool failed: {}", term::reason(text));
+            errln!("bx: tool failed: {}", term::reason(text));
             EXIT_ERROR
         }
         RunOutcome::OutputTooLarge => {
-            eprintln!("bx: tool output too large: {}", term::shown(text));
+            errln!("bx: tool output too large: {}", term::shown(text));
             EXIT_ERROR
         }
         RunOutcome::Limit => {
-            eprintln!("bx: {}", term::shown(text));
+            errln!("bx: {}", term::shown(text));
             EXIT_LIMIT
         }
         RunOutcome::Stopped => {
-            eprintln!("bx: {}", term::shown(text));
+            errln!("bx: {}", term::shown(text));
             EXIT_ERROR
         }
     }

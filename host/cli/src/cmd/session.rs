@@ -55,7 +55,7 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
                 Ok(mut conn) => match conn.request(Body::RebuildSession { session: id.clone() })? {
                     Body::Rebuilt { taint, results, .. } => (taint, results),
                     Body::Error { message, runbook, .. } => {
-                        eprintln!(
+                        errln!(
                             "bx: {}\n    runbook: {}",
                             term::shown(&message),
                             term::one_line(&runbook)

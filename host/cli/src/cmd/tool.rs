@@ -128,7 +128,7 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
         return Ok(EXIT_OK);
     }
     if installed.tools.is_empty() {
-        eprintln!("no tools installed (tool epoch {})", installed.epoch);
+        errln!("no tools installed (tool epoch {})", installed.epoch);
         return Ok(EXIT_OK);
     }
     outln!("{:<16} {:<14} {:>9}  RESOURCES", "NAME", "DIGEST", "SIZE");
@@ -145,7 +145,7 @@ fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
     let runtime = runtime()?;
     let (tool, cache) = store.open_tool(&runtime, name)?;
     if let bx_runtime::CacheOutcome::Replaced(why) = cache {
-        eprintln!(
+        errln!(
             "bx: warning: its precompiled code was refused and compiled again: {} (see docs/runbook.md#precompiled-cache)",
             term::one_line(&why)
         );

@@ -420,6 +420,37 @@ fn a_closed_pipe_ends_a_command_quietly() {
     }
 }
 
+/// A call whose approval block cannot be shown (stderr closed) is refused, never left
+/// half-recorded by a panic: nobody can approve what nobody saw.
+#[test]
+fn a_block_that_cannot_be_shown_is_a_refusal() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_write");
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(s)
+        .args(["tool", "run", "fs.write", "--workspace"])
+        .arg(&ws)
+        .args(["--args", r#"{"path":"notes.md","content":"x"}"#])
+        .env_remove("BX_HOME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "refused, not a panic (101)");
+    assert!(!ws.join("notes.md").exists());
+    let approval = audit_records(s).into_iter().find(|r| r["kind"] == "approval").unwrap();
+    assert_eq!(approval["fields"]["answer"], "refuse", "{approval}");
+    assert!(approval.to_string().contains("could not be shown"), "{approval}");
+}
+
 #[test]
 fn http_bounds_slow_and_idle_connections() {
     let Setup { s, ws, .. } = &setup("", &["fs_read"]);

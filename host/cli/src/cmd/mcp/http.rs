@@ -81,7 +81,7 @@ pub(super) async fn serve(
         .layer(axum::middleware::from_fn_with_state(Arc::new(token), authorize));
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-    eprintln!("bx mcp: serving Streamable HTTP at http://{}/mcp", listener.local_addr()?);
+    errln!("bx mcp: serving Streamable HTTP at http://{}/mcp", listener.local_addr()?);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
