@@ -95,12 +95,21 @@ pub fn resolve_noting(
     Ok((out, resolved, redirected))
 }
 
+/// The longest write path [`resolve_write_path`] resolves: Linux's `PATH_MAX`.
+const MAX_RESOLVED_PATH: usize = 4096;
+
 /// Where a write to `path` (absolute, normalised) lands on disk, when that is not
 /// `path`: its deepest existing directory as the kernel resolves it, with the rest
 /// appended. The last component is kept as named (a write never follows a symlink
 /// there; the runtime refuses it). `None` when nothing along the way is a symlink, or
 /// for a path the broker will refuse anyway (relative, or with `..`).
 pub fn resolve_write_path(path: &str) -> Option<String> {
+    // Longer than the kernel resolves (PATH_MAX) is refused when opened anyway; and each
+    // step up below copies the path, so a model's megabyte of `x/x/…` would cost its
+    // square in time.
+    if path.len() > MAX_RESOLVED_PATH {
+        return None;
+    }
     let path = Path::new(path);
     if !path.is_absolute()
         || path.components().any(|c| matches!(c, std::path::Component::ParentDir))
@@ -737,5 +746,32 @@ pub fn call_error_text(e: &CallError) -> String {
         CallError::InvalidArgs(m) => format!("error: invalid arguments: {m}"),
         CallError::Failed(m) => format!("error: {m}"),
         CallError::OutputTooLarge(m) => format!("error: output too large: {m}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resolve_write_path;
+
+    #[test]
+    fn a_write_path_resolves_through_its_existing_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::os::unix::fs::symlink(".git/hooks", ws.join("docs")).unwrap();
+        let named = format!("{}/docs/new/post-commit", ws.display());
+        let landed = format!("{}/.git/hooks/new/post-commit", ws.display());
+        assert_eq!(resolve_write_path(&named), Some(landed));
+        assert_eq!(resolve_write_path(&format!("{}/notes.md", ws.display())), None);
+        assert_eq!(resolve_write_path("relative/x"), None);
+        assert_eq!(resolve_write_path(&format!("{}/docs/../x", ws.display())), None);
+    }
+
+    /// Regression: each step up copied the path, so a megabyte of `x/x/…` cost its
+    /// square; a path longer than the kernel resolves is left for the open to refuse.
+    #[test]
+    fn a_path_longer_than_path_max_is_not_walked() {
+        let long = format!("/tmp/{}f", "x/".repeat(500_000));
+        assert_eq!(resolve_write_path(&long), None);
     }
 }
