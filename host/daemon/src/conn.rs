@@ -86,6 +86,13 @@ async fn rest_of_frame(rd: &mut OwnedReadHalf, first: u8) -> Result<Envelope, St
     }
 }
 
+/// A name a client sent, as a reply repeats it: bounded, so a reply always fits in a
+/// frame (a 4 MiB "id" echoed back made a reply too big to send, and the client waited
+/// out its timeout).
+fn echoed(name: &str) -> String {
+    bx_audit::bounded(name, 64)
+}
+
 /// The most bytes an approvals listing may take, well inside a frame.
 const MAX_LIST_BYTES: usize = bx_protocol::MAX_FRAME_BYTES / 2;
 /// The most bytes of arguments one `approval_args` reply carries: escaped as a JSON
@@ -216,7 +223,9 @@ pub(crate) async fn handle(
                 let msg = if agent.cancel(&session) {
                     Body::Ok {}
                 } else {
-                    Body::Refused { reason: format!("session {session} has no turn running") }
+                    Body::Refused {
+                        reason: format!("session {} has no turn running", echoed(&session)),
+                    }
                 };
                 out.send(id, msg);
             }
@@ -227,15 +236,18 @@ pub(crate) async fn handle(
                 };
                 let msg = match agent.approvals().answer(&approval, answer) {
                     Answered::Taken(_) => Body::Ok {},
-                    Answered::AlreadyAnswered => {
-                        Body::Refused { reason: format!("approval {approval} already answered") }
-                    }
-                    Answered::Expired(_) => Body::Refused {
-                        reason: format!("approval {approval} expired; the call was refused"),
+                    Answered::AlreadyAnswered => Body::Refused {
+                        reason: format!("approval {} already answered", echoed(&approval)),
                     },
-                    Answered::Unknown => {
-                        Body::Refused { reason: format!("no approval {approval} is pending") }
-                    }
+                    Answered::Expired(_) => Body::Refused {
+                        reason: format!(
+                            "approval {} expired; the call was refused",
+                            echoed(&approval)
+                        ),
+                    },
+                    Answered::Unknown => Body::Refused {
+                        reason: format!("no approval {} is pending", echoed(&approval)),
+                    },
                 };
                 out.send(id, msg);
             }
@@ -271,17 +283,14 @@ pub(crate) async fn handle(
                     Some(args) => {
                         let (text, start) = args_part(&args, offset);
                         Body::ApprovalArgs {
-                            approval,
+                            approval: approval.trim().to_ascii_lowercase(),
                             offset: start,
                             total: args.len() as u64,
                             text,
                         }
                     }
                     None => Body::Refused {
-                        reason: format!(
-                            "no approval {} is waiting",
-                            bx_audit::bounded(&approval, 64)
-                        ),
+                        reason: format!("no approval {} is waiting", echoed(&approval)),
                     },
                 };
                 out.send(id, msg);

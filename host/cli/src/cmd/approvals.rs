@@ -80,6 +80,13 @@ pub(crate) fn list(state: &StateDir, args: &ListArgs) -> anyhow::Result<u8> {
 
 /// Prints approval `id`'s whole arguments, part by part.
 fn show(state: &StateDir, id: &str, raw: bool) -> anyhow::Result<u8> {
+    use std::io::IsTerminal as _;
+    // The bytes as the call gave them may steer a terminal: they go to a file or a pipe.
+    anyhow::ensure!(
+        !(raw && std::io::stdout().is_terminal()),
+        "--raw writes the arguments' bytes as they are, which could steer this terminal; redirect it to a file or a pipe (`bx approvals show {} --raw > args.json`)",
+        term::one_line(id)
+    );
     let mut conn = connect_running(state)?;
     let mut offset = 0;
     loop {

@@ -261,6 +261,30 @@ fn a_call_of_megabytes_hides_no_other_approval_and_a_cancel_refuses_it() {
     assert_eq!(refused[0]["fields"]["answer"], "refuse");
 }
 
+/// A reply that repeats what a socket client sent is bounded: an "id" of megabytes once
+/// made a reply too big for a frame, unsent, and the client waited out its timeout.
+#[test]
+fn replies_that_repeat_a_client_name_fit_in_a_frame() {
+    use bx_protocol::{Answer, Body, Envelope, encode, read_frame};
+    let Setup { s, .. } = &setup("", &[]);
+    let daemon = Daemon::start(s);
+    let mut sock = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let huge = "z".repeat(3 << 20);
+    for (id, msg) in [
+        (1, Body::AnswerApproval { approval: huge.clone(), answer: Answer::Approve {} }),
+        (2, Body::ShowApproval { approval: huge.clone(), offset: 0 }),
+        (3, Body::Cancel { session: huge.clone() }),
+    ] {
+        sock.write_all(&encode(&Envelope { v: 1, id, msg }).unwrap()).unwrap();
+        let reply = read_frame(&mut sock).unwrap().expect("a reply, not a timeout");
+        assert_eq!(reply.id, id);
+        let Body::Refused { reason } = reply.msg else { panic!("{:?}", reply.msg) };
+        assert!(reason.len() < 512, "{} bytes", reason.len());
+    }
+    daemon.stop();
+}
+
 #[test]
 fn a_file_has_one_label_whichever_tool_reads_it() {
     // A secret grant that names fs.read labels the file for fs.search too: searching the
@@ -385,6 +409,22 @@ fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() 
     assert!(!s.join("tools/new.json").exists());
     assert!(stderr.contains("#own-state"), "{stderr}");
     assert_eq!(std::fs::read_to_string(s.join("policy.toml")).unwrap(), before);
+}
+
+/// `--raw` never writes a call's bytes onto a terminal (run under `script`, which gives
+/// the command a pseudo-terminal): they could steer it.
+#[test]
+fn raw_arguments_never_reach_a_terminal() {
+    let state = tempfile::tempdir().unwrap();
+    let line = format!(
+        "{} --state-dir {} approvals show abcdef --raw",
+        env!("CARGO_BIN_EXE_bx"),
+        state.path().display()
+    );
+    let out = Command::new("script").args(["-qec", &line, "/dev/null"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("could steer this terminal"), "{said}");
 }
 
 #[test]
