@@ -263,8 +263,7 @@ fn fd_id(proc_path: &Path) -> Result<((u64, u64), u64), Error> {
 
 /// The kernel's idea of where an open descriptor lives.
 fn real_path(fd: impl AsFd) -> Result<PathBuf, Error> {
-    let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-    std::fs::read_link(&link).map_err(|e| {
+    std::fs::read_link(real_fd_path(fd.as_fd())).map_err(|e| {
         Error::Denied(format!(
             "cannot verify where an opened path lives ({e}); see docs/runbook.md#path-unverifiable"
         ))
@@ -543,8 +542,21 @@ impl CallState {
     /// as it lies on disk (joined: a secret grant named by a symlink keeps its label for
     /// a read through the real path). The record names the file as it lies on disk: a
     /// workspace swapped for a symlink names the file actually read.
-    fn touch_path(&mut self, logical: PathBuf, real: Option<PathBuf>, access: FsAccess) {
+    ///
+    /// A regular file with more than one link (`links`) has other names, anywhere on its
+    /// file system, whose grants (a secret one, or none) cannot be seen from here: its
+    /// label is unknown, and what cannot be known counts as the top label.
+    fn touch_path(
+        &mut self,
+        logical: PathBuf,
+        real: Option<PathBuf>,
+        access: FsAccess,
+        links: u64,
+    ) {
         let mut label = self.grant.path_label(&logical);
+        if links > 1 {
+            label = bx_broker::Label::TOP;
+        }
         let real = real.or_else(|| std::fs::canonicalize(&logical).ok());
         if let Some(real) = &real {
             let grant = &self.grant;
@@ -588,18 +600,7 @@ impl CallState {
         if !meta.is_file() {
             return Err(Error::Invalid(format!("{path}: not a regular file")));
         }
-        self.touch_path(logical, Some(real), FsAccess::Read);
-        if meta.nlink() > 1 {
-            // The file has other names, anywhere on its file system, whose grants (a
-            // secret one, or none) cannot be seen from here: its label is unknown, and
-            // what cannot be known counts as the top label.
-            let path = PathBuf::from(path);
-            self.touch(Touched::Path {
-                path,
-                access: FsAccess::Read,
-                label: bx_broker::Label::TOP,
-            });
-        }
+        self.touch_path(logical, Some(real), FsAccess::Read, meta.nlink());
         Ok((file, meta.len()))
     }
 
@@ -672,7 +673,7 @@ impl CallState {
         if mode == WriteMode::Overwrite {
             file.set_len(0).map_err(|e| io_error(path, &e))?;
         }
-        self.touch_path(logical, Some(real), FsAccess::Write);
+        self.touch_path(logical, Some(real), FsAccess::Write, 1);
         file.write_all(data).map_err(|e| io_error(path, &e))?;
         Ok(data.len() as u64)
     }
@@ -686,7 +687,7 @@ impl CallState {
         let target = if rel.as_os_str().is_empty() { Path::new(".") } else { rel.as_path() };
         let dir = root.dir.open_dir(target).map_err(|e| io_error(path, &e))?;
         let (logical, real) = self.verify(idx, &dir, path)?;
-        self.touch_path(logical.clone(), Some(real), FsAccess::Read);
+        self.touch_path(logical.clone(), Some(real), FsAccess::Read, 1);
         let mut out = Vec::new();
         for entry in dir.entries().map_err(|e| io_error(path, &e))? {
             let entry = entry.map_err(|e| io_error(path, &e))?;
@@ -716,7 +717,7 @@ impl CallState {
             let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
             dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?
         };
-        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read);
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read, 1);
         Ok(Metadata {
             kind: kind_of(meta.file_type()),
             size: meta.len(),
@@ -728,7 +729,7 @@ impl CallState {
         let (idx, rel) = self.route(path, FsAccess::Write)?;
         let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
         dir.create_dir(&name).map_err(|e| io_error(path, &e))?;
-        self.touch_path(self.logical(idx, &rel), None, FsAccess::Write);
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Write, 1);
         Ok(())
     }
 }
