@@ -252,10 +252,10 @@ pub fn escape_untrusted(text: &str, keep_newlines: bool) -> String {
 /// with its size and SHA-256, and `bx approvals show ID` prints it whole. Without it a
 /// client could send one call with megabytes of arguments whose block no listing can
 /// carry, and hide every other waiting call from the owner.
-pub const MAX_ARG_SHOWN_BYTES: usize = 2 << 10;
+pub(crate) const MAX_ARG_SHOWN_BYTES: usize = 2 << 10;
 /// The most bytes of a block's arguments section; past it, the rest is named by size and
 /// hash (an object of many small arguments is bounded as one long one is).
-pub const MAX_ARGS_SHOWN_BYTES: usize = 16 << 10;
+pub(crate) const MAX_ARGS_SHOWN_BYTES: usize = 16 << 10;
 /// The most bytes of one reason or resource line in a block (they echo paths and URLs
 /// the call named).
 pub(crate) const MAX_LINE_SHOWN_BYTES: usize = 1 << 10;
@@ -316,11 +316,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
 fn cut_at(text: &str, max: usize, keep_newlines: bool) -> Option<usize> {
     let mut shown = 0;
     for (at, c) in text.char_indices() {
-        shown += if (c == '\n' && keep_newlines) || !(is_hidden(c) || c == '\t' || c == '\n') {
-            c.len_utf8()
-        } else {
-            format!("\\u{{{:x}}}", c as u32).len()
-        };
+        // The one escaping rule, a character at a time.
+        shown += escape_untrusted(c.encode_utf8(&mut [0; 4]), keep_newlines).len();
         if shown > max {
             return Some(at);
         }
@@ -337,7 +334,7 @@ fn part(text: &str, max: usize, keep_newlines: bool) -> Option<String> {
 
 /// `text` escaped for the owner's terminal (as [`escape_untrusted`]), shown within about
 /// `max` bytes (see [`part`]).
-pub fn shown_part(text: &str, max: usize, keep_newlines: bool) -> String {
+fn shown_part(text: &str, max: usize, keep_newlines: bool) -> String {
     match part(text, max, keep_newlines) {
         Some(cut) => escape_untrusted(&cut, keep_newlines),
         None => escape_untrusted(text, keep_newlines),

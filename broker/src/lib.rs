@@ -19,8 +19,8 @@ pub mod toml_shape;
 
 pub use allow::AllowList;
 pub use approval::{
-    Answered, ApprovalTable, MAX_ARG_SHOWN_BYTES, MAX_ARGS_SHOWN_BYTES, Pending, escape_untrusted,
-    is_hidden, new_approval_id, render_block, shown_part, typed_answer,
+    Answered, ApprovalTable, Pending, escape_untrusted, is_hidden, new_approval_id, render_block,
+    typed_answer,
 };
 pub use credentials::{CREDENTIAL_STORES, CredentialGap, CredentialStore};
 pub use decide::{
