@@ -29,6 +29,8 @@ const HEADER_SECS: u64 = 10;
 /// closes; without it 1,100 idle connections exhausted the descriptors and the owner's
 /// own client got no answer.
 const MAX_CONNECTIONS: usize = 256;
+/// How long the accept loop waits after a failed accept before the next.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// MCP sessions alive at once (each costs about 52 KB and a task). A new session past
 /// it closes the one idle longest; without it sessions grew without bound.
 const MAX_SESSIONS: usize = 64;
@@ -94,8 +96,12 @@ pub(super) async fn serve(
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
-                // Out of descriptors or a connection reset before accept: go on.
-                Err(_) => continue,
+                // Out of descriptors, or a connection reset before accept: wait a moment
+                // (an accept that fails at once would otherwise spin a core), then go on.
+                Err(_) => {
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
             },
             _ = tokio::signal::ctrl_c() => return Ok(()),
             _ = term.recv() => return Ok(()),
