@@ -36,14 +36,15 @@ pub struct Run {
     pub stderr: String,
 }
 
+/// `bx --state-dir STATE`, with no `BX_HOME` from the test's environment.
+pub fn bx_command(state: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_bx"));
+    command.arg("--state-dir").arg(state).env_remove("BX_HOME");
+    command
+}
+
 pub fn bx(state: &Path, args: &[&str]) -> Run {
-    let out: Output = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(state)
-        .args(args)
-        .env_remove("BX_HOME")
-        .output()
-        .unwrap();
+    let out: Output = bx_command(state).args(args).output().unwrap();
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

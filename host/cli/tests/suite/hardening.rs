@@ -101,13 +101,10 @@ fn a_home_directory_is_a_workspace_only_when_named() {
     std::fs::create_dir_all(home.join(".aws")).unwrap();
     std::fs::write(home.join(".aws/credentials"), "aws_secret_access_key=x\n").unwrap();
     let started_in = |dir: &Path, args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_bx"))
-            .arg("--state-dir")
-            .arg(s)
+        let out = bx_command(s)
             .args(args)
             .current_dir(dir)
             .env("HOME", &home)
-            .env_remove("BX_HOME")
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -126,14 +123,11 @@ fn a_home_directory_is_a_workspace_only_when_named() {
     }
     // Named, it is taken, and said at start; the default policy still refuses the
     // credential stores there.
-    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(s)
+    let mut server = bx_command(s)
         .args(["mcp", "--workspace"])
         .arg(&home)
         .current_dir(&home)
         .env("HOME", &home)
-        .env_remove("BX_HOME")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -180,14 +174,7 @@ fn doctor_warns_of_a_policy_that_reads_a_home_without_the_denies() {
     let s = state.path();
     let home = tempfile::tempdir().unwrap();
     let doctor = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_bx"))
-            .arg("--state-dir")
-            .arg(s)
-            .arg("doctor")
-            .env("HOME", home.path())
-            .env_remove("BX_HOME")
-            .output()
-            .unwrap();
+        let out = bx_command(s).arg("doctor").env("HOME", home.path()).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert_eq!(bx(s, &["policy", "init"]).code, 0);
@@ -445,15 +432,8 @@ fn a_closed_pipe_ends_a_command_quietly() {
     ] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        let out = Command::new(env!("CARGO_BIN_EXE_bx"))
-            .arg("--state-dir")
-            .arg(s)
-            .args(command)
-            .env_remove("BX_HOME")
-            .stdout(writer)
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
+        let out =
+            bx_command(s).args(command).stdout(writer).stderr(Stdio::piped()).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{command:?}: {stderr}");
         assert_eq!(out.status.code(), Some(141), "{command:?}: {stderr}");
@@ -472,13 +452,10 @@ fn a_block_that_cannot_be_shown_is_a_refusal() {
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(s)
+    let out = bx_command(s)
         .args(["tool", "run", "fs.write", "--workspace"])
         .arg(&ws)
         .args(["--args", r#"{"path":"notes.md","content":"x"}"#])
-        .env_remove("BX_HOME")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(writer)

@@ -83,12 +83,9 @@ pub(super) struct Raw {
 
 /// Starts `bx mcp` in `ws` with its stdin and stdout piped.
 fn spawn_mcp(s: &Path, ws: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(s)
+    bx_command(s)
         .args(["mcp", "--workspace"])
         .arg(ws)
-        .env_remove("BX_HOME")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -140,12 +137,9 @@ impl Raw {
 /// `bx mcp --http` on a free loopback port, working in `ws`, and its URL once it serves
 /// (read from its stderr, which is drained after).
 pub(super) fn spawn_http(s: &Path, ws: &Path) -> (std::process::Child, String) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_bx"))
-        .arg("--state-dir")
-        .arg(s)
+    let mut server = bx_command(s)
         .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
         .arg(ws)
-        .env_remove("BX_HOME")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
