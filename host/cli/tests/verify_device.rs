@@ -357,6 +357,35 @@ fn thinking_cap(url: &str) -> Found {
     (outcome, figures.join("; "), json!(data))
 }
 
+/// One turn that asks the model for one call with exactly `args`. The tiny test model
+/// now and then miscopies an argument (a digit of a port, a letter of a path), and then
+/// the call bx decides on is not the one this check asked about; such a turn is tried
+/// again in a fresh session, at most three times in all. A turn whose call was copied
+/// right is never retried, whatever bx decided on it. Returns the session that carried
+/// the call, its events and how many turns were miscopied first.
+fn say_exactly(
+    state: &Path,
+    session: &str,
+    text: &str,
+    args: &Value,
+    extra: &[&str],
+) -> (String, Vec<Value>, usize) {
+    let mut tries = Vec::new();
+    for attempt in 0..3 {
+        let name = if attempt == 0 { session.to_owned() } else { format!("{session}-{attempt}") };
+        let (_, events) = say(state, &name, text, extra);
+        let copied = of_type(&events, "tool_call_proposed").first().is_some_and(|p| {
+            p["args"].as_str().and_then(|a| serde_json::from_str::<Value>(a).ok()).as_ref()
+                == Some(args)
+        });
+        if copied {
+            return (name, events, attempt);
+        }
+        tries.push(events);
+    }
+    panic!("the model never proposed a call with {args} in three turns: {tries:?}")
+}
+
 /// 5. A tool call end to end: a granted read, a read the policy does not grant (the owner
 /// sees the reason), an untrusted fetch after which a write asks and is approved by id,
 /// then `bx audit verify`. Also returns how long granted reads took inside the loop.
@@ -405,7 +434,10 @@ fn tool_path(url: &str) -> (Found, Vec<f64>) {
 
     // A read outside the grants reaches the owner as refused, with the reason.
     let elsewhere_flags = ["--require-tool", "--workspace", elsewhere_ws.to_str().unwrap()];
-    let (_, events) = say(s, "denied", &read("secret.txt"), &elsewhere_flags);
+    // (The proposal shows the path resolved against the workspace.)
+    let secret = json!({"path": elsewhere_ws.join("secret.txt"), "offset": 0, "limit": 4096});
+    let (_, events, mut miscopied) =
+        say_exactly(s, "denied", &read("secret.txt"), &secret, &elsewhere_flags);
     // (The tiny model may try again; the turn's one-call limit refuses that.)
     let denied = of_type(&events, "tool_denied");
     let reason = denied.first().and_then(|d| d["reason"].as_str()).unwrap_or_default().to_owned();
@@ -418,14 +450,21 @@ fn tool_path(url: &str) -> (Found, Vec<f64>) {
         "{{\"tool\": \"http.fetch\", \"with\": {{\"url\": \"http://127.0.0.1:{port}/page\"}}}}"
     );
     let out_flags = ["--require-tool", "--workspace", out_ws.to_str().unwrap()];
-    let (_, events) = say(s, "web", &fetch, &out_flags);
-    assert_eq!(of_type(&events, "tool_result")[0]["label"], "public/untrusted", "{events:?}");
+    let page = json!({"url": format!("http://127.0.0.1:{port}/page")});
+    let (web, events, again) = say_exactly(s, "web", &fetch, &page, &out_flags);
+    miscopied += again;
+    let fetched = of_type(&events, "tool_result");
+    assert_eq!(
+        fetched.first().map(|r| &r["label"]),
+        Some(&json!("public/untrusted")),
+        "{events:?}"
+    );
     assert_eq!(bx(s, &["tool", "remove", "http.fetch"]).code, 0);
     install(s, "fs_write");
     let target = out.path().join("a.txt");
     let write =
         "{\"tool\": \"fs.write\", \"with\": {\"path\": \"a.txt\", \"content\": \"approved\"}}";
-    let (mut chat, rx) = say_in_background(s, "web", write, &["--require-tool"]);
+    let (mut chat, rx) = say_in_background(s, &web, write, &["--require-tool"]);
     let mut seen = Vec::new();
     let needed = next_of(&rx, "approval_needed", &mut seen);
     let id = needed["approval"].as_str().unwrap().to_owned();
@@ -440,10 +479,12 @@ fn tool_path(url: &str) -> (Found, Vec<f64>) {
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
     let records = audit_records(s).len();
     let figures = format!(
-        "3 granted reads ok; ungranted read refused (\"{}\"); write after an untrusted fetch asked, approved by id, ran; audit verify clean ({records} records)",
+        "3 granted reads ok; ungranted read refused (\"{}\"); write after an untrusted fetch asked, approved by id, ran; audit verify clean ({records} records); turns the model miscopied and were asked again: {miscopied}",
         reason.chars().take(80).collect::<String>()
     );
-    ((Outcome::Pass, figures, json!({"denied_reason": reason, "audit_records": records})), read_ms)
+    let data =
+        json!({"denied_reason": reason, "audit_records": records, "miscopied_turns": miscopied});
+    ((Outcome::Pass, figures, data), read_ms)
 }
 
 /// 6. Tokens per second through bx (daemon, loop, client) against the same server driven
