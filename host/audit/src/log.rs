@@ -154,10 +154,6 @@ pub fn day_files(dir: &Path) -> Result<Vec<PathBuf>, AuditError> {
     Ok(files)
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 pub(crate) fn checkpoint_path(dir: &Path) -> PathBuf {
     dir.join("checkpoint.json")
 }
@@ -438,7 +434,7 @@ impl AuditLog {
             let mut out = File::create(&aside)?;
             out.write_all(bytes)?;
             out.sync_all()?;
-            sync_dir(&aside_dir)?;
+            bx_fs::sync_dir(&aside_dir)?;
             let f = crate::file::open_with(OpenOptions::new().write(true), file)?;
             f.set_len(offset)?;
             f.sync_all()
@@ -593,7 +589,7 @@ impl AuditLog {
             let is_new = !path.exists();
             let file = crate::file::open_with(OpenOptions::new().create(true).append(true), &path)?;
             if is_new {
-                sync_dir(&self.dir)?;
+                bx_fs::sync_dir(&self.dir)?;
             }
             inner.offset = file.metadata()?.len();
             inner.newest_day = Some(target.clone());
@@ -825,16 +821,10 @@ impl AuditLog {
     }
 }
 
-/// Writes `name` in `dir` whole: a temporary file, synced, renamed over it, and the
-/// directory synced. The log's lock makes this process the one writer; the pid in the
-/// temporary name keeps even a stray second process from sharing it.
+/// Writes `name` in `dir` whole ([`bx_fs::write_atomically`]). The log's lock makes
+/// this process the one writer.
 fn write_replacing(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(name))?;
-    sync_dir(dir)
+    bx_fs::write_atomically(&dir.join(name), bytes)
 }
 
 /// The writer's tree at open: from the checkpoint's tree and the lines after it when

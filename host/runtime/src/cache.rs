@@ -64,12 +64,7 @@ fn cache_err(path: &Path, message: impl std::fmt::Display) -> RunError {
 }
 
 fn write_atomically(path: &Path, data: &[u8]) -> Result<(), RunError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| cache_err(path, e))?;
-    tmp.write_all(data).map_err(|e| cache_err(path, e))?;
-    tmp.as_file().sync_data().map_err(|e| cache_err(path, e))?;
-    tmp.persist(path).map_err(|e| cache_err(path, e.error))?;
-    Ok(())
+    bx_fs::write_atomically(path, data).map_err(|e| cache_err(path, e))
 }
 
 /// Reads the cache's key, creating it (0600, from the OS's randomness) on first use.
@@ -182,8 +177,10 @@ impl ComponentCache {
     }
 }
 
+/// Whether two MACs are equal, in time that does not depend on where they first differ.
 fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq as _;
+    a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
 fn sidecar(path: &Path) -> PathBuf {

@@ -190,30 +190,6 @@ fn refuse_special(meta: std::io::Result<cap_std::fs::Metadata>, shown: &str) -> 
         _ => Ok(()),
     }
 }
-/// How many symlinks [`resolve_leniently`] follows before it gives up (as the kernel's
-/// `ELOOP` limit).
-const MAX_LINKS: usize = 40;
-
-/// Where `path` leads on disk: its canonical form when it exists, else (for a dangling
-/// symlink or a path not yet created) its symlinks followed as far as they go and the
-/// missing rest appended, so a deny rule on a symlink whose target does not exist yet
-/// still covers that target once a tool creates it.
-fn resolve_leniently(path: &Path) -> Option<PathBuf> {
-    let mut current = path.to_path_buf();
-    for _ in 0..MAX_LINKS {
-        if let Ok(real) = std::fs::canonicalize(&current) {
-            return Some(real);
-        }
-        let parent = current.parent()?.to_path_buf();
-        let name = current.file_name()?.to_owned();
-        match std::fs::read_link(&current) {
-            Ok(target) => current = parent.join(target),
-            Err(_) => return resolve_leniently(&parent).map(|p| p.join(name)),
-        }
-    }
-    None
-}
-
 /// Opens directory `rel` below `root` one component at a time, refusing a symlink at any
 /// of them (what `openat2`'s `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` does in one call,
 /// done portably with cap-std's no-follow open).
@@ -273,6 +249,7 @@ fn real_path(fd: impl AsFd) -> Result<PathBuf, Error> {
 fn io_error(path: &str, err: &std::io::Error) -> Error {
     use std::io::ErrorKind as K;
     const ELOOP: i32 = 40;
+    const EXDEV: i32 = 18;
     if err.raw_os_error() == Some(ELOOP) {
         return Error::Denied(format!("{path}: is a symlink (writes never follow symlinks)"));
     }
@@ -280,8 +257,13 @@ fn io_error(path: &str, err: &std::io::Error) -> Error {
         K::NotFound => Error::NotFound(path.to_owned()),
         K::AlreadyExists => Error::AlreadyExists(path.to_owned()),
         // cap-std reports an escape attempt (`..`, absolute or symlink out of the root)
-        // as PermissionDenied; so does the OS for a file the owner cannot read.
-        K::PermissionDenied if err.to_string().contains("outside") => {
+        // as a PermissionDenied error of its own, with no OS error code (EXDEV when
+        // the kernel's RESOLVE_BENEATH refused it); the OS reports a file the owner
+        // cannot read as PermissionDenied with EACCES.
+        K::PermissionDenied if err.raw_os_error().is_none() => {
+            Error::Denied(format!("{path}: leads outside the granted root"))
+        }
+        _ if err.raw_os_error() == Some(EXDEV) => {
             Error::Denied(format!("{path}: leads outside the granted root"))
         }
         K::PermissionDenied => Error::Failed(format!("{path}: permission denied by the OS")),
@@ -460,7 +442,10 @@ impl CallState {
     fn check_real(&mut self, real: &Path, shown: &str) -> Result<(), Error> {
         let grant = &self.grant;
         let denied_real = self.roots.denied_real.get_or_insert_with(|| {
-            grant.denied().filter_map(|d| Some((resolve_leniently(d)?, grant.is_own(d)))).collect()
+            grant
+                .denied()
+                .filter_map(|d| Some((bx_fs::resolve_leniently(d)?, grant.is_own(d))))
+                .collect()
         });
         if let Some((d, own)) = denied_real.iter().find(|(d, _)| real.starts_with(d)) {
             let what = if *own {
@@ -561,7 +546,10 @@ impl CallState {
         if let Some(real) = &real {
             let grant = &self.grant;
             let rules = self.roots.labels_real.get_or_insert_with(|| {
-                grant.label_rules().filter_map(|(p, l)| Some((resolve_leniently(p)?, l))).collect()
+                grant
+                    .label_rules()
+                    .filter_map(|(p, l)| Some((bx_fs::resolve_leniently(p)?, l)))
+                    .collect()
             });
             let mut best: Option<(usize, bx_broker::Label)> = None;
             for (rule, l) in rules.iter().filter(|(rule, _)| real.starts_with(rule)) {

@@ -11,28 +11,6 @@ use crate::policy_file::PolicyFile;
 /// Entries of one of bx's directories looked at for symlinks (a bound on the work when a
 /// sessions directory holds very many).
 const MAX_OWN_ENTRIES: usize = 100_000;
-/// Symlinks followed at most when resolving one (the kernel's `ELOOP` bound).
-const MAX_LINKS: usize = 40;
-
-/// Where `path` leads: its canonical form when it exists, else its symlinks followed as
-/// far as they go with the missing rest appended (a dangling `core.md` link still names
-/// the file a tool must not create).
-fn resolve_leniently(path: &Path) -> Option<PathBuf> {
-    let mut current = path.to_path_buf();
-    for _ in 0..MAX_LINKS {
-        if let Ok(real) = std::fs::canonicalize(&current) {
-            return Some(real);
-        }
-        let parent = current.parent()?.to_path_buf();
-        let name = current.file_name()?.to_owned();
-        match std::fs::read_link(&current) {
-            Ok(target) => current = parent.join(target),
-            Err(_) => return resolve_leniently(&parent).map(|p| p.join(name)),
-        }
-    }
-    None
-}
-
 /// bx's state directory.
 ///
 /// | path | what |
@@ -117,6 +95,21 @@ impl StateDir {
         self.root.join("tools")
     }
 
+    /// `tools/native/`: the precompiled code of the installed tools.
+    pub fn native_dir(&self) -> PathBuf {
+        self.tools_dir().join("native")
+    }
+
+    /// `tools/blobs/`: the installed components, by digest.
+    pub fn blobs_dir(&self) -> PathBuf {
+        self.tools_dir().join("blobs")
+    }
+
+    /// `mcp.token`: the bearer token `bx mcp --http` requires.
+    pub fn mcp_token(&self) -> PathBuf {
+        self.root.join("mcp.token")
+    }
+
     /// `usage.jsonl`: token counts of every model request.
     pub fn usage_file(&self) -> PathBuf {
         self.root.join("usage.jsonl")
@@ -194,24 +187,20 @@ impl StateDir {
             anchors.push(key);
         }
         for path in [self.root.clone(), audit.clone()].into_iter().chain(anchors) {
-            if let Some(real) = resolve_leniently(&path) {
+            if let Some(real) = bx_fs::resolve_leniently(&path) {
                 add(real, &mut out);
             }
             add(path, &mut out);
         }
         // Symlinks among bx's own files, one level into the places bx keeps them.
-        for dir in [
-            self.root.clone(),
-            self.tools_dir(),
-            self.tools_dir().join("native"),
-            self.sessions_dir(),
-            audit,
-        ] {
+        for dir in
+            [self.root.clone(), self.tools_dir(), self.native_dir(), self.sessions_dir(), audit]
+        {
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };
             for entry in entries.flatten().take(MAX_OWN_ENTRIES) {
                 let path = entry.path();
                 if entry.file_type().is_ok_and(|t| t.is_symlink())
-                    && let Some(target) = resolve_leniently(&path)
+                    && let Some(target) = bx_fs::resolve_leniently(&path)
                 {
                     add(target, &mut out);
                 }

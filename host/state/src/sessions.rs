@@ -11,15 +11,9 @@ use bx_broker::Label;
 use crate::error::StateError;
 use crate::read::{MAX_OWN_FILE_BYTES, read_own};
 
-/// Writes `data` to `path` atomically: a temporary file in the same directory, synced,
-/// then renamed over `path`.
+/// Writes `data` to `path` atomically ([`bx_fs::write_atomically`]).
 pub fn write_atomically(path: &Path, data: &[u8]) -> Result<(), StateError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| StateError::io(path, e))?;
-    std::io::Write::write_all(&mut tmp, data).map_err(|e| StateError::io(path, e))?;
-    tmp.as_file().sync_data().map_err(|e| StateError::io(path, e))?;
-    tmp.persist(path).map_err(|e| StateError::io(path, e.error))?;
-    Ok(())
+    bx_fs::write_atomically(path, data).map_err(|e| StateError::io(path, e))
 }
 
 /// What is kept per session.

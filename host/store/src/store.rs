@@ -64,6 +64,7 @@ pub struct InstallOutcome {
 #[derive(Debug)]
 pub struct Store {
     root: PathBuf,
+    blobs: PathBuf,
     mirrors: Vec<String>,
     cache: ComponentCache,
 }
@@ -73,11 +74,16 @@ impl Store {
     /// names.
     pub fn open(state: &StateDir, config: &Config) -> Result<Store, StoreError> {
         let tools = state.tools_dir();
-        for dir in [tools.join("blobs"), tools.join("native")] {
+        for dir in [state.blobs_dir(), state.native_dir()] {
             std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         }
-        let cache = ComponentCache::new(tools.join("native"))?;
-        Ok(Store { root: tools, mirrors: config.tools.mirrors.clone(), cache })
+        let cache = ComponentCache::new(state.native_dir())?;
+        Ok(Store {
+            root: tools,
+            blobs: state.blobs_dir(),
+            mirrors: config.tools.mirrors.clone(),
+            cache,
+        })
     }
 
     fn installed_path(&self) -> PathBuf {
@@ -85,7 +91,7 @@ impl Store {
     }
 
     fn blob_path(&self, digest: &Digest) -> PathBuf {
-        self.root.join("blobs").join(format!("{}.wasm", digest.hex()))
+        self.blobs.join(format!("{}.wasm", digest.hex()))
     }
 
     /// Takes `tools/.lock` exclusively; held until the returned file is closed.
