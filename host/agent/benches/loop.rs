@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use bx_agent::call::{Decided, Overlay};
-use bx_agent::{Ledger, Trust, call};
+use bx_agent::call::Overlay;
+use bx_agent::{Ledger, NoOwner, Proposal, Trust, call};
 use bx_audit::AuditLog;
 use bx_broker::{CallRequest, Decision, Label, Policy};
 use bx_runtime::{Limits, LoadedTool, Runtime};
@@ -49,15 +49,17 @@ fn trust(s: &Setup, state: &Path) -> Trust {
 /// One call the way the agent makes it.
 fn one_call(s: &Setup, trust: &Trust, tokio: &tokio::runtime::Runtime) {
     tokio.block_on(async {
-        let requested =
-            call::in_place(|| trust.propose("bench", "c", "fs.read", Some(&s.tool), &s.args, None))
-                .unwrap();
-        let Decided::Allowed(allowed) =
-            call::in_place(|| requested.decide(&Overlay::default(), None)).unwrap()
-        else {
-            panic!("not allowed")
+        let proposal = Proposal {
+            session: "bench",
+            call: "c",
+            name: "fs.read",
+            tool: Some(&s.tool),
+            args: &s.args,
+            workspace: None,
         };
-        let f = allowed.run(&s.rt).await.unwrap();
+        let overlay = Overlay::default();
+        let settled = trust.settle(proposal, &overlay, None, &mut NoOwner, &s.rt).await;
+        let f = settled.unwrap().expect("allowed");
         assert_eq!(f.status, "ok");
     });
 }

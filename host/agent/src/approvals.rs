@@ -3,10 +3,10 @@
 //! the first answer takes the entry, a second gets "already answered".
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bx_broker::{Answer, Answered, ApprovalTable, AskRequest, Pending};
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 /// The pending approvals of one daemon.
@@ -62,7 +62,7 @@ impl Approvals {
 
     fn waiting(&self) -> MutexGuard<'_, HashMap<String, Waiter>> {
         // Every update is a single insert or remove: a panic elsewhere leaves it whole.
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+        self.waiting.lock()
     }
 
     /// Puts `request` in the table under `id` (the one its `ask` record names) and

@@ -3,12 +3,13 @@
 //! [`Requested::decide`] records the decision and gives a [`Decided`]: an [`Allowed`],
 //! an [`Asking`] (which only [`Asking::answer`] turns into a decision, recorded) or a
 //! [`Refused`]; [`Allowed::run`] runs the call under its grant and records the result
-//! before anyone sees it, and raises the session's taint. The agent loop, `bx tool run`
-//! and the daemon's one-shot calls all drive this; `bx policy explain` uses
-//! [`Trust::explain`], which decides without recording.
+//! before anyone sees it, and raises the session's taint. One function drives these
+//! steps in order, [`Trust::settle`](crate::settle); the agent loop, `bx tool run` and
+//! the daemon's one-shot calls all call it. `bx policy explain` uses [`explain`], which
+//! decides without recording.
 
-use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bx_audit::{AuditLog, Entry, MAX_FIELD_BYTES, bounded, sha256_hex};
 use bx_broker::{
@@ -17,6 +18,7 @@ use bx_broker::{
 };
 use bx_runtime::{CallError, CallReport, LoadedTool, Output, ResourceKind, RunError, Runtime};
 use bx_state::{PolicyFile, PolicyStatus};
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::error::AgentError;
@@ -185,48 +187,29 @@ pub fn explain(
     Ok((resources, bx_broker::decide(&policy, taint, &request)))
 }
 
-/// Grants the owner adds by hand on top of the policy for one call (`bx tool run
-/// --allow-read …`): paths labelled `private/trusted`, hosts `public/untrusted`, and
-/// tainted sessions allowed, since the owner is at the keyboard. Applied to the policy
-/// in force each time the call is decided, so a refusal in the policy still holds.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Overlay {
-    /// Paths to read under.
-    pub read: Vec<String>,
-    /// Paths to read and write under.
-    pub write: Vec<String>,
-    /// Hosts to fetch from.
-    pub hosts: Vec<String>,
-    /// Paths never reached.
-    pub deny: Vec<String>,
-}
+pub use bx_protocol::Overlay;
 
-impl Overlay {
-    /// Whether it adds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.read.is_empty()
-            && self.write.is_empty()
-            && self.hosts.is_empty()
-            && self.deny.is_empty()
+/// `policy` with the grants of `overlay` added (its own paths stay protected). An
+/// [`Overlay`] is what the owner adds by hand on top of the policy for one call (`bx
+/// tool run --allow-read …`): paths labelled `private/trusted`, hosts
+/// `public/untrusted`, and tainted sessions allowed, since the owner is at the
+/// keyboard. Applied to the policy in force each time the call is decided, so a refusal
+/// in the policy still holds.
+pub fn overlaid(policy: &Policy, overlay: &Overlay) -> Result<Policy, String> {
+    let mut allow = AllowList::on_top_of(policy.clone());
+    for p in &overlay.read {
+        allow = allow.read(p)?;
     }
-
-    /// `policy` with these rules added (its own paths stay protected).
-    pub fn apply(&self, policy: &Policy) -> Result<Policy, String> {
-        let mut allow = AllowList::on_top_of(policy.clone());
-        for p in &self.read {
-            allow = allow.read(p)?;
-        }
-        for p in &self.write {
-            allow = allow.write(p)?;
-        }
-        for p in &self.deny {
-            allow = allow.deny(p)?;
-        }
-        for h in &self.hosts {
-            allow = allow.host(h)?;
-        }
-        Ok(allow.policy().clone())
+    for p in &overlay.write {
+        allow = allow.write(p)?;
     }
+    for p in &overlay.deny {
+        allow = allow.deny(p)?;
+    }
+    for h in &overlay.hosts {
+        allow = allow.host(h)?;
+    }
+    Ok(allow.policy().clone())
 }
 
 /// What every call goes through: the audit log (this process is its one writer), the
@@ -236,10 +219,6 @@ pub struct Trust {
     audit: Arc<AuditLog>,
     ledger: Ledger,
     policy: Mutex<PolicyFile>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Trust {
@@ -269,22 +248,41 @@ impl Trust {
     /// The policy in force (re-read when the file's content changed; an invalid edit
     /// keeps the last valid one), or why every call is refused.
     pub fn policy(&self) -> Result<Arc<Policy>, String> {
-        let mut file = lock(&self.policy);
+        let mut file = self.policy.lock();
         file.refresh();
         match (file.in_force(), file.status()) {
             (Some(p), _) => Ok(p),
-            (None, PolicyStatus::Invalid(errors)) => Err(format!(
-                "the policy is invalid and none was ever valid: {errors} (see docs/runbook.md#policy-invalid)"
-            )),
-            (None, status) => Err(format!(
-                "no valid policy ({status:?}); every call is refused (see docs/runbook.md#policy-invalid)"
-            )),
+            (None, PolicyStatus::Invalid(errors)) => {
+                Err(format!("the policy is invalid and none was ever valid: {errors}"))
+            }
+            (None, status) => Err(format!("no valid policy ({status:?}); every call is refused")),
         }
+    }
+
+    /// The session's workspace: the one it was created with, else `requested` (checked
+    /// by [`check_workspace`]), recorded now and fixed from here on. A session asked
+    /// for with another workspace than its own is refused.
+    pub fn workspace(
+        &self,
+        session: &str,
+        requested: Option<&str>,
+    ) -> Result<Option<PathBuf>, AgentError> {
+        let requested = requested.map(check_workspace).transpose()?;
+        let (workspace, moved) =
+            in_place(|| self.ledger.workspace(&self.audit, session, requested.as_deref()))?;
+        if moved {
+            return Err(AgentError::workspace_moved(
+                session,
+                requested.as_deref(),
+                workspace.as_deref(),
+            ));
+        }
+        Ok(workspace)
     }
 
     /// Where the policy file stands now (after a refresh).
     pub fn policy_status(&self) -> PolicyStatus {
-        let mut file = lock(&self.policy);
+        let mut file = self.policy.lock();
         file.refresh().clone()
     }
 
@@ -293,7 +291,7 @@ impl Trust {
         if overlay.is_empty() {
             return Ok(policy);
         }
-        overlay.apply(&policy).map(Arc::new)
+        overlaid(&policy, overlay).map(Arc::new)
     }
 
     /// A proposed call: its request goes on the log before anything is decided, whatever
@@ -547,10 +545,15 @@ impl<'t> Asking<'t> {
         &self.requested.call
     }
 
-    /// The owner's answer to approval `approval`: decided again against the policy and
-    /// the taint of this moment (the taint may have risen while the owner read), and
-    /// recorded with the decision it led to.
-    pub fn answer(self, approval: &str, answer: &Answer) -> Result<Decided<'t>, AgentError> {
+    /// The call's session.
+    pub fn session(&self) -> &str {
+        &self.requested.session
+    }
+
+    /// The owner's answer: decided again against the policy and the taint of this
+    /// moment (the taint may have risen while the owner read), and recorded with the
+    /// decision it led to. The call runs only when that decision allows it.
+    pub fn answer(self, answer: &Answer) -> Result<Result<Allowed<'t>, Refused>, AgentError> {
         let r = &self.requested;
         let trust = r.trust;
         let taint =
@@ -574,20 +577,19 @@ impl<'t> Asking<'t> {
         trust.audit.append(&Entry::Approval(bx_audit::Approval {
             session: r.session.clone(),
             call: r.call.clone(),
-            id: approval.to_owned(),
+            id: self.approval.clone(),
             answer: name.to_owned(),
             reason: bounded(&reason, MAX_FIELD_BYTES),
             decision: outcome.to_owned(),
         }))?;
         Ok(match decision {
-            Decision::Allow(grant) => {
-                Decided::Allowed(Allowed { requested: self.requested, grant })
-            }
-            Decision::Deny(reason) => Decided::Refused(Refused {
+            Decision::Allow(grant) => Ok(Allowed { requested: self.requested, grant }),
+            Decision::Deny(reason) => Err(Refused {
                 reason: bounded(&reason.message, MAX_REASON_BYTES),
                 unavailable: false,
             }),
-            Decision::Ask(_) => Decided::Refused(Refused {
+            // The broker's redecide never asks twice; were it to, nothing runs.
+            Decision::Ask(_) => Err(Refused {
                 reason: "the call still asks after the owner's answer".into(),
                 unavailable: false,
             }),
@@ -705,9 +707,21 @@ pub fn parse_args(text: &str) -> (Value, Option<String>) {
     }
 }
 
-/// What a finished call produced, as the end of a one-shot run reports it.
-pub fn output_of(call: &str, finished: &Finished) -> bx_protocol::Body {
+/// How a settled call ended, as the end of a one-shot run reports it.
+pub fn output_of(call: &str, settled: &Result<Finished, Refused>) -> bx_protocol::Body {
     use bx_protocol::RunOutcome as O;
+    let finished = match settled {
+        Ok(finished) => finished,
+        Err(refused) => {
+            return bx_protocol::Body::ToolOutput {
+                call: call.to_owned(),
+                outcome: if refused.unavailable { O::Unavailable } else { O::Refused },
+                label: String::new(),
+                text: refused.reason.clone(),
+                stderr: String::new(),
+            };
+        }
+    };
     let label = finished.label.to_string();
     let (outcome, text, stderr) = match &finished.outcome {
         Ok(report) => {
@@ -746,6 +760,39 @@ pub fn call_error_text(e: &CallError) -> String {
         CallError::InvalidArgs(m) => format!("error: invalid arguments: {m}"),
         CallError::Failed(m) => format!("error: {m}"),
         CallError::OutputTooLarge(m) => format!("error: output too large: {m}"),
+    }
+}
+
+/// The longest workspace path accepted (Linux's `PATH_MAX`).
+const MAX_WORKSPACE_BYTES: usize = 4096;
+
+/// Checks a workspace a client names: an absolute path, as it resolves on disk (no
+/// symlink in it, no `.` or `..`), to a directory other than `/`, of at most 4 KiB.
+/// The client resolves its directory before it sends it; the daemon checks that it
+/// did, so the policy's `{workspace}` rules match the paths the runtime opens.
+pub fn check_workspace(text: &str) -> Result<PathBuf, AgentError> {
+    let bad = |why: &str| AgentError::BadWorkspace {
+        path: bx_audit::bounded(text, 200),
+        why: why.to_owned(),
+    };
+    if text.len() > MAX_WORKSPACE_BYTES {
+        return Err(bad("longer than 4096 bytes"));
+    }
+    let path = Path::new(text);
+    if !path.is_absolute() {
+        return Err(bad("not an absolute path"));
+    }
+    if path == Path::new("/") {
+        return Err(bad("the root directory cannot be a workspace; name a project directory"));
+    }
+    match std::fs::canonicalize(path) {
+        Ok(real) if real != path => Err(bad(&format!(
+            "not as it resolves on disk ({}); name the resolved path",
+            bx_audit::bounded(&real.display().to_string(), 200)
+        ))),
+        Ok(real) if !real.is_dir() => Err(bad("not a directory")),
+        Ok(real) => Ok(real),
+        Err(e) => Err(bad(&format!("cannot be resolved: {e}"))),
     }
 }
 

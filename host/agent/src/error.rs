@@ -1,4 +1,5 @@
-//! Why a turn did not finish; each kind maps to a wire error code and a runbook entry.
+//! Why a turn did not finish; each kind maps to a wire error code and a runbook entry
+//! ([`AgentError::runbook`]), which whoever prints the error prints with it.
 
 use bx_protocol::ErrorCode;
 
@@ -8,11 +9,11 @@ use bx_protocol::ErrorCode;
 pub enum AgentError {
     /// No model server is configured: tools work, turns do not.
     #[error(
-        "no model is configured: set [inference] url or launch in config.toml to chat (tools and bx tool run work without one; see docs/runbook.md#no-model)"
+        "no model is configured: set [inference] url or launch in config.toml to chat (tools and bx tool run work without one)"
     )]
     NoModel,
     /// The session already has a turn running.
-    #[error("session {0} already has a turn running (see docs/runbook.md#session-busy)")]
+    #[error("session {0} already has a turn running")]
     SessionBusy(String),
     /// The session id cannot name a file.
     #[error(
@@ -20,7 +21,7 @@ pub enum AgentError {
     )]
     BadSession(String),
     /// The transcript cannot be read back as written.
-    #[error("session transcript {path}: {why} (see docs/runbook.md#session-state-damaged)")]
+    #[error("session transcript {path}: {why}")]
     SessionDamaged {
         /// The transcript file.
         path: String,
@@ -28,7 +29,7 @@ pub enum AgentError {
         why: String,
     },
     /// `core.md` exists but cannot be read.
-    #[error("cannot read the owner's {path}: {why} (see docs/runbook.md#core-unreadable)")]
+    #[error("cannot read the owner's {path}: {why}")]
     CoreUnreadable {
         /// The file.
         path: String,
@@ -39,15 +40,13 @@ pub enum AgentError {
     #[error("{0}")]
     Audit(#[from] bx_audit::AuditError),
     /// A turn limit was reached.
-    #[error("turn limit reached: {0} (see docs/runbook.md#turn-limit)")]
+    #[error("turn limit reached: {0}")]
     Limit(String),
     /// The model proposed a call that was already refused in this turn.
-    #[error(
-        "the model proposed {0} again after it was refused in this turn; the turn ends here (see docs/runbook.md#repeated-refusal)"
-    )]
+    #[error("the model proposed {0} again after it was refused in this turn; the turn ends here")]
     RepeatedRefusal(String),
     /// The workspace a client named cannot be one.
-    #[error("workspace {path:?}: {why} (see docs/runbook.md#workspace)")]
+    #[error("workspace {path:?}: {why}")]
     // (`path` is empty when the workspace asked for is not the problem.)
     BadWorkspace {
         /// The path as given (bounded).

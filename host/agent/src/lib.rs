@@ -4,20 +4,25 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod agent;
 mod approvals;
 mod baseline;
 pub mod call;
 mod error;
+mod kept;
 mod ledger;
+pub mod settle;
 mod toolset;
 mod transcript;
 mod turn;
+mod usage;
 
+pub use agent::{Agent, AgentParts, Events};
 pub use approvals::{Approvals, Waiting, now_ms};
 pub use baseline::{Baseline, SYSTEM_PROMPT};
-pub use call::{Decided, Overlay, Trust};
+pub use call::{Decided, Overlay, Trust, check_workspace};
 pub use error::AgentError;
 pub use ledger::Ledger;
+pub use settle::{NoOwner, Owner, Proposal};
 pub use toolset::{Toolset, prompt_text};
 pub use transcript::Transcript;
-pub use turn::{Agent, AgentParts, Events, check_workspace};

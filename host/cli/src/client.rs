@@ -48,8 +48,8 @@ impl Conn {
                 return Ok(conn);
             }
             if let Some(status) = child.try_wait()? {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                if !log.contains("daemon-running") {
+                if status.code() != Some(i32::from(crate::cmd::EXIT_DAEMON_RUNNING)) {
+                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
                     bail!(
                         "bx serve exited ({status}) before answering:\n{}",
                         bx_audit::bounded(&log, 4 << 10)

@@ -409,7 +409,7 @@ struct ByHand {
     session: String,
     tool: String,
     args: String,
-    overlay: bx_protocol::Overlay,
+    overlay: Overlay,
     workspace: Option<String>,
     quiet: bool,
 }
@@ -417,12 +417,6 @@ struct ByHand {
 async fn run_tool(agent: Arc<Agent>, out: Out, id: u64, call: ByHand) {
     let ByHand { session, tool, args, overlay, workspace, quiet } = call;
     let (events, forward) = forwarder(&out, id, if quiet { approvals_only } else { every });
-    let overlay = Overlay {
-        read: overlay.read,
-        write: overlay.write,
-        hosts: overlay.hosts,
-        deny: overlay.deny,
-    };
     let result =
         unwinding(agent.run_tool(&session, &tool, &args, &overlay, workspace.as_deref(), &events))
             .await;

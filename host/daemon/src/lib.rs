@@ -14,7 +14,7 @@ mod launch;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use bx_agent::{Agent, AgentParts};
 use bx_audit::{Anchor, AuditError, AuditLog};
 use bx_infer::{Client, EndThinking, InferConfig, RetryPolicy, ToolMode};
@@ -32,6 +32,16 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// was writing when the daemon started finishes first.
 const AUDIT_LOCK_WAIT: Duration = Duration::from_secs(30);
 
+/// Another `bx serve` holds the state directory's `serve.lock`. `bx serve` exits with
+/// its own status for it, so a client that started one knows it lost the race without
+/// reading its output.
+#[derive(Debug, thiserror::Error)]
+#[error("another bx serve is running for {root} (see docs/runbook.md#daemon-running)")]
+pub struct AlreadyRunning {
+    /// The state directory.
+    pub root: String,
+}
+
 /// Takes `serve.lock`, held for as long as the returned file is open (the kernel drops
 /// the lock when the file closes, however the process ends): one daemon per state
 /// directory.
@@ -45,10 +55,9 @@ fn take_lock(state: &StateDir) -> anyhow::Result<std::fs::File> {
         .with_context(|| format!("opening {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => bail!(
-            "another bx serve is running for {} (see docs/runbook.md#daemon-running)",
-            state.root().display()
-        ),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(AlreadyRunning { root: state.root().display().to_string() }.into())
+        }
         Err(std::fs::TryLockError::Error(e)) => {
             Err(e).with_context(|| format!("locking {}", path.display()))
         }

@@ -132,6 +132,16 @@ pub struct Overlay {
     pub deny: Vec<String>,
 }
 
+impl Overlay {
+    /// Whether it adds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.read.is_empty()
+            && self.write.is_empty()
+            && self.hosts.is_empty()
+            && self.deny.is_empty()
+    }
+}
+
 /// How a one-shot call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -9,15 +9,15 @@
 //! message, are bx's own (`lines`), and the daemon is reached over one shared
 //! connection (`link`). See `docs/mcp.md`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use bx_protocol::{Body, Overlay, RunOutcome, ToolSummary};
+use bx_protocol::{Body, Overlay, ToolSummary};
 use bx_state::{StateDir, valid_session_id};
 use clap::Args;
+use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
@@ -26,12 +26,15 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 
-use super::EXIT_OK;
+use self::schema::Schemas;
+use super::{EXIT_OK, outcome};
 use crate::client::Conn;
 
 mod http;
 mod lines;
 mod link;
+mod schema;
+mod token;
 
 /// How often the installed tools are compared with the last list the client saw.
 const TOOLS_POLL: Duration = Duration::from_secs(1);
@@ -45,8 +48,6 @@ const MAX_DIR_NAME: usize = 40;
 /// a task there: a client that sent 20 such calls, each on its own connection then,
 /// took all 16 of the daemon's and locked out the owner's chat.
 const MAX_CALLS_IN_FLIGHT: usize = 4;
-/// Compiled schemas kept (one per installed tool); past it the cache starts afresh.
-const MAX_COMPILED_SCHEMAS: usize = 256;
 
 /// `bx mcp`
 #[derive(Debug, Args)]
@@ -89,11 +90,7 @@ struct Bridge {
     /// process's clients.
     in_flight: Arc<tokio::sync::Semaphore>,
     /// Each tool's argument schema, compiled once, by its text.
-    compiled: Arc<Mutex<HashMap<String, Arc<jsonschema::Validator>>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    compiled: Arc<Schemas>,
 }
 
 /// The session a workspace gives when the owner named none: `mcp-`, the directory's
@@ -142,38 +139,23 @@ fn tool_of(t: &ToolSummary) -> Tool {
 
 /// The text of a refusal or failure, with the runbook entry the client should read.
 fn refusal(text: &str, runbook: &str) -> CallToolResult {
-    let text = if text.contains("docs/runbook.md") {
-        text.to_owned()
-    } else {
-        format!("{text} (see {runbook})")
-    };
-    CallToolResult::error(vec![ContentBlock::text(text)])
+    CallToolResult::error(vec![ContentBlock::text(format!("{text} (see {runbook})"))])
 }
 
+/// A call's end as its client reads it ([`outcome::meaning`]).
 fn result_of(outcome: Body) -> CallToolResult {
     match outcome {
-        Body::ToolOutput { outcome, text, stderr, .. } => match outcome {
-            RunOutcome::Json | RunOutcome::Text => {
-                CallToolResult::success(vec![ContentBlock::text(text)])
+        Body::ToolOutput { outcome, text, stderr, .. } => {
+            let meaning = outcome::meaning(outcome);
+            if meaning.ok {
+                return CallToolResult::success(vec![ContentBlock::text(text)]);
             }
-            RunOutcome::Refused => {
-                refusal(&format!("refused: {text}"), "docs/runbook.md#tool-denied")
-            }
-            RunOutcome::Unavailable => {
-                refusal(&format!("refused: {text}"), "docs/runbook.md#policy-invalid")
-            }
-            RunOutcome::HostDenied => refusal(
-                &format!("the host denied an operation: {text}"),
-                "docs/runbook.md#tool-denied",
-            ),
-            RunOutcome::Limit | RunOutcome::OutputTooLarge => {
-                refusal(&format!("stopped by a limit: {text}"), "docs/runbook.md#tool-limit")
-            }
-            RunOutcome::InvalidArgs | RunOutcome::Failed | RunOutcome::Stopped => {
-                let more = if stderr.is_empty() { String::new() } else { format!("\n{stderr}") };
-                CallToolResult::error(vec![ContentBlock::text(format!("{text}{more}"))])
-            }
-        },
+            let more = if stderr.is_empty() { String::new() } else { format!("\n{stderr}") };
+            CallToolResult::error(vec![ContentBlock::text(format!(
+                "{}{more}",
+                meaning.line(&text)
+            ))])
+        }
         Body::Error { message, runbook, .. } => refusal(&message, &runbook),
         other => CallToolResult::error(vec![ContentBlock::text(format!(
             "bx: the daemon answered {}",
@@ -328,7 +310,7 @@ impl ServerHandler for Bridge {
     ) -> Result<ListToolsResult, ErrorData> {
         let items = list(&self.daemon, link::Start::No).await?;
         let tools = items.iter().map(tool_of).collect();
-        *lock(&self.tools) = items;
+        *self.tools.lock() = items;
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -339,12 +321,12 @@ impl ServerHandler for Bridge {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let find = |tools: &[ToolSummary]| tools.iter().find(|t| t.name == name).cloned();
-        let mut tool = find(&lock(&self.tools));
+        let mut tool = find(&self.tools.lock());
         if tool.is_none() {
             // The look-up is part of the call: it starts a daemon that has gone away.
             let items = list(&self.daemon, link::Start::IfGone).await?;
             tool = find(&items);
-            *lock(&self.tools) = items;
+            *self.tools.lock() = items;
         }
         let Some(tool) = tool else {
             return Err(ErrorData::invalid_params(
@@ -354,53 +336,11 @@ impl ServerHandler for Bridge {
         };
         let progress = context.meta.get_progress_token();
         let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        fits(&tool, &arguments, &self.compiled)?;
+        schema::fits(&tool, &arguments, &self.compiled)?;
         let result =
             self.call(name, arguments.to_string(), &context.peer, progress, &context.ct).await;
         Ok(CallToolResponse::Complete(result))
     }
-}
-
-/// Refuses arguments that do not fit the tool's schema, as a JSON-RPC error naming
-/// where, before anything reaches the daemon (the tool would refuse them too, but as a
-/// call on the log).
-fn fits(
-    tool: &ToolSummary,
-    arguments: &serde_json::Value,
-    compiled: &Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
-) -> Result<(), ErrorData> {
-    let cached = lock(compiled).get(&tool.parameters).cloned();
-    let validator = match cached {
-        Some(v) => v,
-        None => {
-            let schema: serde_json::Value = serde_json::from_str(&tool.parameters)
-                .unwrap_or_else(|_| serde_json::json!({"type": "object"}));
-            let v = Arc::new(jsonschema::validator_for(&schema).map_err(|e| {
-                ErrorData::internal_error(
-                    format!("bx: the schema of {} is not valid: {e}", tool.name),
-                    None,
-                )
-            })?);
-            let mut compiled = lock(compiled);
-            if compiled.len() >= MAX_COMPILED_SCHEMAS {
-                compiled.clear();
-            }
-            compiled.insert(tool.parameters.clone(), Arc::clone(&v));
-            v
-        }
-    };
-    validator.validate(arguments).map_err(|e| {
-        let at = e.instance_path().to_string();
-        let at = if at.is_empty() { "the arguments".to_owned() } else { at };
-        ErrorData::invalid_params(
-            format!(
-                "arguments of {} do not fit its schema at {at}: {}",
-                tool.name,
-                bx_audit::bounded(&e.to_string(), 512)
-            ),
-            None,
-        )
-    })
 }
 
 /// Sends `notifications/tools/list_changed` whenever the installed set differs from the
@@ -414,7 +354,7 @@ async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
     // What is installed when the connection starts is what its first listing shows.
     let mut seen = match list(&bridge.daemon, link::Start::No).await {
         Ok(items) => key(&items),
-        Err(_) => key(&lock(&bridge.tools)),
+        Err(_) => key(&bridge.tools.lock()),
     };
     let mut tick = tokio::time::interval(TOOLS_POLL);
     loop {
@@ -428,73 +368,12 @@ async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
         let now = key(&items);
         if now != seen {
             seen = now;
-            *lock(&bridge.tools) = items;
+            *bridge.tools.lock() = items;
             if peer.notify_tool_list_changed().await.is_err() {
                 return;
             }
         }
     }
-}
-
-/// The bearer token file in the state directory.
-const TOKEN_FILE: &str = "mcp.token";
-/// The most bytes of the token file read.
-const MAX_TOKEN_FILE: u64 = 4096;
-
-/// The token every HTTP request must carry: read from `mcp.token` in the state
-/// directory, made (32 random bytes, hex, mode 0600) when missing. A file that others
-/// can read is refused rather than used.
-fn token(state: &StateDir) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
-    let path = state.root().join(TOKEN_FILE);
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        // Never through a symlink.
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-    {
-        Ok(mut file) => {
-            let mut raw = [0u8; 32];
-            getrandom::fill(&mut raw).map_err(|e| anyhow::anyhow!("random bytes: {e}"))?;
-            let token = hex::encode(raw);
-            file.write_all(format!("{token}\n").as_bytes())?;
-            file.sync_all()?;
-            errln!("bx mcp: made a bearer token in {}", path.display());
-            Ok(token)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let meta = std::fs::symlink_metadata(&path)?;
-            anyhow::ensure!(
-                meta.is_file() && meta.mode() & 0o077 == 0,
-                "{} must be a regular file only its owner can read (mode 0600); see docs/runbook.md#mcp-token",
-                path.display()
-            );
-            // A token is 64 characters; a file of any size is not read whole.
-            let mut text = String::new();
-            std::io::Read::read_to_string(
-                &mut std::io::Read::take(std::fs::File::open(&path)?, MAX_TOKEN_FILE),
-                &mut text,
-            )
-            .with_context(|| format!("reading {}", path.display()))?;
-            let token = text.trim().to_owned();
-            anyhow::ensure!(
-                token.len() >= 32 && token.bytes().all(|b| b.is_ascii_graphic()),
-                "{} does not hold a token (32 or more printable characters); see docs/runbook.md#mcp-token",
-                path.display()
-            );
-            Ok(token)
-        }
-        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
-    }
-}
-
-/// Whether two tokens are equal, comparing every byte whatever the first difference.
-fn same_token(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len()
-        && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 /// Serves MCP on stdin and stdout (or over HTTP with `--http`) until the client closes
@@ -531,7 +410,7 @@ pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
             addr.ip().is_loopback() || args.allow_remote,
             "--http {addr} is not a loopback address; add --allow-remote to serve other machines (see docs/mcp.md#http)"
         );
-        let token = token(state)?;
+        let token = token::token(state)?;
         return runtime.block_on(http::serve(bridge, args, addr, token)).map(|()| EXIT_OK);
     }
     // One client on stdio: one thread does the async work (the bridge only waits on

@@ -5,6 +5,7 @@ pub(crate) mod audit;
 pub(crate) mod chat;
 pub(crate) mod doctor;
 pub(crate) mod mcp;
+pub(crate) mod outcome;
 pub(crate) mod policy;
 pub(crate) mod run;
 pub(crate) mod serve;
@@ -23,3 +24,5 @@ pub(crate) const EXIT_LIMIT: u8 = 4;
 pub(crate) const EXIT_UNAVAILABLE: u8 = 5;
 /// The turn was cancelled, or hit a turn limit.
 pub(crate) const EXIT_TURN: u8 = 6;
+/// `bx serve`: another daemon holds this state directory (`docs/runbook.md#daemon-running`).
+pub(crate) const EXIT_DAEMON_RUNNING: u8 = 7;

@@ -12,8 +12,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use bx_agent::call::{self, Decided, Overlay, Trust};
-use bx_agent::{Ledger, now_ms};
+use bx_agent::call::{self, Asking, Overlay, Trust};
+use bx_agent::{AgentError, Ledger, Owner, Proposal, now_ms};
 use bx_audit::AuditLog;
 use bx_broker::{Answer, Answered, ApprovalTable};
 use bx_protocol::{Body, RunOutcome};
@@ -22,7 +22,7 @@ use bx_state::{Config, PolicyStatus, StateDir};
 use bx_store::Store;
 use clap::Args;
 
-use super::{EXIT_DENIED, EXIT_ERROR, EXIT_LIMIT, EXIT_OK, EXIT_UNAVAILABLE};
+use super::{EXIT_ERROR, EXIT_UNAVAILABLE, outcome};
 use crate::client::Conn;
 use crate::term;
 
@@ -159,7 +159,7 @@ fn with_resolved(paths: Vec<String>) -> Vec<String> {
 pub(crate) fn run(state: &StateDir, args: &RunArgs) -> anyhow::Result<u8> {
     let overlay = overlay(args)?;
     // Catch a bad flag here, before anything is recorded.
-    overlay.apply(&bx_broker::Policy::empty()).map_err(anyhow::Error::msg)?;
+    call::overlaid(&bx_broker::Policy::empty(), &overlay).map_err(anyhow::Error::msg)?;
     let workspace =
         args.workspace.as_deref().map(|d| super::chat::workspace(Some(d))).transpose()?;
     match Conn::connect(state) {
@@ -188,12 +188,7 @@ fn via_daemon(
         session: args.session.clone(),
         tool: args.name.clone(),
         args: args.args.clone(),
-        overlay: bx_protocol::Overlay {
-            read: overlay.read.clone(),
-            write: overlay.write.clone(),
-            hosts: overlay.hosts.clone(),
-            deny: overlay.deny.clone(),
-        },
+        overlay: overlay.clone(),
         workspace,
         quiet: false,
     })?;
@@ -296,110 +291,79 @@ fn here(
     };
     let call_id = format!("c{:x}{:x}", now_ms(), std::process::id());
     let (value, refusal) = call::parse_args(&args.args);
-    let unavailable = |e: bx_agent::AgentError| {
-        errln!("bx: {}", term::shown(&e.to_string()));
+    let unavailable = |e: AgentError| {
+        errln!("bx: {}\n    runbook: {}", term::shown(&e.to_string()), e.runbook());
         Ok(EXIT_UNAVAILABLE)
     };
-    let asked = match workspace.map(bx_agent::check_workspace).transpose() {
+    let workspace = match trust.workspace(&args.session, workspace) {
         Ok(w) => w,
-        Err(e) => {
-            errln!("bx: {}", term::reason(&e.to_string()));
+        Err(e @ AgentError::BadWorkspace { .. }) => {
+            errln!("bx: {}\n    runbook: {}", term::reason(&e.to_string()), e.runbook());
             return Ok(EXIT_ERROR);
         }
-    };
-    let workspace = match trust.ledger().workspace(&log, &args.session, asked.as_deref()) {
-        Ok((held, true)) => {
-            let e = bx_agent::AgentError::workspace_moved(
-                &args.session,
-                asked.as_deref(),
-                held.as_deref(),
-            );
-            errln!("bx: {}", term::reason(&e.to_string()));
-            return Ok(EXIT_ERROR);
-        }
-        Ok((w, false)) => w,
         Err(e) => return unavailable(e),
     };
-    let requested = match trust.propose(
-        &args.session,
-        &call_id,
-        &args.name,
-        tool.as_ref(),
-        &value,
-        workspace.as_deref(),
-    ) {
-        Ok(r) => r,
-        Err(e) => return unavailable(e),
+    let proposal = Proposal {
+        session: &args.session,
+        call: &call_id,
+        name: &args.name,
+        tool: tool.as_ref(),
+        args: &value,
+        workspace: workspace.as_deref(),
     };
-    let decided = match requested.decide(overlay, refusal) {
-        Ok(d) => d,
-        Err(e) => return unavailable(e),
-    };
-    let decided = match decided {
-        Decided::Asking(asking) => {
-            let table = ApprovalTable::new();
-            let timeout = Duration::from_secs(args.approval_timeout);
-            // A fresh table: the id the `ask` record names is free in it.
-            let Some(pending) = table.insert_as(
-                asking.approval().to_owned(),
-                asking.request().clone(),
-                asking.args().to_owned(),
-                now_ms(),
-                timeout.as_millis() as u64,
-            ) else {
-                return unavailable(bx_agent::AgentError::Internal(
-                    "an empty approval table refused an id".into(),
-                ));
-            };
-            let block = bx_broker::render_block(&pending, &asking.request().call.digest, now_ms());
-            // The answer comes from standard input: a terminal, or a pipe the owner set
-            // up; end of input is no answer.
-            let answer = ask_owner(&block, &pending.id, timeout);
-            // Answering takes the entry out of the table, as the daemon does.
-            let answer = match table.take(&pending.id, now_ms()) {
-                Answered::Taken(_) => answer,
-                Answered::Expired(_) | Answered::AlreadyAnswered | Answered::Unknown => {
-                    Answer::Expired
-                }
-            };
-            match asking.answer(&pending.id, &answer) {
-                Ok(d) => d,
-                Err(e) => return unavailable(e),
-            }
-        }
-        other => other,
-    };
-    let allowed = match decided {
-        Decided::Allowed(allowed) => allowed,
-        Decided::Refused(r) if r.unavailable => {
-            return Ok(print(RunOutcome::Unavailable, &r.reason, ""));
-        }
-        Decided::Refused(r) => return Ok(print(RunOutcome::Refused, &r.reason, "")),
-        Decided::Asking(_) => {
-            return Ok(print(
-                RunOutcome::Refused,
-                "the call still asks after the owner's answer",
-                "",
-            ));
-        }
-    };
+    let mut owner = Prompt { timeout: Duration::from_secs(args.approval_timeout) };
     let executor = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let finished = match executor.block_on(allowed.run(&runtime)) {
-        Ok(f) => f,
-        // Nobody sees a result that is not on the log.
-        Err(e) => return unavailable(e),
-    };
-    match call::output_of(&call_id, &finished) {
+    let settled =
+        match executor.block_on(trust.settle(proposal, overlay, refusal, &mut owner, &runtime)) {
+            Ok(settled) => settled,
+            // Nobody sees a result that is not on the log.
+            Err(e) => return unavailable(e),
+        };
+    match call::output_of(&call_id, &settled) {
         Body::ToolOutput { outcome, text, stderr, .. } => Ok(print(outcome, &text, &stderr)),
         _ => Ok(EXIT_ERROR),
     }
 }
 
-/// Prints what a call produced, escaped for the terminal, and returns its exit status.
+/// The owner at this terminal: a call that asks shows its block on standard error and
+/// waits up to `timeout` for the id (or a reason to refuse) on standard input.
+struct Prompt {
+    timeout: Duration,
+}
+
+impl Owner for Prompt {
+    async fn answer(&mut self, asking: &Asking<'_>) -> Answer {
+        let table = ApprovalTable::new();
+        // A fresh table: the id the `ask` record names is free in it.
+        let Some(pending) = table.insert_as(
+            asking.approval().to_owned(),
+            asking.request().clone(),
+            asking.args().to_owned(),
+            now_ms(),
+            self.timeout.as_millis() as u64,
+        ) else {
+            return Answer::Refuse("an empty approval table refused an id".into());
+        };
+        let block = bx_broker::render_block(&pending, &asking.request().call.digest, now_ms());
+        // The answer comes from standard input: a terminal, or a pipe the owner set up;
+        // end of input is no answer.
+        let answer = ask_owner(&block, &pending.id, self.timeout);
+        // Answering takes the entry out of the table, as the daemon does: an answer
+        // after its deadline is no answer.
+        match table.take(&pending.id, now_ms()) {
+            Answered::Taken(_) => answer,
+            Answered::Expired(_) | Answered::AlreadyAnswered | Answered::Unknown => Answer::Expired,
+        }
+    }
+}
+
+/// Prints what a call produced, escaped for the terminal, and returns its exit status
+/// ([`outcome::meaning`]).
 fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
     if !stderr.is_empty() {
         errln!("{}", term::shown(stderr));
     }
+    let meaning = outcome::meaning(outcome);
     match outcome {
         RunOutcome::Json => {
             let pretty = serde_json::from_str::<serde_json::Value>(text)
@@ -407,7 +371,6 @@ fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
                 .and_then(|v| term::json_pretty(&v).ok())
                 .unwrap_or_else(|| term::shown(text));
             outln!("{pretty}");
-            EXIT_OK
         }
         RunOutcome::Text => {
             let shown = term::shown(text);
@@ -415,42 +378,8 @@ fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
             if !shown.ends_with('\n') {
                 outln!();
             }
-            EXIT_OK
         }
-        RunOutcome::Refused => {
-            errln!("bx: denied: {} (see docs/runbook.md#tool-denied)", term::reason(text));
-            EXIT_DENIED
-        }
-        RunOutcome::Unavailable => {
-            errln!("bx: {}", term::shown(text));
-            EXIT_UNAVAILABLE
-        }
-        RunOutcome::HostDenied => {
-            errln!(
-                "bx: denied by the host: {} (see docs/runbook.md#tool-denied)",
-                term::reason(text)
-            );
-            EXIT_DENIED
-        }
-        RunOutcome::InvalidArgs => {
-            errln!("bx: invalid arguments: {}", term::reason(text));
-            EXIT_ERROR
-        }
-        RunOutcome::Failed => {
-            errln!("bx: tool failed: {}", term::reason(text));
-            EXIT_ERROR
-        }
-        RunOutcome::OutputTooLarge => {
-            errln!("bx: tool output too large: {}", term::shown(text));
-            EXIT_ERROR
-        }
-        RunOutcome::Limit => {
-            errln!("bx: {}", term::shown(text));
-            EXIT_LIMIT
-        }
-        RunOutcome::Stopped => {
-            errln!("bx: {}", term::shown(text));
-            EXIT_ERROR
-        }
+        _ => errln!("bx: {}", meaning.line(&term::reason(text))),
     }
+    meaning.exit
 }

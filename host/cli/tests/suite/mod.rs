@@ -12,6 +12,7 @@ mod mcp;
 mod reach;
 mod run;
 mod runbook;
+mod settle;
 mod trust;
 mod workspace;
 

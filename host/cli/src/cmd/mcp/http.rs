@@ -19,7 +19,8 @@ use rmcp::transport::streamable_http_server::{
     SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
 
-use super::{Bridge, McpArgs, same_token};
+use super::token::same_token;
+use super::{Bridge, McpArgs};
 
 /// Seconds a connection may take to send a request's headers, and may sit idle between
 /// requests. Without it one client could hold a connection (and a descriptor) for ever

@@ -1,0 +1,119 @@
+//! The one driver of the trust path. Every call, whoever proposes it (the model in a
+//! turn, the owner by hand with `bx tool run`, another agent over `bx mcp`), goes
+//! through [`Trust::settle`], which alone knows the order of the steps: the request on
+//! the log, the decision on the log, the call shown to the owner, the owner's answer
+//! when the policy asks (on the log), the run, the result on the log. What differs
+//! between drivers is who the owner is, an [`Owner`]: the daemon's client and approval
+//! table, the terminal of `bx tool run`, or nobody ([`NoOwner`]).
+
+use std::path::Path;
+
+use bx_broker::Answer;
+use bx_runtime::{LoadedTool, Runtime};
+use serde_json::Value;
+
+use crate::call::{Asking, Decided, Finished, Overlay, Refused, Trust, in_place};
+use crate::error::AgentError;
+
+/// A call as proposed, before anything is recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct Proposal<'a> {
+    /// The session whose taint the call sees and raises.
+    pub session: &'a str,
+    /// The call's id.
+    pub call: &'a str,
+    /// The tool's name as proposed.
+    pub name: &'a str,
+    /// The installed tool of that name, if any.
+    pub tool: Option<&'a LoadedTool>,
+    /// The arguments as proposed.
+    pub args: &'a Value,
+    /// The session's workspace: relative paths resolve against it.
+    pub workspace: Option<&'a Path>,
+}
+
+/// Whoever answers for the owner, and is shown what happens to a call as it happens.
+/// Only [`Owner::answer`] is required: the rest are told, and may ignore it.
+pub trait Owner {
+    /// The call is on the log and decided; `args` are as it runs (paths resolved).
+    fn proposed(&mut self, _proposal: &Proposal<'_>, _args: &str) {}
+
+    /// The owner's answer to a call the policy asks about. It must end: a wait for the
+    /// owner ends in [`Answer::Expired`] by a deadline of the owner's choosing.
+    fn answer(&mut self, asking: &Asking<'_>) -> impl Future<Output = Answer> + Send;
+
+    /// The call was refused (by the policy, by the owner, or before it was decided).
+    fn refused(&mut self, _proposal: &Proposal<'_>, _refused: &Refused) {}
+
+    /// The call starts to run.
+    fn started(&mut self, _proposal: &Proposal<'_>) {}
+
+    /// The call ran, and its result is on the log.
+    fn finished(&mut self, _proposal: &Proposal<'_>, _finished: &Finished) {}
+}
+
+/// No owner is present: a call the policy asks about is refused.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoOwner;
+
+/// The reason a call that asks is refused when nobody can answer.
+pub const NO_OWNER: &str = "no owner is present to answer the approval";
+
+impl Owner for NoOwner {
+    async fn answer(&mut self, _asking: &Asking<'_>) -> Answer {
+        Answer::Refuse(NO_OWNER.into())
+    }
+}
+
+impl Trust {
+    /// Takes one proposed call through the whole trust path, in this order:
+    ///
+    /// 1. the request goes on the log, whatever is wrong with it;
+    /// 2. it is decided (refused at once with `refusal`, such as a turn limit; else by
+    ///    the broker under the policy in force with `overlay` on top and the session's
+    ///    taint) and the decision goes on the log, synced with the request;
+    /// 3. the owner is shown the call;
+    /// 4. when the policy asks, the owner answers, and the answer is decided again and
+    ///    goes on the log;
+    /// 5. an allowed call runs under its grant, and its result goes on the log before
+    ///    the owner hears of it.
+    ///
+    /// `Ok(Err(_))` is a refusal; `Err` means the log could not record (nothing may run
+    /// unrecorded).
+    pub async fn settle(
+        &self,
+        proposal: Proposal<'_>,
+        overlay: &Overlay,
+        refusal: Option<String>,
+        owner: &mut impl Owner,
+        runtime: &Runtime,
+    ) -> Result<Result<Finished, Refused>, AgentError> {
+        let p = &proposal;
+        // Steps 1 and 2, off the async threads: one fsync for both records.
+        let (shown, decided) = in_place(|| -> Result<_, AgentError> {
+            let requested = self.propose(p.session, p.call, p.name, p.tool, p.args, p.workspace)?;
+            let shown = requested.args().to_owned();
+            Ok((shown, requested.decide(overlay, refusal)?))
+        })?;
+        owner.proposed(p, &shown);
+        let allowed = match decided {
+            Decided::Allowed(allowed) => Ok(allowed),
+            Decided::Refused(refused) => Err(refused),
+            Decided::Asking(asking) => {
+                let answer = owner.answer(&asking).await;
+                in_place(|| asking.answer(&answer))?
+            }
+        };
+        let allowed = match allowed {
+            Ok(allowed) => allowed,
+            Err(refused) => {
+                owner.refused(p, &refused);
+                return Ok(Err(refused));
+            }
+        };
+        owner.started(p);
+        let finished = allowed.run(runtime).await?;
+        owner.finished(p, &finished);
+        Ok(Ok(finished))
+    }
+}
