@@ -4,13 +4,16 @@
 //!
 //! With the `codec` feature, `FrameCodec` reads and writes the same frames through
 //! tokio-util's `FramedRead`/`FramedWrite`; without it this crate has no async runtime
-//! in its tree (a leaf crate, design.md).
+//! in its tree (a leaf crate, design.md), and [`lines`] reads the newline-delimited
+//! messages of `bx mcp`'s stdio transport, bounded.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "codec")]
 mod codec;
 mod frame;
+#[cfg(feature = "codec")]
+pub mod lines;
 mod message;
 
 #[cfg(feature = "codec")]
