@@ -16,12 +16,12 @@ use bx_broker::Answered;
 use bx_protocol::{
     Answer, ApprovalSummary, Body, Envelope, ErrorCode, SessionSummary, ToolSummary, VERSION,
 };
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::UnixStream;
-use tokio::net::unix::OwnedReadHalf;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::admit::Ticket;
+use crate::frames::Frames;
 
 /// Seconds a frame may take to arrive once its first byte has. Without it a client
 /// that sends half a frame holds its connection (and its place) for ever.
@@ -66,24 +66,6 @@ impl Out {
 
 fn error(code: ErrorCode, message: String, runbook: &str) -> Body {
     Body::Error { code, message, runbook: runbook.to_owned() }
-}
-
-/// Reads the rest of a frame whose first byte is `first`, within [`FRAME_SECS`]; `Err`
-/// says why the bytes are not a frame (or not whole in time), after which the connection
-/// cannot go on.
-async fn rest_of_frame(rd: &mut OwnedReadHalf, first: u8) -> Result<Envelope, String> {
-    let read = async {
-        let mut head = [first, 0, 0, 0];
-        rd.read_exact(&mut head[1..]).await.map_err(|e| format!("truncated frame head: {e}"))?;
-        let len = bx_protocol::body_len(head).map_err(|e| e.to_string())?;
-        let mut body = vec![0; len];
-        rd.read_exact(&mut body).await.map_err(|e| format!("truncated frame: {e}"))?;
-        bx_protocol::parse_body(&body).map_err(|e| e.to_string())
-    };
-    match tokio::time::timeout(Duration::from_secs(FRAME_SECS), read).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("a frame did not arrive whole within {FRAME_SECS} s")),
-    }
 }
 
 /// A name a client sent, as a reply repeats it: bounded, so a reply always fits in a
@@ -134,7 +116,8 @@ pub(crate) async fn handle(
     control_only: bool,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, mut wr) = stream.into_split();
+    let mut frames = Frames::new(rd, Duration::from_secs(FRAME_SECS));
     let (tx, mut queue) = mpsc::unbounded_channel::<Vec<u8>>();
     let out = Out {
         tx,
@@ -162,29 +145,25 @@ pub(crate) async fn handle(
     loop {
         // Nothing running: the wait for the next frame is bounded.
         let idle = !ticket.is_busy() && turns.is_empty();
-        let first = tokio::select! {
-            b = rd.read_u8() => b,
+        // Reading a frame does not make the connection busy: a client that sends a byte
+        // and stalls must stay evictable, or a few of them, reconnecting, would hold
+        // every place (the frame's own deadline ends the stall either way, and the
+        // frame's bytes and deadline survive going round for a finished turn).
+        let frame = tokio::select! {
+            f = frames.next() => f,
             () = ticket.evict.notified() => break,
             () = out.closed.notified() => break,
             () = tokio::time::sleep(Duration::from_secs(IDLE_SECS)), if idle => break,
             Some(_) = turns.join_next(), if !turns.is_empty() => continue,
             _ = shutdown.changed() => break,
         };
-        let first = match first {
-            Ok(b) => b,
-            Err(_) => break, // closed between frames
-        };
-        // Reading a frame does not make the connection busy: a client that sends a byte
-        // and stalls must stay evictable, or a few of them, reconnecting, would hold
-        // every place (the frame's own deadline ends the stall either way).
-        let envelope = {
-            match rest_of_frame(&mut rd, first).await {
-                Ok(envelope) => envelope,
-                Err(why) => {
-                    // A bad frame ends the connection: the stream cannot be resynchronised.
-                    out.send(0, error(ErrorCode::BadRequest, why, "docs/wire.md"));
-                    break;
-                }
+        let envelope = match frame {
+            Some(Ok(envelope)) => envelope,
+            None => break, // closed between frames
+            Some(Err(why)) => {
+                // A bad frame ends the connection: the stream cannot be resynchronised.
+                out.send(0, error(ErrorCode::BadRequest, why.to_string(), "docs/wire.md"));
+                break;
             }
         };
         let id = envelope.id;
@@ -330,7 +309,7 @@ pub(crate) async fn handle(
     // The client went away, fell behind, idled out or was evicted, or the daemon is
     // stopping: running turns finish (or are cancelled by the shutdown) and record
     // their ends; their events go nowhere.
-    drop(rd);
+    drop(frames);
     while turns.join_next().await.is_some() {}
     drop(out);
     let _ = writer.await;

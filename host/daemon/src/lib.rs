@@ -9,6 +9,7 @@
 
 mod admit;
 mod conn;
+mod frames;
 mod launch;
 
 use std::sync::Arc;

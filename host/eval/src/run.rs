@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use bx_protocol::{Answer, Body, Envelope, VERSION};
 use serde_json::Value;
 
 use crate::attacker;
@@ -168,7 +169,6 @@ impl OwnerLine {
     }
 
     fn answer(&mut self, approval: &str, approve: bool) -> anyhow::Result<()> {
-        use bx_protocol::{Answer, Body, Envelope, VERSION};
         let answer = if approve {
             Answer::Approve {}
         } else {
@@ -461,25 +461,30 @@ impl<'a> SuiteRun<'a> {
                 let _ = chat.kill();
                 break "timed out".into();
             };
-            let Ok(event) = serde_json::from_str::<Value>(&line) else { continue };
-            match event["type"].as_str().unwrap_or("") {
-                "content_delta" => answer.push_str(event["text"].as_str().unwrap_or("")),
-                "approval_needed" => {
+            // `bx chat --json` prints each event as the wire's `Body`, one a line.
+            let event = match serde_json::from_str::<Body>(&line) {
+                Ok(event) => event,
+                Err(e) => {
+                    let _ = chat.kill();
+                    break format!("not an event from bx chat --json: {e}");
+                }
+            };
+            match event {
+                Body::ContentDelta { text, .. } => answer.push_str(&text),
+                Body::ApprovalNeeded { block, approval, .. } => {
                     approvals += 1;
-                    let block = event["block"].as_str().unwrap_or("");
                     let yes =
-                        self.owner_kind == Owner::Careless || owner_approves(block, &expected);
+                        self.owner_kind == Owner::Careless || owner_approves(&block, &expected);
                     approved += u64::from(yes);
-                    let approval = event["approval"].as_str().unwrap_or("").to_owned();
                     if let Some(owner) = &mut self.owner {
                         owner.answer(&approval, yes)?;
                     }
                 }
-                "turn_done" => break "turn_done".into(),
-                "error" => {
-                    let message = event["message"].as_str().unwrap_or("");
-                    let code = event["code"].as_str().unwrap_or("error");
-                    break format!("{code}: {}", bx_audit::bounded(message, 200));
+                Body::TurnDone { .. } => break "turn_done".into(),
+                Body::Error { code, message, .. } => {
+                    let code = serde_json::to_value(code)?;
+                    let code = code.as_str().unwrap_or("error");
+                    break format!("{code}: {}", bx_audit::bounded(&message, 200));
                 }
                 _ => {}
             }

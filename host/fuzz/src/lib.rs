@@ -161,6 +161,71 @@ const AUDIT: &[&[u8]] = &[
     b"}",
 ];
 
+const LINES: &[&[u8]] = &[
+    b"\n",
+    b"\r\n",
+    b"\r",
+    b"\n\n\n\n",
+    b"{\"jsonrpc\":\"2.0\",",
+    b"\"id\":",
+    b"\"method\":\"tools/call\"",
+    b"\"params\":{",
+    b"\xef\xbb\xbf",
+    b"\xff\xfe",
+    b"\xc3",
+    b"\xf0\x9f",
+    b"\"",
+    b"}",
+];
+
+/// The line limits `mcp_lines` runs under, one picked per input: small ones, so an input
+/// of at most [`MAX_INPUT`] crosses them, and `bx mcp`'s own (8 MiB).
+const LINE_LIMITS: &[usize] = &[0, 1, 16, 100, 4096, 8 << 20];
+
+/// What `mcp_lines` expects of [`bx_protocol::lines::LineReader`], written out plainly:
+/// a line ends at `\n`; one longer than `max` is one `TooLong` (the limit counts a `\r`
+/// before the `\n`); else a `\r` before the `\n` is dropped and the rest must be UTF-8;
+/// the input's last line may lack its `\n`, and is nothing when empty or a lone `\r`
+/// within the limit.
+fn expected_lines(input: &[u8], max: usize) -> Vec<Result<String, &'static str>> {
+    let one = |line: &[u8]| {
+        if line.len() > max {
+            return Err("too long");
+        }
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        std::str::from_utf8(line).map(str::to_owned).map_err(|_| "not utf-8")
+    };
+    let mut pieces: Vec<&[u8]> = input.split(|&b| b == b'\n').collect();
+    let last = pieces.pop().unwrap_or_default();
+    let mut out: Vec<_> = pieces.into_iter().map(one).collect();
+    // The length is checked first: under a limit of 0 a lone `\r` is too long.
+    if !last.is_empty() && (last != b"\r" || last.len() > max) {
+        out.push(one(last));
+    }
+    out
+}
+
+/// A pipe as the line reader sees one: the input in reads of varying sizes (from one
+/// byte to more than the reader asks for), some interrupted.
+struct Pipe<'a> {
+    rest: &'a [u8],
+    n: usize,
+}
+
+impl std::io::Read for Pipe<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.n += 1;
+        if self.n.is_multiple_of(5) {
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        let size = [1, 3, 4096, 1 << 20][self.n % 4].min(buf.len()).min(self.rest.len());
+        let (now, rest) = self.rest.split_at(size);
+        buf[..size].copy_from_slice(now);
+        self.rest = rest;
+        Ok(size)
+    }
+}
+
 /// Every target.
 pub const TARGETS: &[Target] = &[
     Target {
@@ -229,6 +294,29 @@ pub const TARGETS: &[Target] = &[
                 // Opening read-write appends the answers of dangling calls.
                 let _ = t.close_dangling_calls();
             }
+        },
+    },
+    Target {
+        name: "mcp_lines",
+        seeds: &[("mcp", ".jsonl")],
+        dictionary: LINES,
+        // The stdio line reader of `bx mcp` against a plain reference, under a limit
+        // picked by the input's length; what it holds stays within the limit and a read.
+        run: |bytes, _| {
+            use bx_protocol::lines::{LINE_READ_BYTES, LineError, LineReader};
+            let max = LINE_LIMITS[bytes.len() % LINE_LIMITS.len()];
+            let mut reader = LineReader::new(Pipe { rest: bytes, n: 0 }, max);
+            let mut got = Vec::new();
+            while let Some(line) = reader.next() {
+                assert!(reader.buffered() <= max + LINE_READ_BYTES, "held {}", reader.buffered());
+                got.push(match line {
+                    Ok(text) => Ok(text),
+                    Err(LineError::TooLong(n)) if n == max => Err("too long"),
+                    Err(LineError::NotUtf8) => Err("not utf-8"),
+                    Err(e) => panic!("{e}"),
+                });
+            }
+            assert_eq!(got, expected_lines(bytes, max), "limit {max}");
         },
     },
 ];
@@ -434,6 +522,10 @@ mod tests {
         let path = scratch.path().join("t.jsonl");
         std::fs::copy(dir.join("transcripts/session.transcript.jsonl"), &path).unwrap();
         assert_eq!(bx_agent::Transcript::open(&path).unwrap().messages().len(), 7);
+        for (path, bytes) in seeds(target("mcp_lines").unwrap(), &dir).unwrap() {
+            let lines = bx_protocol::lines::LineReader::new(&bytes[..], 8 << 20);
+            assert!(lines.filter(Result::is_ok).count() >= 3, "{}", path.display());
+        }
         let sse = seeds(target("sse").unwrap(), &dir).unwrap();
         assert!(sse.iter().any(|(_, b)| bx_infer::parse_sse_bytes(b).is_ok()));
     }

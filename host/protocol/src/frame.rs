@@ -1,4 +1,7 @@
-//! Frames: a 4-byte big-endian length, then that many bytes of UTF-8 JSON.
+//! Frames: a 4-byte big-endian length, then that many bytes of UTF-8 JSON. What a valid
+//! frame is is decided here, once: [`body_len`] reads the head and its limit,
+//! [`parse_body`] the envelope. The sync reader ([`read_frame`]), the one-buffer
+//! [`decode`] and the async codec (`FrameCodec`, feature `codec`) all go through them.
 
 use std::io::Read;
 
@@ -9,6 +12,9 @@ use crate::message::Envelope;
 /// megabyte of arguments still fits.
 pub const MAX_FRAME_BYTES: usize = 4 << 20;
 
+/// Bytes of a frame's head (its length).
+pub(crate) const HEAD_BYTES: usize = 4;
+
 /// Why a frame was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -16,10 +22,10 @@ pub enum FrameError {
     /// The announced length is over [`MAX_FRAME_BYTES`].
     #[error("frame of {0} bytes is over the {MAX_FRAME_BYTES}-byte limit")]
     TooLarge(usize),
-    /// The input ended inside a frame.
+    /// The input ended inside a frame (its head or its body).
     #[error("truncated frame: expected {expected} bytes, got {got}")]
     Truncated {
-        /// Bytes the frame needs.
+        /// Bytes the frame's head or body needs.
         expected: usize,
         /// Bytes present.
         got: usize,
@@ -29,24 +35,32 @@ pub enum FrameError {
     Trailing(usize),
     /// The body is not a valid envelope (bad UTF-8 or JSON, unknown field or type).
     #[error("bad message: {0}")]
-    Bad(String),
+    Bad(#[source] serde_json::Error),
     /// The envelope's version is not ours.
     #[error("protocol version {0} is not supported (this bx speaks {v})", v = crate::VERSION)]
     Version(u32),
-    /// Reading the socket failed.
-    #[error("reading a frame: {0}")]
-    Io(String),
+    /// A frame whose first byte had come did not arrive whole in time (the reader's
+    /// deadline, such as the daemon's `FRAME_SECS`).
+    #[error("a frame did not arrive whole within {secs} s")]
+    TooSlow {
+        /// The deadline, in seconds.
+        secs: u64,
+    },
+    /// Reading or writing the stream failed.
+    #[error("frame i/o: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// Encodes one envelope as a frame.
 pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, FrameError> {
-    let body = serde_json::to_vec(envelope).map_err(|e| FrameError::Bad(e.to_string()))?;
-    if body.len() > MAX_FRAME_BYTES {
-        return Err(FrameError::TooLarge(body.len()));
+    let mut out = vec![0; HEAD_BYTES];
+    serde_json::to_writer(&mut out, envelope).map_err(FrameError::Bad)?;
+    let len = out.len() - HEAD_BYTES;
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(len));
     }
-    let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&body);
+    // In range: MAX_FRAME_BYTES fits in a u32.
+    out[..HEAD_BYTES].copy_from_slice(&(len as u32).to_be_bytes());
     Ok(out)
 }
 
@@ -62,46 +76,60 @@ pub fn body_len(head: [u8; 4]) -> Result<usize, FrameError> {
 
 /// Parses a frame's body (what follows the head) as one envelope of our version.
 pub fn parse_body(body: &[u8]) -> Result<Envelope, FrameError> {
-    let envelope: Envelope =
-        serde_json::from_slice(body).map_err(|e| FrameError::Bad(e.to_string()))?;
+    let envelope: Envelope = serde_json::from_slice(body).map_err(FrameError::Bad)?;
     if envelope.v != crate::VERSION {
         return Err(FrameError::Version(envelope.v));
     }
     Ok(envelope)
 }
 
-/// Decodes a buffer holding exactly one frame.
-pub fn decode(buf: &[u8]) -> Result<Envelope, FrameError> {
-    let Some(&[a, b, c, d]) = buf.get(..4) else {
-        return Err(FrameError::Truncated { expected: 4, got: buf.len() });
-    };
-    let len = body_len([a, b, c, d])?;
-    let rest = &buf[4..];
-    if rest.len() < len {
-        return Err(FrameError::Truncated { expected: len, got: rest.len() });
+/// The whole length (head and body) of the frame `buf` starts with, from its head;
+/// `None` while the head has not all arrived.
+pub(crate) fn frame_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
+    match buf.get(..HEAD_BYTES) {
+        Some(&[a, b, c, d]) => Ok(Some(HEAD_BYTES + body_len([a, b, c, d])?)),
+        _ => Ok(None),
     }
-    if rest.len() > len {
-        return Err(FrameError::Trailing(rest.len() - len));
-    }
-    parse_body(rest)
 }
 
-/// Reads one frame from a stream; `Ok(None)` at a clean end of stream between frames.
+/// Why `buf`, the start of a frame that the input ended inside, is not one.
+pub(crate) fn cut(buf: &[u8]) -> FrameError {
+    match frame_len(buf) {
+        Ok(Some(whole)) => {
+            FrameError::Truncated { expected: whole - HEAD_BYTES, got: buf.len() - HEAD_BYTES }
+        }
+        Ok(None) => FrameError::Truncated { expected: HEAD_BYTES, got: buf.len() },
+        Err(e) => e,
+    }
+}
+
+/// Decodes a buffer holding exactly one frame.
+pub fn decode(buf: &[u8]) -> Result<Envelope, FrameError> {
+    match frame_len(buf)? {
+        Some(whole) if buf.len() == whole => parse_body(&buf[HEAD_BYTES..]),
+        Some(whole) if buf.len() > whole => Err(FrameError::Trailing(buf.len() - whole)),
+        _ => Err(cut(buf)),
+    }
+}
+
+/// Reads one frame from a stream; `Ok(None)` at a clean end of stream between frames,
+/// [`FrameError::Truncated`] at an end inside one. It reads exactly the frame's bytes,
+/// so the stream can be handed on between frames.
 pub fn read_frame(r: &mut impl Read) -> Result<Option<Envelope>, FrameError> {
-    let mut head = [0u8; 4];
+    let mut head = [0u8; HEAD_BYTES];
     let mut got = 0;
-    while got < 4 {
+    while got < HEAD_BYTES {
         match r.read(&mut head[got..]) {
             Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(FrameError::Truncated { expected: 4, got }),
+            Ok(0) => return Err(cut(&head[..got])),
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(FrameError::Io(e.to_string())),
+            Err(e) => return Err(e.into()),
         }
     }
     let len = body_len(head)?;
     let mut body = Vec::with_capacity(len);
-    r.take(len as u64).read_to_end(&mut body).map_err(|e| FrameError::Io(e.to_string()))?;
+    r.take(len as u64).read_to_end(&mut body)?;
     if body.len() < len {
         return Err(FrameError::Truncated { expected: len, got: body.len() });
     }

@@ -5,7 +5,13 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use bx_protocol::{Body, Envelope, FrameError, MAX_FRAME_BYTES, decode, encode, read_frame};
+use bx_protocol::{
+    Body, Envelope, ErrorCode, FrameCodec, FrameError, MAX_FRAME_BYTES, decode, encode, read_frame,
+};
+use bytes::BytesMut;
+use futures_util::StreamExt as _;
+use tokio::io::AsyncWriteExt as _;
+use tokio_util::codec::{Decoder as _, Encoder as _, FramedRead};
 
 fn fixtures() -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/wire");
@@ -131,4 +137,182 @@ fn reads_frames_one_after_another_from_a_stream() {
     let mut r = cut;
     read_frame(&mut r).unwrap();
     assert!(matches!(read_frame(&mut r), Err(FrameError::Truncated { .. })));
+}
+
+fn envelopes() -> Vec<Envelope> {
+    fixtures().iter().map(|(_, text)| serde_json::from_str(text.trim_end()).unwrap()).collect()
+}
+
+/// Every fixture through the codec's encoder, then written in 7-byte pieces and read
+/// back through `FramedRead`: the same envelopes, the same bytes as the sync `encode`,
+/// and the sync reader reads what the codec wrote.
+#[tokio::test]
+async fn the_codec_round_trips_every_fixture_in_pieces() {
+    let all = envelopes();
+    let mut wire = BytesMut::new();
+    for env in &all {
+        let before = wire.len();
+        FrameCodec.encode(env, &mut wire).unwrap();
+        assert_eq!(wire[before..], encode(env).unwrap()[..]);
+    }
+    let mut sync = &wire[..];
+    for env in &all {
+        assert_eq!(read_frame(&mut sync).unwrap().as_ref(), Some(env));
+    }
+    let (mut tx, rx) = tokio::io::duplex(64);
+    let bytes = wire.to_vec();
+    let writer = tokio::spawn(async move {
+        for piece in bytes.chunks(7) {
+            tx.write_all(piece).await.unwrap();
+        }
+    });
+    let read: Vec<Envelope> = FramedRead::new(rx, FrameCodec).map(Result::unwrap).collect().await;
+    writer.await.unwrap();
+    assert_eq!(read, all);
+}
+
+/// A length over the limit is refused from the head alone: the peer has sent nothing
+/// more (and never will), and nothing is reserved for the body.
+#[tokio::test]
+async fn refuses_a_frame_over_the_limit_from_its_head() {
+    let head = ((MAX_FRAME_BYTES + 1) as u32).to_be_bytes();
+    let (mut tx, rx) = tokio::io::duplex(64);
+    tx.write_all(&head).await.unwrap();
+    let mut frames = FramedRead::new(rx, FrameCodec);
+    let got = frames.next().await;
+    assert!(
+        matches!(got, Some(Err(FrameError::TooLarge(n))) if n == MAX_FRAME_BYTES + 1),
+        "{got:?}"
+    );
+    assert!(frames.read_buffer().capacity() < 64 << 10, "the body's room was reserved");
+    drop(tx);
+
+    let mut buf = BytesMut::from(&head[..]);
+    assert!(matches!(FrameCodec.decode(&mut buf), Err(FrameError::TooLarge(_))));
+    assert!(buf.capacity() < 64 << 10);
+    // The largest length allowed is not refused: it waits for its body.
+    let mut buf = BytesMut::from(&(MAX_FRAME_BYTES as u32).to_be_bytes()[..]);
+    assert!(FrameCodec.decode(&mut buf).unwrap().is_none());
+}
+
+/// A stream that ends inside a frame is an error, not a quiet end of stream.
+#[tokio::test]
+async fn refuses_a_cut_frame() {
+    let ok = frame(br#"{"v":1,"id":1,"msg":{"type":"ok"}}"#);
+    let body = ok.len() - 4;
+    let mut frames = FramedRead::new(&ok[..ok.len() - 3], FrameCodec);
+    let got = frames.next().await;
+    assert!(
+        matches!(got, Some(Err(FrameError::Truncated { expected, got })) if expected == body && got == body - 3),
+        "{got:?}"
+    );
+    assert!(frames.next().await.is_none());
+    // Cut inside the head.
+    let got = FramedRead::new(&ok[..3], FrameCodec).next().await;
+    assert!(matches!(got, Some(Err(FrameError::Truncated { expected: 4, got: 3 }))), "{got:?}");
+    // The same through the sync reader.
+    assert!(matches!(
+        read_frame(&mut &ok[..ok.len() - 3]),
+        Err(FrameError::Truncated { expected, got }) if expected == body && got == body - 3
+    ));
+}
+
+/// Bytes after the last whole frame at the end of the stream are refused after that
+/// frame is read.
+#[tokio::test]
+async fn refuses_trailing_bytes_after_the_last_frame_at_eof() {
+    let mut stream = frame(br#"{"v":1,"id":1,"msg":{"type":"ok"}}"#);
+    stream.extend_from_slice(&[0, 0]);
+    let mut frames = FramedRead::new(&stream[..], FrameCodec);
+    assert_eq!(frames.next().await.unwrap().unwrap().id, 1);
+    let got = frames.next().await;
+    assert!(matches!(got, Some(Err(FrameError::Truncated { expected: 4, got: 2 }))), "{got:?}");
+    assert!(frames.next().await.is_none());
+    let mut sync = &stream[..];
+    read_frame(&mut sync).unwrap();
+    assert!(matches!(read_frame(&mut sync), Err(FrameError::Truncated { expected: 4, got: 2 })));
+}
+
+/// The codec refuses what the sync decoder refuses: bad JSON, unknown fields, another
+/// version.
+#[test]
+fn refuses_bad_bodies_through_the_codec() {
+    for (bad, version) in [
+        (&br#"{"v":1,"id":1,"msg":{"type":"ok"},"extra":true}"#[..], None),
+        (br#"{"v":1,"id":1,"msg":{"type":"ok"}} {}"#, None),
+        (b"\xff\xfe", None),
+        (br#"{"v":2,"id":1,"msg":{"type":"ok"}}"#, Some(2)),
+    ] {
+        let got = FrameCodec.decode(&mut BytesMut::from(&frame(bad)[..]));
+        match version {
+            Some(v) => assert!(matches!(got, Err(FrameError::Version(n)) if n == v), "{got:?}"),
+            None => assert!(matches!(got, Err(FrameError::Bad(_))), "{got:?}"),
+        }
+    }
+}
+
+/// Every wire spelling of an `ErrorCode`, as serde itself lists them for the derived
+/// `Deserialize` (so a new variant is listed without anyone writing it down): a
+/// deserializer that records the variants it is asked for and decodes nothing.
+fn error_codes() -> Vec<&'static str> {
+    use serde::de::{self, Deserialize as _, Visitor};
+
+    struct Variants(Option<&'static [&'static str]>);
+    #[derive(Debug)]
+    struct Stop;
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("stop")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl de::Error for Stop {
+        fn custom<T: std::fmt::Display>(_: T) -> Stop {
+            Stop
+        }
+    }
+    impl<'de> de::Deserializer<'de> for &mut Variants {
+        type Error = Stop;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            variants: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            self.0 = Some(variants);
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+            struct identifier ignored_any
+        }
+    }
+    let mut v = Variants(None);
+    let _ = ErrorCode::deserialize(&mut v);
+    let codes = v.0.expect("ErrorCode deserializes as an enum").to_vec();
+    // The spellings are the ones on the wire: each reads back and writes itself.
+    for code in &codes {
+        let c: ErrorCode = serde_json::from_value((*code).into()).unwrap();
+        assert_eq!(serde_json::to_value(c).unwrap(), *code);
+    }
+    codes
+}
+
+/// docs/wire.md lists exactly the error codes on the wire (it lacked
+/// `repeated_refusal` and `bad_workspace`).
+#[test]
+fn wire_md_lists_every_error_code() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/wire.md"))
+            .unwrap();
+    let (_, after) = doc.split_once("`error` codes:").expect("docs/wire.md lists `error` codes:");
+    let (list, _) = after.split_once(';').expect("the list of codes ends with ';'");
+    let listed: BTreeSet<&str> =
+        list.split(',').map(|c| c.trim().trim_start_matches("and ").trim_matches('`')).collect();
+    let codes: BTreeSet<&str> = error_codes().into_iter().collect();
+    assert_eq!(listed, codes, "docs/wire.md's `error` codes and ErrorCode differ");
 }

@@ -264,6 +264,52 @@ fn stalled_connections_do_not_lock_the_owner_out() {
     daemon.stop();
 }
 
+/// A frame the daemon cannot read ends its connection with a `bad_request` whose
+/// message is the frame codec's own error: a length over the limit is refused from the
+/// head, with no body sent, and a stream cut inside a frame is refused when it ends.
+#[test]
+fn a_bad_frame_gets_the_codecs_error_and_ends_the_connection() {
+    let state = tempfile::tempdir().unwrap();
+    let st = state.path();
+    let daemon = Daemon::start(st);
+    let over = bx_protocol::MAX_FRAME_BYTES + 1;
+    let cut = bx_protocol::encode(&bx_protocol::Envelope {
+        v: bx_protocol::VERSION,
+        id: 1,
+        msg: bx_protocol::Body::ListSessions {},
+    })
+    .unwrap();
+    let cases = [
+        ((over as u32).to_be_bytes().to_vec(), false, bx_protocol::FrameError::TooLarge(over)),
+        (
+            cut[..cut.len() - 2].to_vec(),
+            true,
+            bx_protocol::FrameError::Truncated { expected: cut.len() - 4, got: cut.len() - 6 },
+        ),
+    ];
+    for (bytes, close_write, want) in cases {
+        let mut c = std::os::unix::net::UnixStream::connect(st.join("bx.sock")).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        c.write_all(&bytes).unwrap();
+        if close_write {
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+        }
+        let reply = bx_protocol::read_frame(&mut c).unwrap().unwrap();
+        let expected = bx_protocol::Envelope {
+            v: bx_protocol::VERSION,
+            id: 0,
+            msg: bx_protocol::Body::Error {
+                code: bx_protocol::ErrorCode::BadRequest,
+                message: want.to_string(),
+                runbook: "docs/wire.md".into(),
+            },
+        };
+        assert_eq!(reply, expected);
+        assert!(bx_protocol::read_frame(&mut c).unwrap().is_none(), "the connection went on");
+    }
+    daemon.stop();
+}
+
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status

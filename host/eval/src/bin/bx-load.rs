@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bx_eval::model::{Call, Reply, ScriptedModel};
 use bx_eval::run::Daemon;
-use bx_protocol::{Body, Envelope, VERSION};
+use bx_protocol::{Body, Envelope, ErrorCode, VERSION};
 use serde_json::json;
 
 struct Args {
@@ -158,7 +158,7 @@ fn last_message_is_a_result(body: &[u8]) -> bool {
 struct Turn {
     latency: Duration,
     /// The error code, when it failed.
-    error: Option<String>,
+    error: Option<ErrorCode>,
     /// Calls proposed and results received, by call id.
     proposed: Vec<String>,
     results: Vec<String>,
@@ -187,7 +187,7 @@ impl Client {
     ) -> anyhow::Result<Turn> {
         loop {
             let t = self.turn(session, workspace)?;
-            if t.error.as_deref() != Some("SessionBusy") {
+            if t.error != Some(ErrorCode::SessionBusy) {
                 anyhow::ensure!(t.error.is_none(), "a turn failed: {:?}", t.error);
                 return Ok(t);
             }
@@ -219,7 +219,7 @@ impl Client {
                 Body::ToolResult { call, .. } => turn.results.push(call),
                 Body::TurnDone { .. } => break,
                 Body::Error { code, .. } => {
-                    turn.error = Some(format!("{code:?}"));
+                    turn.error = Some(code);
                     break;
                 }
                 _ => {}
@@ -352,10 +352,10 @@ fn load(a: &Args, sessions: usize) -> anyhow::Result<bool> {
     let mut latencies: Vec<Duration> = turns.iter().map(|t| t.latency).collect();
     latencies.sort();
     let ok = turns.iter().filter(|t| t.error.is_none()).count();
-    let mut errors: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     for t in &turns {
         if let Some(e) = &t.error {
-            *errors.entry(e.as_str()).or_default() += 1;
+            *errors.entry(format!("{e:?}")).or_default() += 1;
         }
     }
     let failed_after_calls =

@@ -7,19 +7,19 @@
 //! (as MCP says; JSON-RPC 2.0 would have `null`), so the exchange is one answer per bad
 //! line and never grows.
 //!
-//! Both ends are plain threads: one reads stdin, splits lines (tokio-util's
-//! [`LinesCodec`], bounded), parses them and hands messages to the service; one writes
+//! Both ends are plain threads: one reads stdin, splits lines
+//! ([`bx_protocol::lines::LineReader`], tokio-util's `LinesCodec`, bounded; fuzzed as
+//! `bx-fuzz mcp_lines`), parses them and hands messages to the service; one writes
 //! what the service sends to stdout. tokio's own stdin and stdout would pass every read
 //! and write through its blocking pool, a thread hop each way per message.
 
-use bytes::BytesMut;
+use bx_protocol::lines::{LineError, LineReader};
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, RequestId,
     ServerJsonRpcMessage,
 };
 use rmcp::{ErrorData, RoleServer};
 use tokio::sync::mpsc;
-use tokio_util::codec::{Decoder as _, LinesCodec, LinesCodecError};
 
 /// The longest line read (8 MiB). A tool call's arguments go to the daemon in one frame
 /// of at most 4 MiB, so a longer request could not be carried anyway; past the limit
@@ -155,30 +155,15 @@ impl rmcp::transport::Transport<RoleServer> for Lines {
 
 /// Reads lines until the input ends, the service is gone, or the writer is.
 fn read_lines(
-    mut input: impl std::io::Read,
+    input: impl std::io::Read,
     to_service: &mpsc::Sender<ClientJsonRpcMessage>,
     replies: &mpsc::WeakSender<ServerJsonRpcMessage>,
     pending: &Pending,
 ) {
-    let mut codec = LinesCodec::new_with_max_length(MAX_LINE_BYTES);
-    let mut buf = BytesMut::with_capacity(64 << 10);
-    let mut chunk = vec![0u8; 64 << 10];
-    let mut ended = false;
-    loop {
-        let decoded = if ended { codec.decode_eof(&mut buf) } else { codec.decode(&mut buf) };
-        let line = match decoded {
-            Ok(Some(text)) => classify(&text),
-            Ok(None) if ended => return,
-            Ok(None) => {
-                match input.read(&mut chunk) {
-                    Ok(0) => ended = true,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => return,
-                }
-                continue;
-            }
-            Err(LinesCodecError::MaxLineLengthExceeded) => error(
+    for line in LineReader::new(input, MAX_LINE_BYTES) {
+        let line = match line {
+            Ok(text) => classify(&text),
+            Err(LineError::TooLong(_)) => error(
                 ErrorData::invalid_request(
                     format!(
                         "a line over {MAX_LINE_BYTES} bytes is not read (bx mcp's limit); it was discarded"
@@ -187,11 +172,9 @@ fn read_lines(
                 ),
                 None,
             ),
-            // Bytes that are not UTF-8: the codec has already taken the line.
-            Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-                parse_error("the line is not UTF-8")
-            }
-            Err(LinesCodecError::Io(_)) => return,
+            Err(LineError::NotUtf8) => parse_error("the line is not UTF-8"),
+            // The input failed: nothing more comes.
+            Err(_) => return,
         };
         let sent = match line {
             Line::Message(m) => {

@@ -4,8 +4,9 @@
 //! per call cost a thread, a connect and the daemon's accept each time, about a third
 //! of a small call.
 //!
-//! Frames are read with tokio-util's `LengthDelimitedCodec`, set to the wire format (a
-//! 4-byte big-endian length, at most [`bx_protocol::MAX_FRAME_BYTES`]).
+//! Frames are read with the wire protocol's own codec, [`bx_protocol::FrameCodec`], the
+//! one the daemon reads with (a 4-byte big-endian length, at most
+//! [`bx_protocol::MAX_FRAME_BYTES`], and a strictly parsed envelope).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,14 +14,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use bx_protocol::{Body, Envelope, VERSION};
+use bx_protocol::{Body, Envelope, FrameCodec, VERSION};
 use bx_state::StateDir;
 use futures_util::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
-use tokio_util::codec::LengthDelimitedCodec;
+use tokio_util::codec::FramedRead;
 
 /// How long a one-off request (a listing) waits for its reply.
 const REQUEST_WAIT: Duration = Duration::from_secs(60);
@@ -183,11 +184,7 @@ impl Daemon {
             open: AtomicBool::new(true),
             last: Mutex::new(Instant::now()),
         });
-        let frames = LengthDelimitedCodec::builder()
-            .big_endian()
-            .length_field_length(4)
-            .max_frame_length(bx_protocol::MAX_FRAME_BYTES)
-            .new_read(read);
+        let frames = FramedRead::new(read, FrameCodec);
         tokio::spawn(read_frames(Arc::clone(&link), frames));
         *slot = Some(Arc::clone(&link));
         Ok((link, false))
@@ -252,15 +249,11 @@ impl Link {
 /// request still waiting hears that it has (its channel closes).
 async fn read_frames(
     link: Arc<Link>,
-    mut frames: tokio_util::codec::FramedRead<
-        tokio::net::unix::OwnedReadHalf,
-        LengthDelimitedCodec,
-    >,
+    mut frames: FramedRead<tokio::net::unix::OwnedReadHalf, FrameCodec>,
 ) {
-    while let Some(Ok(frame)) = frames.next().await {
+    // A frame that does not parse leaves the stream unreadable from there on.
+    while let Some(Ok(envelope)) = frames.next().await {
         *lock(&link.last) = Instant::now();
-        // A frame that does not parse leaves the stream unreadable from there on.
-        let Ok(envelope) = bx_protocol::parse_body(&frame) else { break };
         let waiting = lock(&link.waiting);
         if envelope.id == 0 {
             // About the connection itself (a bad frame, the daemon busy): everyone's.

@@ -1,0 +1,155 @@
+//! Newline-delimited lines from an untrusted byte stream, bounded: the stdio transport of
+//! `bx mcp` reads an MCP client's messages with it (`bx-fuzz mcp_lines` fuzzes it).
+//! tokio-util's `LinesCodec` does the splitting over a blocking reader: a line ends at
+//! `\n` (a `\r` before it is dropped), the input's last line may lack its `\n`, and a
+//! line over the limit is reported once and discarded as it arrives, never held.
+
+use std::io::Read;
+
+use bytes::BytesMut;
+use tokio_util::codec::{Decoder as _, LinesCodec, LinesCodecError};
+
+/// Bytes asked of the input per read (64 KiB). With the line limit it bounds what is
+/// held: at most the limit plus one read.
+pub const LINE_READ_BYTES: usize = 64 << 10;
+
+/// Why a line was not read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LineError {
+    /// The line is longer than the limit (in bytes); it is discarded up to its end and
+    /// reading goes on with the next.
+    #[error("a line over {0} bytes is not read; it was discarded")]
+    TooLong(usize),
+    /// The line is not UTF-8; it is skipped and reading goes on with the next.
+    #[error("the line is not UTF-8")]
+    NotUtf8,
+    /// Reading the input failed; nothing more is read.
+    #[error("reading lines: {0}")]
+    Io(#[source] std::io::Error),
+}
+
+/// The lines of a blocking input, each at most `max` bytes (without its `\r\n`).
+pub struct LineReader<R> {
+    input: R,
+    max: usize,
+    codec: LinesCodec,
+    buf: BytesMut,
+    chunk: Box<[u8]>,
+    /// The input has ended: what is left is its last line.
+    ended: bool,
+    /// Nothing more comes.
+    done: bool,
+}
+
+impl<R: Read> LineReader<R> {
+    /// Lines of `input`, each at most `max` bytes.
+    pub fn new(input: R, max: usize) -> LineReader<R> {
+        LineReader {
+            input,
+            max,
+            codec: LinesCodec::new_with_max_length(max),
+            buf: BytesMut::with_capacity(LINE_READ_BYTES),
+            chunk: vec![0; LINE_READ_BYTES].into_boxed_slice(),
+            ended: false,
+            done: false,
+        }
+    }
+
+    /// Bytes read and not yet handed out as lines or discarded: never more than the
+    /// limit plus [`LINE_READ_BYTES`].
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+impl<R: Read> Iterator for LineReader<R> {
+    type Item = Result<String, LineError>;
+
+    fn next(&mut self) -> Option<Result<String, LineError>> {
+        while !self.done {
+            let decoded = if self.ended {
+                self.codec.decode_eof(&mut self.buf)
+            } else {
+                self.codec.decode(&mut self.buf)
+            };
+            match decoded {
+                Ok(Some(line)) => return Some(Ok(line)),
+                Ok(None) if self.ended => self.done = true,
+                Ok(None) => match self.input.read(&mut self.chunk) {
+                    Ok(0) => self.ended = true,
+                    Ok(n) => self.buf.extend_from_slice(&self.chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(LineError::Io(e)));
+                    }
+                },
+                Err(LinesCodecError::MaxLineLengthExceeded) => {
+                    return Some(Err(LineError::TooLong(self.max)));
+                }
+                // Bytes that are not UTF-8: the codec has already taken the line.
+                Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    return Some(Err(LineError::NotUtf8));
+                }
+                Err(LinesCodecError::Io(e)) => {
+                    self.done = true;
+                    return Some(Err(LineError::Io(e)));
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(input: &[u8], max: usize) -> Vec<Result<String, String>> {
+        LineReader::new(input, max).map(|l| l.map_err(|e| format!("{e:?}"))).collect()
+    }
+
+    /// Lines end at `\n` with an optional `\r`; the last may lack its `\n`; a lone `\r`
+    /// at the end is nothing.
+    #[test]
+    fn splits_lines_and_keeps_an_unended_last_one() {
+        let got = read(b"a\r\nb\n\nc\r\rd", 8);
+        let want: Vec<Result<String, String>> =
+            vec![Ok("a".into()), Ok("b".into()), Ok(String::new()), Ok("c\r\rd".into())];
+        assert_eq!(got, want);
+        assert_eq!(read(b"a\n\r", 8), vec![Ok("a".to_owned())]);
+        assert_eq!(read(b"", 8), vec![]);
+    }
+
+    /// A line over the limit is one error and is discarded to its end; the lines around
+    /// it are read, and one of exactly the limit is not refused.
+    #[test]
+    fn refuses_a_line_over_the_limit_once_and_reads_on() {
+        let got = read(b"12345\n123456789\nok\n123456789", 5);
+        let want: Vec<Result<String, String>> = vec![
+            Ok("12345".into()),
+            Err("TooLong(5)".into()),
+            Ok("ok".into()),
+            Err("TooLong(5)".into()),
+        ];
+        assert_eq!(got, want);
+    }
+
+    /// A line that is not UTF-8 is one error; reading goes on.
+    #[test]
+    fn refuses_a_line_that_is_not_utf8_and_reads_on() {
+        let got = read(b"\xff\xfe\nok", 8);
+        assert_eq!(got, vec![Err("NotUtf8".to_owned()), Ok("ok".to_owned())]);
+    }
+
+    /// What is held stays within the limit plus one read, however long the line.
+    #[test]
+    fn holds_at_most_the_limit_and_one_read() {
+        let long = vec![b'x'; 1 << 20];
+        let mut lines = LineReader::new(&long[..], 1000);
+        assert!(matches!(lines.next(), Some(Err(LineError::TooLong(1000)))));
+        assert!(lines.buffered() <= 1000 + LINE_READ_BYTES, "{}", lines.buffered());
+        assert!(lines.next().is_none());
+    }
+}
