@@ -58,7 +58,7 @@ fn one_call(s: &Setup, trust: &Trust, tokio: &tokio::runtime::Runtime) {
             panic!("not allowed")
         };
         let f = allowed.run(&s.rt).await.unwrap();
-        assert_eq!(f.status, "ok");
+        assert_eq!(f.status, bx_audit::CallStatus::Ok);
     });
 }
 

@@ -350,14 +350,14 @@ impl Trust {
         approval: Option<&str>,
     ) -> Result<(), AgentError> {
         let (name, why) = match decision {
-            Decision::Allow(_) => ("allow", String::new()),
-            Decision::Ask(ask) => ("ask", ask.reasons.join("; ")),
-            Decision::Deny(reason) => ("deny", reason.message.clone()),
+            Decision::Allow(_) => (bx_audit::Verdict::Allow, String::new()),
+            Decision::Ask(ask) => (bx_audit::Verdict::Ask, ask.reasons.join("; ")),
+            Decision::Deny(reason) => (bx_audit::Verdict::Deny, reason.message.clone()),
         };
         self.audit.append(&Entry::Decision(bx_audit::Decision {
             session: session.to_owned(),
             call: call.to_owned(),
-            decision: name.to_owned(),
+            decision: name,
             taint: taint.to_string(),
             why: bounded(&why, MAX_FIELD_BYTES),
             approval: approval.map(str::to_owned),
@@ -563,21 +563,21 @@ impl<'t> Asking<'t> {
             Err(why) => Decision::Deny(DenyReason { message: why }),
         };
         let (name, reason) = match answer {
-            Answer::Approve => ("approve", String::new()),
-            Answer::Refuse(r) => ("refuse", r.clone()),
-            Answer::Expired => ("expired", String::new()),
+            Answer::Approve => (bx_audit::OwnerAnswer::Approve, String::new()),
+            Answer::Refuse(r) => (bx_audit::OwnerAnswer::Refuse, r.clone()),
+            Answer::Expired => (bx_audit::OwnerAnswer::Expired, String::new()),
         };
         let outcome = match decision {
-            Decision::Allow(_) => "allow",
-            Decision::Ask(_) | Decision::Deny(_) => "deny",
+            Decision::Allow(_) => bx_audit::Settled::Allow,
+            Decision::Ask(_) | Decision::Deny(_) => bx_audit::Settled::Deny,
         };
         trust.audit.append(&Entry::Approval(bx_audit::Approval {
             session: r.session.clone(),
             call: r.call.clone(),
             id: approval.to_owned(),
-            answer: name.to_owned(),
+            answer: name,
             reason: bounded(&reason, MAX_FIELD_BYTES),
-            decision: outcome.to_owned(),
+            decision: outcome,
         }))?;
         Ok(match decision {
             Decision::Allow(grant) => {
@@ -599,7 +599,7 @@ impl<'t> Asking<'t> {
 #[derive(Debug)]
 pub struct Finished {
     /// `ok`, `error` (the tool returned an error) or `stopped` (a limit or a host fault).
-    pub status: &'static str,
+    pub status: bx_audit::CallStatus,
     /// The result's label.
     pub label: Label,
     /// The session's taint after it.
@@ -637,13 +637,20 @@ impl Allowed<'_> {
         let (status, label, for_model, output) = match &outcome {
             Ok(report) => {
                 let (status, text, output) = match &report.result {
-                    Ok(Output::Json(t) | Output::Text(t)) => ("ok", t.clone(), Some(t.as_str())),
-                    Err(e) => ("error", call_error_text(e), None),
+                    Ok(Output::Json(t) | Output::Text(t)) => {
+                        (bx_audit::CallStatus::Ok, t.clone(), Some(t.as_str()))
+                    }
+                    Err(e) => (bx_audit::CallStatus::Error, call_error_text(e), None),
                 };
                 (status, report.label, text, output)
             }
             // A call stopped part-way may have read anything its grant reaches.
-            Err(e) => ("stopped", reach, format!("error: the call was stopped: {e}"), None),
+            Err(e) => (
+                bx_audit::CallStatus::Stopped,
+                reach,
+                format!("error: the call was stopped: {e}"),
+                None,
+            ),
         };
         let (touched, touched_more) = match &outcome {
             Ok(report) => (
@@ -663,7 +670,7 @@ impl Allowed<'_> {
         let record = Entry::Result(bx_audit::Outcome {
             session: r.session.clone(),
             call: r.call.clone(),
-            status: status.to_owned(),
+            status,
             label: label.to_string(),
             touched,
             touched_more,
