@@ -17,7 +17,7 @@ mod path;
 mod policy;
 pub mod toml_shape;
 
-pub use allow::AllowList;
+pub use allow::{AllowError, AllowList};
 pub use approval::{
     Answered, ApprovalTable, Pending, escape_untrusted, is_hidden, new_approval_id, render_block,
     typed_answer,
@@ -26,10 +26,10 @@ pub use credentials::{CREDENTIAL_STORES, CredentialGap, CredentialStore};
 pub use decide::{
     Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, decide, redecide,
 };
-pub use grant::{FsAccess, FsRoute, Grant, NetRoute, Refusal, RootKind};
-pub use label::{Confidentiality, Integrity, Label};
-pub use name::NamePattern;
-pub use net::{HostRule, is_public_ip};
+pub use grant::{FsAccess, FsRoute, Grant, NetRoute, Refusal, RootKind, RouteError};
+pub use label::{Confidentiality, Integrity, Label, LabelError};
+pub use name::{NameError, NamePattern};
+pub use net::{HostRule, HostRuleError, is_public_ip};
 pub use path::{PathError, normalize};
 pub use policy::{
     AskRule, DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError,

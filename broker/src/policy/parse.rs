@@ -6,7 +6,7 @@ use std::path::Path;
 use toml::Spanned;
 
 use super::*;
-use crate::label::{Confidentiality, Integrity, Label};
+use crate::label::{Confidentiality, Integrity, Label, LabelError};
 use crate::name::NamePattern;
 use crate::net::HostRule;
 use crate::path::normalize;
@@ -150,7 +150,7 @@ fn names_rule(
     let mut one =
         |text: &str, span: std::ops::Range<usize>, at: String| match NamePattern::parse(text) {
             Ok(n) => out.push(n),
-            Err(e) => errors.push(src.error(span, &at, e)),
+            Err(e) => errors.push(src.error(span, &at, e.to_string())),
         };
     match raw.get_ref() {
         RawNames::One(text) => one(text, raw.span(), format!("{rule}.name")),
@@ -183,20 +183,18 @@ struct RawExample {
 }
 
 /// Parses `"private/untrusted"`.
-pub fn parse_label(text: &str) -> Result<Label, String> {
-    let (c, i) = text
-        .split_once('/')
-        .ok_or("a label is CONFIDENTIALITY/INTEGRITY, such as private/trusted")?;
+pub fn parse_label(text: &str) -> Result<Label, LabelError> {
+    let (c, i) = text.split_once('/').ok_or(LabelError::Shape)?;
     let confidentiality = match c {
         "public" => Confidentiality::Public,
         "private" => Confidentiality::Private,
         "secret" => Confidentiality::Secret,
-        _ => return Err(format!("confidentiality {c:?} is not public, private or secret")),
+        _ => return Err(LabelError::Confidentiality(c.to_owned())),
     };
     let integrity = match i {
         "trusted" => Integrity::Trusted,
         "untrusted" => Integrity::Untrusted,
-        _ => return Err(format!("integrity {i:?} is not trusted or untrusted")),
+        _ => return Err(LabelError::Integrity(i.to_owned())),
     };
     Ok(Label { confidentiality, integrity })
 }
@@ -239,28 +237,41 @@ fn path_rule(
         }
         Ok(r) => Some(r),
         Err(e) => {
-            errors.push(src.error(raw.span(), &format!("{rule}.path"), e));
+            errors.push(src.error(raw.span(), &format!("{rule}.path"), e.to_string()));
             None
         }
     }
 }
 
+/// Why a rule's path was refused.
+#[derive(Debug, thiserror::Error)]
+enum RulePathError {
+    /// `{workspace}` somewhere other than the start.
+    #[error("{WORKSPACE} may only begin a path")]
+    WorkspaceNotFirst,
+    /// `{workspace}` followed by something other than `/`.
+    #[error("after {WORKSPACE} comes / or the end of the path")]
+    AfterWorkspace,
+    /// The path itself.
+    #[error(transparent)]
+    Path(#[from] crate::PathError),
+}
+
 /// A rule's path: absolute and normalised, or `{workspace}` with a normalised rest.
-fn rule_path(text: &str) -> Result<ResourceRule, String> {
+fn rule_path(text: &str) -> Result<ResourceRule, RulePathError> {
     let Some(rest) = text.strip_prefix(WORKSPACE) else {
         if text.contains(WORKSPACE) {
-            return Err(format!("{WORKSPACE} may only begin a path"));
+            return Err(RulePathError::WorkspaceNotFirst);
         }
-        return normalize(Path::new(text)).map(ResourceRule::Path).map_err(|e| e.to_string());
+        return Ok(ResourceRule::Path(normalize(Path::new(text))?));
     };
     if !rest.is_empty() && !rest.starts_with('/') {
-        return Err(format!("after {WORKSPACE} comes / or the end of the path"));
+        return Err(RulePathError::AfterWorkspace);
     }
     if rest.contains(WORKSPACE) {
-        return Err(format!("{WORKSPACE} may only begin a path"));
+        return Err(RulePathError::WorkspaceNotFirst);
     }
-    let under =
-        normalize(&Path::new("/").join(rest.trim_start_matches('/'))).map_err(|e| e.to_string())?;
+    let under = normalize(&Path::new("/").join(rest.trim_start_matches('/')))?;
     let rest = under.strip_prefix("/").map(Path::to_path_buf).unwrap_or_default();
     Ok(ResourceRule::InWorkspace(rest))
 }
@@ -278,7 +289,7 @@ fn resource(
         (None, Some(h)) => match HostRule::parse(h.get_ref()) {
             Ok(rule) => Some(ResourceRule::Host(rule)),
             Err(e) => {
-                errors.push(src.error(h.span(), &format!("{rule}.host"), e));
+                errors.push(src.error(h.span(), &format!("{rule}.host"), e.to_string()));
                 None
             }
         },
@@ -346,7 +357,9 @@ impl Policy {
                 &mut errors,
             );
             let label = parse_label(g.label.get_ref())
-                .map_err(|e| errors.push(src.error(g.label.span(), &format!("{rule}.label"), e)))
+                .map_err(|e| {
+                    errors.push(src.error(g.label.span(), &format!("{rule}.label"), e.to_string()))
+                })
                 .ok();
             let when_tainted = match &g.when_tainted {
                 Some(w) => one_of(
@@ -436,7 +449,7 @@ impl Policy {
                 (Some(p), None, None) => match rule_path(p.get_ref()) {
                     Ok(r) => Some(r),
                     Err(e) => {
-                        errors.push(src.error(p.span(), &format!("{rule}.path"), e));
+                        errors.push(src.error(p.span(), &format!("{rule}.path"), e.to_string()));
                         None
                     }
                 },
@@ -492,7 +505,9 @@ impl Policy {
             }
             let taint = match &e.taint {
                 Some(t) => parse_label(t.get_ref())
-                    .map_err(|m| errors.push(src.error(t.span(), &format!("{rule}.taint"), m)))
+                    .map_err(|m| {
+                        errors.push(src.error(t.span(), &format!("{rule}.taint"), m.to_string()))
+                    })
                     .ok(),
                 None => Some(Label::CLEAN),
             };

@@ -211,7 +211,7 @@ impl Overlay {
     }
 
     /// `policy` with these rules added (its own paths stay protected).
-    pub fn apply(&self, policy: &Policy) -> Result<Policy, String> {
+    pub fn apply(&self, policy: &Policy) -> Result<Policy, bx_broker::AllowError> {
         let mut allow = AllowList::on_top_of(policy.clone());
         for p in &self.read {
             allow = allow.read(p)?;
@@ -293,7 +293,7 @@ impl Trust {
         if overlay.is_empty() {
             return Ok(policy);
         }
-        overlay.apply(&policy).map(Arc::new)
+        overlay.apply(&policy).map(Arc::new).map_err(|e| e.to_string())
     }
 
     /// A proposed call: its request goes on the log before anything is decided, whatever
