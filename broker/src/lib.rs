@@ -15,6 +15,7 @@ mod name;
 mod net;
 mod path;
 mod policy;
+mod snippet;
 pub mod toml_shape;
 
 pub use allow::{AllowError, AllowList};
@@ -35,6 +36,7 @@ pub use policy::{
     AskRule, DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError,
     PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
+pub use snippet::{Located, SourceLines};
 
 /// The commented example policy that `bx policy init` writes (also a test fixture, so it
 /// always parses and its examples always hold).

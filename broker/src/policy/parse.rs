@@ -1,5 +1,5 @@
 //! Reading a policy file: the raw TOML shapes, each rule checked against its span, and
-//! the caret snippets every error carries.
+//! the caret snippets every error carries (located and rendered by [`crate::SourceLines`]).
 
 use std::path::Path;
 
@@ -13,21 +13,17 @@ use crate::path::normalize;
 
 struct Source<'a> {
     file: &'a str,
-    text: &'a str,
-    /// Byte offset where each line starts, so locating a span is a binary search rather
-    /// than a scan from the start (a policy of 20,000 grants loads in linear time).
-    line_starts: Vec<usize>,
+    lines: crate::SourceLines<'a>,
 }
 
 impl<'a> Source<'a> {
     fn new(file: &'a str, text: &'a str) -> Source<'a> {
-        let line_starts = std::iter::once(0).chain(newline_offsets(text).map(|i| i + 1)).collect();
-        Source { file, text, line_starts }
+        Source { file, lines: crate::SourceLines::new(text) }
     }
 
     /// The 1-based line holding byte `offset`.
     fn line_of(&self, offset: usize) -> usize {
-        self.line_starts.partition_point(|&start| start <= offset).max(1)
+        self.lines.line_of(offset)
     }
 
     fn error(
@@ -36,29 +32,14 @@ impl<'a> Source<'a> {
         rule: &str,
         message: impl Into<String>,
     ) -> PolicyError {
-        let start = span.start.min(self.text.len());
-        let end = span.end.clamp(start, self.text.len());
-        let line_no = self.line_of(start);
-        let line_start = self.line_starts[line_no - 1];
-        let line_end = self.text[start..].find('\n').map_or(self.text.len(), |i| start + i);
-        let column = self.text[line_start..start].chars().count() + 1;
-        let source_line = &self.text[line_start..line_end];
-        let width = self.text[start..end.min(line_end)].chars().count().max(1);
-        let gutter = line_no.to_string().len();
-        let snippet = format!(
-            "{:gutter$} |\n{line_no} | {source_line}\n{:gutter$} | {}{}",
-            "",
-            "",
-            " ".repeat(column - 1),
-            "^".repeat(width)
-        );
+        let at = self.lines.locate(span);
         PolicyError {
             file: self.file.to_owned(),
-            line: line_no,
-            column,
+            line: at.line,
+            column: at.column,
             rule: rule.to_owned(),
             message: message.into(),
-            snippet,
+            snippet: at.snippet,
         }
     }
 }
@@ -321,10 +302,6 @@ fn one_of<T: Copy>(
         format!("{:?} is not one of {}", raw.get_ref(), names.join(", ")),
     ));
     None
-}
-
-fn newline_offsets(text: &str) -> impl Iterator<Item = usize> + '_ {
-    text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i)
 }
 
 impl Policy {
