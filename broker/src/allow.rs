@@ -16,6 +16,21 @@ const PATH_LABEL: Label =
 const HOST_LABEL: Label =
     Label { confidentiality: Confidentiality::Public, integrity: Integrity::Untrusted };
 
+/// Why an allow-list flag was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AllowError {
+    /// The path is not one a grant can name.
+    #[error(transparent)]
+    Path(#[from] crate::PathError),
+    /// A grant of `/` reaches everything.
+    #[error("a grant of / is invalid: name the directories the tool needs")]
+    Root,
+    /// The host rule does not parse.
+    #[error(transparent)]
+    Host(#[from] crate::HostRuleError),
+}
+
 /// Builds a [`Policy`] one flag at a time, on top of an existing policy or of nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowList {
@@ -33,10 +48,10 @@ impl AllowList {
         AllowList { policy }
     }
 
-    fn root(path: &str) -> Result<std::path::PathBuf, String> {
-        let norm = normalize(Path::new(path)).map_err(|e| e.to_string())?;
+    fn root(path: &str) -> Result<std::path::PathBuf, AllowError> {
+        let norm = normalize(Path::new(path))?;
         if norm == Path::new("/") {
-            return Err("a grant of / is invalid: name the directories the tool needs".into());
+            return Err(AllowError::Root);
         }
         Ok(norm)
     }
@@ -58,13 +73,13 @@ impl AllowList {
     }
 
     /// Allows reading under `path` (absolute; `/` is refused).
-    pub fn read(self, path: &str) -> Result<AllowList, String> {
+    pub fn read(self, path: &str) -> Result<AllowList, AllowError> {
         Ok(self.push(ResourceRule::Path(Self::root(path)?), Mode::Read, PATH_LABEL))
     }
 
     /// Allows reading and writing under `path` (absolute; `/` is refused). A write root
     /// also serves reads, so it is granted in both modes.
-    pub fn write(self, path: &str) -> Result<AllowList, String> {
+    pub fn write(self, path: &str) -> Result<AllowList, AllowError> {
         let root = Self::root(path)?;
         Ok(self.push(ResourceRule::Path(root.clone()), Mode::Write, PATH_LABEL).push(
             ResourceRule::Path(root),
@@ -74,8 +89,8 @@ impl AllowList {
     }
 
     /// Never reaches `path` or anything below it, whatever the roots say.
-    pub fn deny(mut self, path: &str) -> Result<AllowList, String> {
-        let path = normalize(Path::new(path)).map_err(|e| e.to_string())?;
+    pub fn deny(mut self, path: &str) -> Result<AllowList, AllowError> {
+        let path = normalize(Path::new(path))?;
         let index = self.policy.denies.len();
         self.policy.denies.push(DenyRule {
             index,
@@ -95,7 +110,7 @@ impl AllowList {
     }
 
     /// Allows requests to `rule` (see [`HostRule::parse`]).
-    pub fn host(self, rule: &str) -> Result<AllowList, String> {
+    pub fn host(self, rule: &str) -> Result<AllowList, AllowError> {
         Ok(self.push(ResourceRule::Host(HostRule::parse(rule)?), Mode::Fetch, HOST_LABEL))
     }
 

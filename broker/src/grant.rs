@@ -72,6 +72,55 @@ pub(crate) struct LabelRule {
     pub(crate) label: Label,
 }
 
+/// Why a grant does not reach a path or a URL (the runtime's lexical check, before
+/// anything is opened).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError<'g> {
+    /// The path is not one a grant can name.
+    #[error(transparent)]
+    Path(#[from] crate::PathError),
+    /// The path is under something no grant reaches.
+    #[error("{} is under {refusal}", path.display())]
+    Refused {
+        /// The path, normalised.
+        path: PathBuf,
+        /// What it is under.
+        refusal: Refusal<'g>,
+    },
+    /// No root of the grant covers the path in this access.
+    #[error("no {access} grant covers {}", path.display())]
+    NotGranted {
+        /// The access asked for.
+        access: FsAccess,
+        /// The path, normalised.
+        path: PathBuf,
+    },
+    /// The URL's scheme is not http or https.
+    #[error("scheme {0:?} is not http or https")]
+    Scheme(String),
+    /// The URL carries a user name or password.
+    #[error("URLs with credentials are refused")]
+    Credentials,
+    /// The URL has no host.
+    #[error("{0} has no host")]
+    NoHost(url::Url),
+    /// The URL has no port, and its scheme has no default.
+    #[error("{0} has no port")]
+    NoPort(url::Url),
+    /// No host rule of the grant matches the name.
+    #[error("host {name}:{port} is not granted")]
+    HostNotGranted {
+        /// The host name.
+        name: String,
+        /// The port.
+        port: u16,
+    },
+    /// No address rule of the grant matches the IP literal (a name rule never does).
+    #[error("address {0} is not granted by address")]
+    AddressNotGranted(std::net::SocketAddr),
+}
+
 /// Why a path is out of a grant's reach, whatever its roots say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal<'g> {
@@ -260,10 +309,10 @@ impl Grant {
     /// Checks a filesystem operation lexically: the path is normalised, must not lie under
     /// a denied sub-path, and must lie under a root that allows `access`; the longest such
     /// root wins. The runtime repeats the denied check on the object it actually opened.
-    pub fn route_path(&self, path: &str, access: FsAccess) -> Result<FsRoute, String> {
-        let path = normalize(Path::new(path)).map_err(|e| e.to_string())?;
+    pub fn route_path(&self, path: &str, access: FsAccess) -> Result<FsRoute, RouteError<'_>> {
+        let path = normalize(Path::new(path))?;
         if let Some(refusal) = self.refusal(&path, access) {
-            return Err(format!("{} is under {refusal}", path.display()));
+            return Err(RouteError::Refused { path, refusal });
         }
         let best = self
             .roots
@@ -274,28 +323,28 @@ impl Grant {
             .max_by_key(|(_, r, _)| r.path.components().count());
         match best {
             Some((root, _, relative)) => Ok(FsRoute { root, relative: relative.to_path_buf() }),
-            None => Err(format!("no {access} grant covers {}", path.display())),
+            None => Err(RouteError::NotGranted { access, path }),
         }
     }
 
     /// Checks a URL: http or https, no credentials, and a host rule that matches.
-    pub fn route_url(&self, url: &url::Url) -> Result<NetRoute, String> {
+    pub fn route_url(&self, url: &url::Url) -> Result<NetRoute, RouteError<'_>> {
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!("scheme {:?} is not http or https", url.scheme()));
+            return Err(RouteError::Scheme(url.scheme().to_owned()));
         }
         if !url.username().is_empty() || url.password().is_some() {
-            return Err("URLs with credentials are refused".to_owned());
+            return Err(RouteError::Credentials);
         }
-        let host = url.host().ok_or_else(|| format!("{url} has no host"))?;
-        let port = url.port_or_known_default().ok_or_else(|| format!("{url} has no port"))?;
+        let host = url.host().ok_or_else(|| RouteError::NoHost(url.clone()))?;
+        let port = url.port_or_known_default().ok_or_else(|| RouteError::NoPort(url.clone()))?;
         let rule = self.hosts.iter().map(|(r, _)| r).find(|r| r.matches(&host, port));
         match rule {
             Some(HostRule::Name { .. } | HostRule::AnyName) => Ok(NetRoute::ByName),
             Some(HostRule::Addr { .. }) => Ok(NetRoute::ByAddress),
             None => Err(match host {
-                url::Host::Domain(d) => format!("host {d}:{port} is not granted"),
-                url::Host::Ipv4(a) => format!("address {a}:{port} is not granted by address"),
-                url::Host::Ipv6(a) => format!("address [{a}]:{port} is not granted by address"),
+                url::Host::Domain(d) => RouteError::HostNotGranted { name: d.to_owned(), port },
+                url::Host::Ipv4(a) => RouteError::AddressNotGranted((a, port).into()),
+                url::Host::Ipv6(a) => RouteError::AddressNotGranted((a, port).into()),
             }),
         }
     }
@@ -360,11 +409,18 @@ mod tests {
     fn denied_sub_path_wins_over_root() {
         let g = grant();
         let err = g.route_path("/home/o/.ssh/id_ed25519", FsAccess::Read).unwrap_err();
-        assert!(err.contains("denied path /home/o/.ssh"), "{err}");
+        let ssh = Path::new("/home/o/.ssh");
+        assert_eq!(
+            err,
+            RouteError::Refused {
+                path: "/home/o/.ssh/id_ed25519".into(),
+                refusal: Refusal::Denied(ssh)
+            }
+        );
         assert!(g.route_path("/home/o/./.ssh", FsAccess::Read).is_err());
         assert!(g.route_path("/home/o/.sshx", FsAccess::Read).is_ok());
         let err = g.route_path("/home/o/.local/state/bx/policy.toml", FsAccess::Read).unwrap_err();
-        assert!(err.contains("bx's own state") && err.contains("#own-state"), "{err}");
+        assert!(matches!(err, RouteError::Refused { refusal: Refusal::Own(_), .. }), "{err:?}");
     }
 
     #[test]

@@ -2,6 +2,21 @@
 //! labelled with the join of what a call touched, and a session's taint is the join of
 //! every result it has seen, so it only ever rises.
 
+/// Why a label (`private/untrusted`) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LabelError {
+    /// No `/` between the two parts.
+    #[error("a label is CONFIDENTIALITY/INTEGRITY, such as private/trusted")]
+    Shape,
+    /// The first part is not a confidentiality.
+    #[error("confidentiality {0:?} is not public, private or secret")]
+    Confidentiality(String),
+    /// The second part is not an integrity.
+    #[error("integrity {0:?} is not trusted or untrusted")]
+    Integrity(String),
+}
+
 /// How confidential data is: `public` < `private` < `secret`.
 #[derive(
     Debug,

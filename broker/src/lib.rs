@@ -15,9 +15,10 @@ mod name;
 mod net;
 mod path;
 mod policy;
+mod snippet;
 pub mod toml_shape;
 
-pub use allow::AllowList;
+pub use allow::{AllowError, AllowList};
 pub use approval::{
     Answered, ApprovalTable, Pending, escape_untrusted, is_hidden, new_approval_id, render_block,
     typed_answer,
@@ -26,15 +27,16 @@ pub use credentials::{CREDENTIAL_STORES, CredentialGap, CredentialStore};
 pub use decide::{
     Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, decide, redecide,
 };
-pub use grant::{FsAccess, FsRoute, Grant, NetRoute, Refusal, RootKind};
-pub use label::{Confidentiality, Integrity, Label};
-pub use name::NamePattern;
-pub use net::{HostRule, is_public_ip};
+pub use grant::{FsAccess, FsRoute, Grant, NetRoute, Refusal, RootKind, RouteError};
+pub use label::{Confidentiality, Integrity, Label, LabelError};
+pub use name::{NameError, NamePattern};
+pub use net::{HostRule, HostRuleError, is_public_ip};
 pub use path::{PathError, normalize};
 pub use policy::{
     AskRule, DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError,
     PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
+pub use snippet::{Located, SourceLines};
 
 /// The commented example policy that `bx policy init` writes (also a test fixture, so it
 /// always parses and its examples always hold).

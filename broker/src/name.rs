@@ -3,6 +3,38 @@
 
 use std::path::{Component, Path};
 
+/// Why a name rule (`name = ".env"`) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The rule is empty.
+    #[error("a name is not empty")]
+    Empty,
+    /// The rule has a control character.
+    #[error("a name has no control characters")]
+    Control,
+    /// The rule starts with `/`: names match anywhere; the relative form is given.
+    #[error("a name is relative and matches anywhere: write {0:?}, or use path = for one place")]
+    Absolute(String),
+    /// `//` or a trailing `/`.
+    #[error("a name has no empty component (no // and no trailing /)")]
+    EmptyComponent,
+    /// A `.` or `..` component.
+    #[error("a name has no {0:?} component; name the files")]
+    Dot(String),
+    /// A component of only `*` first or last, which would match every path.
+    #[error(
+        "a component of only * would match every path; name the files (it may only stand between two named parts)"
+    )]
+    LoneStar,
+    /// A component of only spaces.
+    #[error("a name has no component of only spaces")]
+    OnlySpaces,
+    /// A component with more than one `*`.
+    #[error("{0:?}: a component has at most one *")]
+    ManyStars(String),
+}
+
 /// A file name, or a short relative path of names, that a rule matches wherever it
 /// appears in a path: `.env`, `*.pem`, `id_rsa*`, or `.git/config`, `.config/gh`, whose
 /// components must appear one after the other (`/a/sub/.git/config` and everything below
@@ -34,38 +66,27 @@ impl NamePattern {
     /// only between two others: `.git/modules/*/config`); no leading or trailing `/`, no
     /// control characters, no component of only spaces. Every other character (`?`, `[`,
     /// `\`) is itself.
-    pub fn parse(text: &str) -> Result<NamePattern, String> {
+    pub fn parse(text: &str) -> Result<NamePattern, NameError> {
         if text.is_empty() {
-            return Err("a name is not empty".into());
+            return Err(NameError::Empty);
         }
         if text.chars().any(char::is_control) {
-            return Err("a name has no control characters".into());
+            return Err(NameError::Control);
         }
         if text.starts_with('/') {
-            return Err(format!(
-                "a name is relative and matches anywhere: write {:?}, or use path = for one place",
-                text.trim_start_matches('/')
-            ));
+            return Err(NameError::Absolute(text.trim_start_matches('/').to_owned()));
         }
         let mut parts = Vec::new();
         for part in text.split('/') {
             match part {
-                "" => return Err("a name has no empty component (no // and no trailing /)".into()),
-                "." | ".." => {
-                    return Err(format!("a name has no {part:?} component; name the files"));
-                }
+                "" => return Err(NameError::EmptyComponent),
+                "." | ".." => return Err(NameError::Dot(part.to_owned())),
                 // Between two named parts it stands for one folder of any name
                 // (`.git/modules/*/config`); first or last it would match too much.
-                "*" if parts.is_empty() || text.ends_with("/*") => {
-                    return Err(
-                        "a component of only * would match every path; name the files (it may only stand between two named parts)".into()
-                    );
-                }
-                _ if part.trim().is_empty() => {
-                    return Err("a name has no component of only spaces".into());
-                }
+                "*" if parts.is_empty() || text.ends_with("/*") => return Err(NameError::LoneStar),
+                _ if part.trim().is_empty() => return Err(NameError::OnlySpaces),
                 _ if part.matches('*').count() > 1 => {
-                    return Err(format!("{part:?}: a component has at most one *"));
+                    return Err(NameError::ManyStars(part.to_owned()));
                 }
                 _ => parts.push(part.to_owned()),
             }
@@ -176,23 +197,22 @@ mod tests {
     #[test]
     fn refuses_patterns_that_match_too_much_or_are_malformed() {
         for (bad, why) in [
-            ("", "not empty"),
-            ("*", "only *"),
-            (".git/*", "only *"),
-            ("*/config", "only *"),
-            (".", "\".\""),
-            ("a/../b", "\"..\""),
-            ("a//b", "empty component"),
-            ("a/", "empty component"),
-            ("/etc/passwd", "relative"),
-            ("*a*", "at most one *"),
-            ("a/*b*", "at most one *"),
-            ("a\nb", "control"),
-            (" ", "only spaces"),
-            ("a/ /b", "only spaces"),
+            ("", NameError::Empty),
+            ("*", NameError::LoneStar),
+            (".git/*", NameError::LoneStar),
+            ("*/config", NameError::LoneStar),
+            (".", NameError::Dot(".".into())),
+            ("a/../b", NameError::Dot("..".into())),
+            ("a//b", NameError::EmptyComponent),
+            ("a/", NameError::EmptyComponent),
+            ("/etc/passwd", NameError::Absolute("etc/passwd".into())),
+            ("*a*", NameError::ManyStars("*a*".into())),
+            ("a/*b*", NameError::ManyStars("*b*".into())),
+            ("a\nb", NameError::Control),
+            (" ", NameError::OnlySpaces),
+            ("a/ /b", NameError::OnlySpaces),
         ] {
-            let err = NamePattern::parse(bad).unwrap_err();
-            assert!(err.contains(why), "{bad:?}: {err}");
+            assert_eq!(NamePattern::parse(bad), Err(why), "{bad:?}");
         }
     }
 

@@ -2,6 +2,37 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// Why a host rule (`host = "example.com"`, `--allow-host`) was refused; each names the
+/// rule as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostRuleError {
+    /// The rule is empty.
+    #[error("host rule {0:?}: empty")]
+    Empty(String),
+    /// The rule is a URL (a scheme or a path), not a host.
+    #[error("host rule {0:?}: give a host, not a URL")]
+    Url(String),
+    /// The URL parser does not read it as a host.
+    #[error("host rule {rule:?}: {source}")]
+    Unparsable {
+        /// The rule.
+        rule: String,
+        /// What the URL parser said.
+        #[source]
+        source: url::ParseError,
+    },
+    /// The rule has a user name or password.
+    #[error("host rule {0:?}: credentials are not part of a host")]
+    Credentials(String),
+    /// The host name is empty (only dots).
+    #[error("host rule {0:?}: empty host name")]
+    EmptyName(String),
+    /// No host at all.
+    #[error("host rule {0:?}: no host")]
+    NoHost(String),
+}
+
 /// One host a grant reaches: a DNS name, or an address the owner named literally.
 ///
 /// A name rule never matches an IP literal, and the runtime refuses a name whose
@@ -31,23 +62,23 @@ pub enum HostRule {
 
 impl HostRule {
     /// Parses `example.com`, `example.com:8443`, `10.0.0.5`, `127.0.0.1:8080`, `[::1]:80`.
-    pub fn parse(text: &str) -> Result<HostRule, String> {
-        let bad = |why: &str| format!("host rule {text:?}: {why}");
+    pub fn parse(text: &str) -> Result<HostRule, HostRuleError> {
+        let rule = || text.to_owned();
         if text.is_empty() {
-            return Err(bad("empty"));
+            return Err(HostRuleError::Empty(rule()));
         }
         if text == "*" {
             return Ok(HostRule::AnyName);
         }
         if text.contains("://") || text.contains('/') {
-            return Err(bad("give a host, not a URL"));
+            return Err(HostRuleError::Url(rule()));
         }
         // Let the URL parser do the host grammar (IDNA, IPv4 forms, IPv6 brackets), so a
         // rule is read exactly as a request's host will be.
-        let parsed =
-            url::Url::parse(&format!("http://{text}/")).map_err(|e| bad(&e.to_string()))?;
+        let parsed = url::Url::parse(&format!("http://{text}/"))
+            .map_err(|source| HostRuleError::Unparsable { rule: rule(), source })?;
         if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(bad("credentials are not part of a host"));
+            return Err(HostRuleError::Credentials(rule()));
         }
         let port = parsed.port();
         let explicit_port_80 = text.ends_with(":80");
@@ -56,13 +87,13 @@ impl HostRule {
             Some(url::Host::Domain(name)) => {
                 let name = name.trim_end_matches('.').to_owned();
                 if name.is_empty() {
-                    return Err(bad("empty host name"));
+                    return Err(HostRuleError::EmptyName(rule()));
                 }
                 Ok(HostRule::Name { name, port })
             }
             Some(url::Host::Ipv4(v4)) => Ok(HostRule::Addr { addr: IpAddr::V4(v4), port }),
             Some(url::Host::Ipv6(v6)) => Ok(HostRule::Addr { addr: IpAddr::V6(v6), port }),
-            None => Err(bad("no host")),
+            None => Err(HostRuleError::NoHost(rule())),
         }
     }
 
@@ -202,9 +233,16 @@ mod tests {
             HostRule::parse("2130706433"),
             Ok(HostRule::Addr { addr: ip("127.0.0.1"), port: None })
         );
-        assert!(HostRule::parse("https://example.com").is_err());
-        assert!(HostRule::parse("").is_err());
-        assert!(HostRule::parse("a@example.com").is_err());
+        assert_eq!(
+            HostRule::parse("https://example.com"),
+            Err(HostRuleError::Url("https://example.com".into()))
+        );
+        assert_eq!(HostRule::parse(""), Err(HostRuleError::Empty(String::new())));
+        assert_eq!(
+            HostRule::parse("a@example.com"),
+            Err(HostRuleError::Credentials("a@example.com".into()))
+        );
+        assert!(matches!(HostRule::parse("exa mple.com"), Err(HostRuleError::Unparsable { .. })));
     }
 
     #[test]

@@ -1,33 +1,29 @@
 //! Reading a policy file: the raw TOML shapes, each rule checked against its span, and
-//! the caret snippets every error carries.
+//! the caret snippets every error carries (located and rendered by [`crate::SourceLines`]).
 
 use std::path::Path;
 
 use toml::Spanned;
 
 use super::*;
-use crate::label::{Confidentiality, Integrity, Label};
+use crate::label::{Confidentiality, Integrity, Label, LabelError};
 use crate::name::NamePattern;
 use crate::net::HostRule;
 use crate::path::normalize;
 
 struct Source<'a> {
     file: &'a str,
-    text: &'a str,
-    /// Byte offset where each line starts, so locating a span is a binary search rather
-    /// than a scan from the start (a policy of 20,000 grants loads in linear time).
-    line_starts: Vec<usize>,
+    lines: crate::SourceLines<'a>,
 }
 
 impl<'a> Source<'a> {
     fn new(file: &'a str, text: &'a str) -> Source<'a> {
-        let line_starts = std::iter::once(0).chain(newline_offsets(text).map(|i| i + 1)).collect();
-        Source { file, text, line_starts }
+        Source { file, lines: crate::SourceLines::new(text) }
     }
 
     /// The 1-based line holding byte `offset`.
     fn line_of(&self, offset: usize) -> usize {
-        self.line_starts.partition_point(|&start| start <= offset).max(1)
+        self.lines.line_of(offset)
     }
 
     fn error(
@@ -36,29 +32,14 @@ impl<'a> Source<'a> {
         rule: &str,
         message: impl Into<String>,
     ) -> PolicyError {
-        let start = span.start.min(self.text.len());
-        let end = span.end.clamp(start, self.text.len());
-        let line_no = self.line_of(start);
-        let line_start = self.line_starts[line_no - 1];
-        let line_end = self.text[start..].find('\n').map_or(self.text.len(), |i| start + i);
-        let column = self.text[line_start..start].chars().count() + 1;
-        let source_line = &self.text[line_start..line_end];
-        let width = self.text[start..end.min(line_end)].chars().count().max(1);
-        let gutter = line_no.to_string().len();
-        let snippet = format!(
-            "{:gutter$} |\n{line_no} | {source_line}\n{:gutter$} | {}{}",
-            "",
-            "",
-            " ".repeat(column - 1),
-            "^".repeat(width)
-        );
+        let at = self.lines.locate(span);
         PolicyError {
             file: self.file.to_owned(),
-            line: line_no,
-            column,
+            line: at.line,
+            column: at.column,
             rule: rule.to_owned(),
             message: message.into(),
-            snippet,
+            snippet: at.snippet,
         }
     }
 }
@@ -150,7 +131,7 @@ fn names_rule(
     let mut one =
         |text: &str, span: std::ops::Range<usize>, at: String| match NamePattern::parse(text) {
             Ok(n) => out.push(n),
-            Err(e) => errors.push(src.error(span, &at, e)),
+            Err(e) => errors.push(src.error(span, &at, e.to_string())),
         };
     match raw.get_ref() {
         RawNames::One(text) => one(text, raw.span(), format!("{rule}.name")),
@@ -183,20 +164,18 @@ struct RawExample {
 }
 
 /// Parses `"private/untrusted"`.
-pub fn parse_label(text: &str) -> Result<Label, String> {
-    let (c, i) = text
-        .split_once('/')
-        .ok_or("a label is CONFIDENTIALITY/INTEGRITY, such as private/trusted")?;
+pub fn parse_label(text: &str) -> Result<Label, LabelError> {
+    let (c, i) = text.split_once('/').ok_or(LabelError::Shape)?;
     let confidentiality = match c {
         "public" => Confidentiality::Public,
         "private" => Confidentiality::Private,
         "secret" => Confidentiality::Secret,
-        _ => return Err(format!("confidentiality {c:?} is not public, private or secret")),
+        _ => return Err(LabelError::Confidentiality(c.to_owned())),
     };
     let integrity = match i {
         "trusted" => Integrity::Trusted,
         "untrusted" => Integrity::Untrusted,
-        _ => return Err(format!("integrity {i:?} is not trusted or untrusted")),
+        _ => return Err(LabelError::Integrity(i.to_owned())),
     };
     Ok(Label { confidentiality, integrity })
 }
@@ -239,28 +218,41 @@ fn path_rule(
         }
         Ok(r) => Some(r),
         Err(e) => {
-            errors.push(src.error(raw.span(), &format!("{rule}.path"), e));
+            errors.push(src.error(raw.span(), &format!("{rule}.path"), e.to_string()));
             None
         }
     }
 }
 
+/// Why a rule's path was refused.
+#[derive(Debug, thiserror::Error)]
+enum RulePathError {
+    /// `{workspace}` somewhere other than the start.
+    #[error("{WORKSPACE} may only begin a path")]
+    WorkspaceNotFirst,
+    /// `{workspace}` followed by something other than `/`.
+    #[error("after {WORKSPACE} comes / or the end of the path")]
+    AfterWorkspace,
+    /// The path itself.
+    #[error(transparent)]
+    Path(#[from] crate::PathError),
+}
+
 /// A rule's path: absolute and normalised, or `{workspace}` with a normalised rest.
-fn rule_path(text: &str) -> Result<ResourceRule, String> {
+fn rule_path(text: &str) -> Result<ResourceRule, RulePathError> {
     let Some(rest) = text.strip_prefix(WORKSPACE) else {
         if text.contains(WORKSPACE) {
-            return Err(format!("{WORKSPACE} may only begin a path"));
+            return Err(RulePathError::WorkspaceNotFirst);
         }
-        return normalize(Path::new(text)).map(ResourceRule::Path).map_err(|e| e.to_string());
+        return Ok(ResourceRule::Path(normalize(Path::new(text))?));
     };
     if !rest.is_empty() && !rest.starts_with('/') {
-        return Err(format!("after {WORKSPACE} comes / or the end of the path"));
+        return Err(RulePathError::AfterWorkspace);
     }
     if rest.contains(WORKSPACE) {
-        return Err(format!("{WORKSPACE} may only begin a path"));
+        return Err(RulePathError::WorkspaceNotFirst);
     }
-    let under =
-        normalize(&Path::new("/").join(rest.trim_start_matches('/'))).map_err(|e| e.to_string())?;
+    let under = normalize(&Path::new("/").join(rest.trim_start_matches('/')))?;
     let rest = under.strip_prefix("/").map(Path::to_path_buf).unwrap_or_default();
     Ok(ResourceRule::InWorkspace(rest))
 }
@@ -278,7 +270,7 @@ fn resource(
         (None, Some(h)) => match HostRule::parse(h.get_ref()) {
             Ok(rule) => Some(ResourceRule::Host(rule)),
             Err(e) => {
-                errors.push(src.error(h.span(), &format!("{rule}.host"), e));
+                errors.push(src.error(h.span(), &format!("{rule}.host"), e.to_string()));
                 None
             }
         },
@@ -312,10 +304,6 @@ fn one_of<T: Copy>(
     None
 }
 
-fn newline_offsets(text: &str) -> impl Iterator<Item = usize> + '_ {
-    text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i)
-}
-
 impl Policy {
     /// Parses and validates policy text read from `file` (the name is only for errors).
     /// Returns every error found; the examples are checked last, against the policy.
@@ -346,7 +334,9 @@ impl Policy {
                 &mut errors,
             );
             let label = parse_label(g.label.get_ref())
-                .map_err(|e| errors.push(src.error(g.label.span(), &format!("{rule}.label"), e)))
+                .map_err(|e| {
+                    errors.push(src.error(g.label.span(), &format!("{rule}.label"), e.to_string()))
+                })
                 .ok();
             let when_tainted = match &g.when_tainted {
                 Some(w) => one_of(
@@ -436,7 +426,7 @@ impl Policy {
                 (Some(p), None, None) => match rule_path(p.get_ref()) {
                     Ok(r) => Some(r),
                     Err(e) => {
-                        errors.push(src.error(p.span(), &format!("{rule}.path"), e));
+                        errors.push(src.error(p.span(), &format!("{rule}.path"), e.to_string()));
                         None
                     }
                 },
@@ -492,7 +482,9 @@ impl Policy {
             }
             let taint = match &e.taint {
                 Some(t) => parse_label(t.get_ref())
-                    .map_err(|m| errors.push(src.error(t.span(), &format!("{rule}.taint"), m)))
+                    .map_err(|m| {
+                        errors.push(src.error(t.span(), &format!("{rule}.taint"), m.to_string()))
+                    })
                     .ok(),
                 None => Some(Label::CLEAN),
             };

@@ -213,7 +213,7 @@ fn a_write_that_names_another_path_never_reaches_what_an_ask_rule_covers() {
     assert!(g.route_path("/w/other.md", FsAccess::Write).is_ok());
     let err = g.route_path("/w/.git/hooks/pre-commit", FsAccess::Write).unwrap_err();
     assert_eq!(
-        err,
+        err.to_string(),
         "/w/.git/hooks/pre-commit is under a name that asks the owner first (name .git/hooks); only a call that names it reaches it"
     );
     assert!(g.route_path("/w/a/.bashrc", FsAccess::Write).is_err());

@@ -60,7 +60,7 @@ fn one_call(s: &Setup, trust: &Trust, tokio: &tokio::runtime::Runtime) {
         let overlay = Overlay::default();
         let settled = trust.settle(proposal, &overlay, None, &mut NoOwner, &s.rt).await;
         let f = settled.unwrap().expect("allowed");
-        assert_eq!(f.status, "ok");
+        assert_eq!(f.status, bx_audit::CallStatus::Ok);
     });
 }
 

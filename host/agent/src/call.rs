@@ -195,7 +195,7 @@ pub use bx_protocol::Overlay;
 /// `public/untrusted`, and tainted sessions allowed, since the owner is at the
 /// keyboard. Applied to the policy in force each time the call is decided, so a refusal
 /// in the policy still holds.
-pub fn overlaid(policy: &Policy, overlay: &Overlay) -> Result<Policy, String> {
+pub fn overlaid(policy: &Policy, overlay: &Overlay) -> Result<Policy, bx_broker::AllowError> {
     let mut allow = AllowList::on_top_of(policy.clone());
     for p in &overlay.read {
         allow = allow.read(p)?;
@@ -291,7 +291,7 @@ impl Trust {
         if overlay.is_empty() {
             return Ok(policy);
         }
-        overlaid(&policy, overlay).map(Arc::new)
+        overlaid(&policy, overlay).map(Arc::new).map_err(|e| e.to_string())
     }
 
     /// A proposed call: its request goes on the log before anything is decided, whatever
@@ -348,14 +348,14 @@ impl Trust {
         approval: Option<&str>,
     ) -> Result<(), AgentError> {
         let (name, why) = match decision {
-            Decision::Allow(_) => ("allow", String::new()),
-            Decision::Ask(ask) => ("ask", ask.reasons.join("; ")),
-            Decision::Deny(reason) => ("deny", reason.message.clone()),
+            Decision::Allow(_) => (bx_audit::Verdict::Allow, String::new()),
+            Decision::Ask(ask) => (bx_audit::Verdict::Ask, ask.reasons.join("; ")),
+            Decision::Deny(reason) => (bx_audit::Verdict::Deny, reason.message.clone()),
         };
         self.audit.append(&Entry::Decision(bx_audit::Decision {
             session: session.to_owned(),
             call: call.to_owned(),
-            decision: name.to_owned(),
+            decision: name,
             taint: taint.to_string(),
             why: bounded(&why, MAX_FIELD_BYTES),
             approval: approval.map(str::to_owned),
@@ -566,21 +566,21 @@ impl<'t> Asking<'t> {
             Err(why) => Decision::Deny(DenyReason { message: why }),
         };
         let (name, reason) = match answer {
-            Answer::Approve => ("approve", String::new()),
-            Answer::Refuse(r) => ("refuse", r.clone()),
-            Answer::Expired => ("expired", String::new()),
+            Answer::Approve => (bx_audit::OwnerAnswer::Approve, String::new()),
+            Answer::Refuse(r) => (bx_audit::OwnerAnswer::Refuse, r.clone()),
+            Answer::Expired => (bx_audit::OwnerAnswer::Expired, String::new()),
         };
         let outcome = match decision {
-            Decision::Allow(_) => "allow",
-            Decision::Ask(_) | Decision::Deny(_) => "deny",
+            Decision::Allow(_) => bx_audit::Settled::Allow,
+            Decision::Ask(_) | Decision::Deny(_) => bx_audit::Settled::Deny,
         };
         trust.audit.append(&Entry::Approval(bx_audit::Approval {
             session: r.session.clone(),
             call: r.call.clone(),
             id: self.approval.clone(),
-            answer: name.to_owned(),
+            answer: name,
             reason: bounded(&reason, MAX_FIELD_BYTES),
-            decision: outcome.to_owned(),
+            decision: outcome,
         }))?;
         Ok(match decision {
             Decision::Allow(grant) => Ok(Allowed { requested: self.requested, grant }),
@@ -601,7 +601,7 @@ impl<'t> Asking<'t> {
 #[derive(Debug)]
 pub struct Finished {
     /// `ok`, `error` (the tool returned an error) or `stopped` (a limit or a host fault).
-    pub status: &'static str,
+    pub status: bx_audit::CallStatus,
     /// The result's label.
     pub label: Label,
     /// The session's taint after it.
@@ -639,13 +639,20 @@ impl Allowed<'_> {
         let (status, label, for_model, output) = match &outcome {
             Ok(report) => {
                 let (status, text, output) = match &report.result {
-                    Ok(Output::Json(t) | Output::Text(t)) => ("ok", t.clone(), Some(t.as_str())),
-                    Err(e) => ("error", call_error_text(e), None),
+                    Ok(Output::Json(t) | Output::Text(t)) => {
+                        (bx_audit::CallStatus::Ok, t.clone(), Some(t.as_str()))
+                    }
+                    Err(e) => (bx_audit::CallStatus::Error, call_error_text(e), None),
                 };
                 (status, report.label, text, output)
             }
             // A call stopped part-way may have read anything its grant reaches.
-            Err(e) => ("stopped", reach, format!("error: the call was stopped: {e}"), None),
+            Err(e) => (
+                bx_audit::CallStatus::Stopped,
+                reach,
+                format!("error: the call was stopped: {e}"),
+                None,
+            ),
         };
         let (touched, touched_more) = match &outcome {
             Ok(report) => (
@@ -665,7 +672,7 @@ impl Allowed<'_> {
         let record = Entry::Result(bx_audit::Outcome {
             session: r.session.clone(),
             call: r.call.clone(),
-            status: status.to_owned(),
+            status,
             label: label.to_string(),
             touched,
             touched_more,

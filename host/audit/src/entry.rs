@@ -90,6 +90,71 @@ impl Request {
     }
 }
 
+/// What the broker decided about a call: written as `allow`, `ask` or `deny`. Any other
+/// value in a record is refused when it is read (verify reports it as a `fields` problem
+/// of that record), never counted as one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The call runs under its grant.
+    Allow,
+    /// The call waits for the owner's answer.
+    Ask,
+    /// The call is refused.
+    Deny,
+}
+
+/// How the owner answered an `ask`: written as `approve`, `refuse` or `expired`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerAnswer {
+    /// The owner approved it.
+    Approve,
+    /// The owner refused it.
+    Refuse,
+    /// Nobody answered in time: a refusal.
+    Expired,
+}
+
+/// What an answered `ask` became: written as `allow` or `deny`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Settled {
+    /// The call runs.
+    Allow,
+    /// The call is refused.
+    Deny,
+}
+
+/// How a call that ran ended: written as `ok`, `error` or `stopped`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallStatus {
+    /// The tool returned its output.
+    Ok,
+    /// The tool returned an error.
+    Error,
+    /// A limit or a host fault stopped the call.
+    Stopped,
+}
+
+impl CallStatus {
+    /// The status as written in a record (`ok`, `error`, `stopped`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Ok => "ok",
+            CallStatus::Error => "error",
+            CallStatus::Stopped => "stopped",
+        }
+    }
+}
+
+impl From<CallStatus> for String {
+    fn from(status: CallStatus) -> String {
+        status.as_str().to_owned()
+    }
+}
+
 /// The broker decided a call (or it was refused before the broker was asked).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,7 +164,7 @@ pub struct Decision {
     /// The call's id.
     pub call: String,
     /// `allow`, `ask` or `deny`.
-    pub decision: String,
+    pub decision: Verdict,
     /// The session's taint it was decided at.
     pub taint: String,
     /// Why (empty for allow).
@@ -121,11 +186,11 @@ pub struct Approval {
     /// The approval's id.
     pub id: String,
     /// `approve`, `refuse` or `expired`.
-    pub answer: String,
+    pub answer: OwnerAnswer,
     /// The owner's reason for a refusal.
     pub reason: String,
     /// `allow` or `deny`: the decision after the answer.
-    pub decision: String,
+    pub decision: Settled,
 }
 
 /// A call that ran finished: on disk before anyone sees its output.
@@ -137,7 +202,7 @@ pub struct Outcome {
     /// The call's id.
     pub call: String,
     /// `ok`, `error` (the tool returned an error) or `stopped` (a limit or a fault).
-    pub status: String,
+    pub status: CallStatus,
     /// The result's label.
     pub label: String,
     /// What the call reached (at most 64 entries).
@@ -331,6 +396,31 @@ mod tests {
             Entry::parse(Kind::Result, &text).is_err(),
             "a request's fields are not a result's"
         );
+    }
+
+    /// The enums are written as the strings the records always held, so the chain of an
+    /// existing log does not change; a value no writer makes is refused, not mapped.
+    #[test]
+    fn decisions_answers_and_statuses_are_written_as_before_and_nothing_else_reads() {
+        let written = |v: serde_json::Result<String>| v.unwrap();
+        let verdicts = [Verdict::Allow, Verdict::Ask, Verdict::Deny]
+            .map(|v| written(serde_json::to_string(&v)));
+        assert_eq!(verdicts, [r#""allow""#, r#""ask""#, r#""deny""#]);
+        let answers = [OwnerAnswer::Approve, OwnerAnswer::Refuse, OwnerAnswer::Expired]
+            .map(|v| written(serde_json::to_string(&v)));
+        assert_eq!(answers, [r#""approve""#, r#""refuse""#, r#""expired""#]);
+        let settled = [Settled::Allow, Settled::Deny].map(|v| written(serde_json::to_string(&v)));
+        assert_eq!(settled, [r#""allow""#, r#""deny""#]);
+        let statuses = [CallStatus::Ok, CallStatus::Error, CallStatus::Stopped];
+        assert_eq!(
+            statuses.map(|v| written(serde_json::to_string(&v))),
+            [r#""ok""#, r#""error""#, r#""stopped""#]
+        );
+        assert_eq!(statuses.map(CallStatus::as_str), ["ok", "error", "stopped"]);
+        assert!(serde_json::from_str::<Verdict>(r#""alow""#).is_err());
+        assert!(serde_json::from_str::<Verdict>(r#""Allow""#).is_err());
+        assert!(serde_json::from_str::<Settled>(r#""ask""#).is_err());
+        assert!(serde_json::from_str::<CallStatus>(r#""OK""#).is_err());
     }
 
     #[test]

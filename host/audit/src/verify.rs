@@ -8,7 +8,7 @@ use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
 
 use crate::anchored::{Against, AnchorReport, Check, Place};
-use crate::entry::{Break as BreakEntry, Entry, MAX_RECORD_BYTES};
+use crate::entry::{Break as BreakEntry, Entry, MAX_RECORD_BYTES, Settled, Verdict};
 use crate::error::AuditError;
 use crate::log::{AuditLog, Checkpoint, checkpoint_path, day_files};
 use crate::record::{GENESIS, Kind, line_hash};
@@ -242,14 +242,16 @@ impl Walk {
                     self.calls.insert(r.call, (r.session, seq, Stage::Requested));
                 }
             }
-            Entry::Decision(d) => match d.decision.as_str() {
-                "allow" => self.set(&d.call, Stage::Allowed),
-                "ask" => self.set(&d.call, Stage::Asked),
-                _ => self.denied(&d.call),
+            // A value other than these never reaches here: the record's fields do not
+            // parse, and it is a `fields` problem of that record, not a denial.
+            Entry::Decision(d) => match d.decision {
+                Verdict::Allow => self.set(&d.call, Stage::Allowed),
+                Verdict::Ask => self.set(&d.call, Stage::Asked),
+                Verdict::Deny => self.denied(&d.call),
             },
-            Entry::Approval(a) => match a.decision.as_str() {
-                "allow" => self.set(&a.call, Stage::Allowed),
-                _ => self.denied(&a.call),
+            Entry::Approval(a) => match a.decision {
+                Settled::Allow => self.set(&a.call, Stage::Allowed),
+                Settled::Deny => self.denied(&a.call),
             },
             Entry::Result(r) => {
                 self.calls.remove(&r.call);

@@ -226,6 +226,48 @@ impl std::io::Read for Pipe<'_> {
     }
 }
 
+const INSTALLED: &[&[u8]] = &[
+    b"{",
+    b"}",
+    b"\"epoch\":",
+    b"\"tools\":{",
+    b"\"fs.read\":{",
+    b"\"digest\":\"sha256:",
+    b"\"size\":",
+    b"\"resources\":[\"path-read\"]",
+    b"18446744073709551616",
+    b"-1",
+    b"1e999",
+    b"\\u0000",
+    b"\\ud800",
+    b"\xef\xbb\xbf",
+    b",",
+    b"\n",
+];
+
+const NOTE: &[&[u8]] = &[
+    b"\n",
+    b"\n\n",
+    b"\xe2\x80\x94 ",
+    b"bx.test/fuzz",
+    b"bx.test/fuzz ",
+    b"ES0KY",
+    b"18446744073709551615",
+    b"18446744073709551616",
+    b"0",
+    b"=",
+    b"+",
+    b"/",
+    b"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+    b"\r\n",
+    b"\xef\xbb\xbf",
+];
+
+/// The verifier key of the signed checkpoints in `fixtures/anchor/`, so the parser gets
+/// past the signature check on the seeds (and on mutations that leave the signed text
+/// alone).
+const NOTE_VERIFIER: &str = include_str!("../../../fixtures/anchor/verifier.pub");
+
 /// Every target.
 pub const TARGETS: &[Target] = &[
     Target {
@@ -280,6 +322,25 @@ pub const TARGETS: &[Target] = &[
                 let _ = bx_audit::verify(&dir);
                 let _ = bx_audit::for_each_entry(&dir, |_, _| {});
             }
+        },
+    },
+    Target {
+        name: "installed",
+        seeds: &[("store", ".json")],
+        dictionary: INSTALLED,
+        run: |bytes, scratch| {
+            let path = scratch.path().join("installed.json");
+            if std::fs::write(&path, bytes).is_ok() {
+                let _ = bx_store::Installed::load(&path);
+            }
+        },
+    },
+    Target {
+        name: "checkpoint",
+        seeds: &[("anchor", ".note")],
+        dictionary: NOTE,
+        run: |bytes, _| {
+            let _ = bx_audit::open_note(bytes, NOTE_VERIFIER.trim());
         },
     },
     Target {
@@ -528,6 +589,20 @@ mod tests {
         }
         let sse = seeds(target("sse").unwrap(), &dir).unwrap();
         assert!(sse.iter().any(|(_, b)| bx_infer::parse_sse_bytes(b).is_ok()));
+        let installed = bx_store::Installed::load(&dir.join("store/installed.json")).unwrap();
+        assert_eq!((installed.epoch, installed.tools.len()), (3, 2));
+        // The seed is byte for byte what bx writes.
+        installed.save(&scratch.path().join("installed.json")).unwrap();
+        assert_eq!(
+            std::fs::read(scratch.path().join("installed.json")).unwrap(),
+            std::fs::read(dir.join("store/installed.json")).unwrap()
+        );
+        let sizes: Vec<u64> = seeds(target("checkpoint").unwrap(), &dir)
+            .unwrap()
+            .iter()
+            .map(|(_, b)| bx_audit::open_note(b, NOTE_VERIFIER.trim()).unwrap().size)
+            .collect();
+        assert_eq!(sizes, [1, 7]);
     }
 
     /// The mutator reaches the sizes and depths that found bugs before.

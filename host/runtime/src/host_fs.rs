@@ -291,7 +291,9 @@ fn modified_ms(meta: &cap_std::fs::Metadata) -> Option<u64> {
 impl CallState {
     /// The lexical check: which root, which path below it.
     fn route(&self, path: &str, access: FsAccess) -> Result<(usize, PathBuf), Error> {
-        self.grant.route_path(path, access).map(|r| (r.root, r.relative)).map_err(Error::Denied)
+        let route =
+            self.grant.route_path(path, access).map_err(|e| Error::Denied(e.to_string()))?;
+        Ok((route.root, route.relative))
     }
 
     fn root_path(&self, idx: usize) -> PathBuf {

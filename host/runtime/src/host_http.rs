@@ -93,7 +93,7 @@ impl CallState {
     fn check_url(&self, raw: &str) -> Result<(url::Url, NetRoute), Error> {
         let url = url::Url::parse(raw).map_err(|e| Error::Invalid(format!("{raw:?}: {e}")))?;
         canonical_ip_spelling(raw, &url)?;
-        let route = self.grant.route_url(&url).map_err(Error::Denied)?;
+        let route = self.grant.route_url(&url).map_err(|e| Error::Denied(e.to_string()))?;
         Ok((url, route))
     }
 

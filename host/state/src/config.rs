@@ -178,8 +178,8 @@ impl Config {
         bx_broker::toml_shape::check(text)
             .map_err(|(at, why)| StateError::parse_at(path, text, at, why))?;
         let config: Config = toml::from_str(text).map_err(|e| {
-            let offset = e.span().map_or(0, |s| s.start);
-            StateError::parse_at(path, text, offset, e.message().to_owned())
+            let span = e.span().unwrap_or(0..0);
+            StateError::parse_span(path, text, span, e.message().to_owned())
         })?;
         // Points at the line that sets `key` (not a comment or value that mentions it).
         let at = |key: &str, message: String| {
@@ -312,6 +312,23 @@ mod tests {
             (0..100).map(|i| format!("k{i}.{} = 1\n", ["a"; 60].join("."))).collect();
         let err = Config::parse(Path::new("c.toml"), &text).unwrap_err().to_string();
         assert!(err.starts_with("c.toml:17:") && err.contains("dotted keys"), "{err}");
+    }
+
+    /// Regression (issue 24): config errors named a line and column but showed no caret
+    /// snippet, while policy errors did (and each computed line and column its own way).
+    #[test]
+    fn an_error_shows_its_line_with_carets_under_the_place() {
+        let text = "[inference]\ntool_mode = \"magic\"\n";
+        let err = Config::parse(Path::new("c.toml"), text).unwrap_err();
+        let StateError::Parse { line, column, snippet, .. } = &err else {
+            panic!("a parse error: {err:?}")
+        };
+        assert_eq!(
+            (*line, *column, snippet.as_str()),
+            (2, 13, "  |\n2 | tool_mode = \"magic\"\n  |             ^^^^^^^")
+        );
+        let shown = err.to_string();
+        assert_eq!(shown.lines().skip(1).collect::<Vec<_>>().join("\n"), *snippet);
     }
 
     #[test]

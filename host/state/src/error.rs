@@ -5,7 +5,10 @@
 #[non_exhaustive]
 pub enum StateError {
     /// A configuration or state file is malformed.
-    #[error("{path}:{line}:{column}: {message} (see docs/runbook.md#store-file-invalid)")]
+    #[error(
+        "{path}:{line}:{column}: {message} (see docs/runbook.md#store-file-invalid){}",
+        below(snippet)
+    )]
     Parse {
         /// The file.
         path: String,
@@ -15,6 +18,9 @@ pub enum StateError {
         column: usize,
         /// What is wrong.
         message: String,
+        /// The source line with a caret under the place (empty when there is no text to
+        /// show).
+        snippet: String,
     },
     /// A file bx reads as its own is not a regular file (a FIFO, a device, a directory).
     #[error(
@@ -54,16 +60,33 @@ impl StateError {
         StateError::Io { path: path.display().to_string(), message: err.to_string() }
     }
 
-    /// A parse error at byte `offset` of `text`, located as line and column.
+    /// A parse error at byte `offset` of `text`, located as line and column with a caret
+    /// snippet, as policy errors are ([`bx_broker::SourceLines`]).
     pub fn parse_at(
         path: &std::path::Path,
         text: &str,
         offset: usize,
         message: String,
     ) -> StateError {
-        let before = &text[..offset.min(text.len())];
-        let line = before.matches('\n').count() + 1;
-        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        StateError::Parse { path: path.display().to_string(), line, column, message }
+        StateError::parse_span(path, text, offset..offset, message)
     }
+
+    /// A parse error over the bytes `span` of `text` (carets under all of its first line).
+    pub fn parse_span(
+        path: &std::path::Path,
+        text: &str,
+        span: std::ops::Range<usize>,
+        message: String,
+    ) -> StateError {
+        let at = bx_broker::SourceLines::new(text).locate(span);
+        // With no text there is no line to show.
+        let snippet = if text.is_empty() { String::new() } else { at.snippet };
+        let path = path.display().to_string();
+        StateError::Parse { path, line: at.line, column: at.column, message, snippet }
+    }
+}
+
+/// A snippet on the lines below the message, or nothing.
+fn below(snippet: &str) -> String {
+    if snippet.is_empty() { String::new() } else { format!("\n{snippet}") }
 }

@@ -41,6 +41,7 @@ impl Installed {
                 line,
                 column,
                 message: e.to_string(),
+                snippet: String::new(),
             })
         })
     }

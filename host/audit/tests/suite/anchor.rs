@@ -44,7 +44,7 @@ impl Anchored {
         for i in 0..calls {
             let call = format!("c{i}");
             log.append(&request("s1", &call, "{}")).unwrap();
-            log.append(&decision("s1", &call, "allow")).unwrap();
+            log.append(&decision("s1", &call, Verdict::Allow)).unwrap();
             log.append(&result("s1", &call)).unwrap();
         }
         log.close().unwrap();

@@ -131,12 +131,13 @@ fn fields_are_checked_against_their_kind() {
 fn denied_calls_are_complete_and_every_other_request_without_a_result_is_open() {
     let dir = tempfile::tempdir().unwrap();
     let log = AuditLog::open(dir.path()).unwrap();
-    for (call, d) in [("denied", "deny"), ("open", "allow"), ("asked", "ask")] {
+    for (call, d) in [("denied", Verdict::Deny), ("open", Verdict::Allow), ("asked", Verdict::Ask)]
+    {
         log.append(&request("s", call, "{}")).unwrap();
         log.append(&decision("s", call, d)).unwrap();
     }
     log.append(&request("s", "done", "{}")).unwrap();
-    log.append(&decision("s", "done", "allow")).unwrap();
+    log.append(&decision("s", "done", Verdict::Allow)).unwrap();
     log.append(&result("s", "done")).unwrap();
     log.append_deferred(&request("s", "undecided", "{}")).unwrap();
     log.close().unwrap();

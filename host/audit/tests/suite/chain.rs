@@ -32,7 +32,7 @@ fn reports_calls_without_result() {
     let dir = tempfile::tempdir().unwrap();
     let log = AuditLog::open(dir.path()).unwrap();
     log.append(&request("s2", "dangling", "{}")).unwrap();
-    log.append(&decision("s2", "dangling", "allow")).unwrap();
+    log.append(&decision("s2", "dangling", Verdict::Allow)).unwrap();
     log.close().unwrap();
     let report = verify(dir.path()).unwrap();
     assert!(report.is_clean());

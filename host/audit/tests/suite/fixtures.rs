@@ -1,5 +1,6 @@
 //! `fixtures/audit/`: logs that are good, torn, tampered, forked, cut,
-//! checkpoint-mismatched and undecided (cut off between a request and its decision),
+//! checkpoint-mismatched, undecided (cut off between a request and its decision) and
+//! misspelled (a decision no writer makes, `alow`, with the chain made valid over it),
 //! each with the report verify must give. The logs are made here
 //! with a fixed clock, so a change to the writer's format shows as drift; the reports
 //! are golden. `BX_BLESS=1 cargo test -p bx-audit --test all fixtures` rewrites both.
@@ -23,10 +24,10 @@ fn good(dir: &Path) {
     let clock = ManualClock(Arc::new(AtomicU64::new(FIXED)));
     let log = AuditLog::open_with_clock(dir, Box::new(clock)).unwrap();
     log.append(&request("s1", "c1", r#"{"path":"/home/o/notes/todo.md"}"#)).unwrap();
-    log.append(&decision("s1", "c1", "allow")).unwrap();
+    log.append(&decision("s1", "c1", Verdict::Allow)).unwrap();
     log.append(&result("s1", "c1")).unwrap();
     log.append(&request("s1", "c2", r#"{"path":"/home/o/.ssh/id"}"#)).unwrap();
-    log.append(&decision("s1", "c2", "deny")).unwrap();
+    log.append(&decision("s1", "c2", Verdict::Deny)).unwrap();
     log.append(&note("s1", "end")).unwrap();
     log.close().unwrap();
     let _ = std::fs::remove_file(dir.join(".lock"));
@@ -87,6 +88,16 @@ fn cases() -> Vec<(&'static str, Make)> {
             log.append_deferred(&request("s1", "c3", r#"{"path":"/home/o/notes/b.md"}"#)).unwrap();
             drop(log);
             let _ = std::fs::remove_file(d.join(".lock"));
+        }),
+        ("misspelled", |d| {
+            // c2's decision spelled `alow`, and every later `prev` and the checkpoint
+            // recomputed over it, as someone editing the log by hand would: only the value
+            // itself is wrong.
+            super::anchor::rechain(d, |files| {
+                let line = &mut files[0].1[4];
+                assert!(line.contains(r#""decision":"deny""#), "{line}");
+                *line = line.replace(r#""decision":"deny""#, r#""decision":"alow""#);
+            });
         }),
     ]
 }
@@ -166,4 +177,23 @@ fn a_request_cut_off_before_its_decision_is_listed_as_lacking_one() {
     let lacks: Vec<_> =
         cut.calls_without_result.iter().map(|c| (c.call.as_str(), c.lacks)).collect();
     assert_eq!(lacks, [("c2", bx_audit::Lacks::Decision)]);
+}
+
+/// Regression (issue 24): verify counted any decision other than `allow` or `ask` as a
+/// denial, so a decision spelled `alow` was silently a refused call. It is a `fields`
+/// problem of that record (its file, line and seq), and its call is not counted as
+/// denied: it lacks a decision verify can read.
+#[test]
+fn a_decision_no_writer_makes_is_a_problem_of_its_record_not_a_denial() {
+    let report = verify(&fixtures_dir().join("misspelled")).unwrap();
+    let at: Vec<_> =
+        report.problems.iter().map(|p| (p.kind.as_str(), p.file.as_str(), p.line)).collect();
+    assert_eq!(at, [("fields", "2026-11-29.jsonl", 5)]);
+    assert!(report.problems[0].detail.starts_with("seq 5: "), "{:?}", report.problems);
+    assert_eq!(report.calls_denied, 0);
+    let open: Vec<_> =
+        report.calls_without_result.iter().map(|c| (c.call.as_str(), c.seq, c.lacks)).collect();
+    assert_eq!(open, [("c2", 4, bx_audit::Lacks::Decision)]);
+    // The chain over it is valid: the only problem is the value.
+    assert_eq!(report.head.map(|h| h.0), Some(6));
 }

@@ -14,7 +14,7 @@ mod writers;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bx_audit::{AuditLog, Clock, Decision, Entry, Outcome, Request, Session};
+use bx_audit::{AuditLog, CallStatus, Clock, Decision, Entry, Outcome, Request, Session, Verdict};
 
 /// A request record of `call` in `session`, with `args` as its arguments.
 pub fn request(session: &str, call: &str, args: &str) -> Entry {
@@ -22,11 +22,11 @@ pub fn request(session: &str, call: &str, args: &str) -> Entry {
 }
 
 /// A decision record.
-pub fn decision(session: &str, call: &str, decision: &str) -> Entry {
+pub fn decision(session: &str, call: &str, decision: Verdict) -> Entry {
     Entry::Decision(Decision {
         session: session.into(),
         call: call.into(),
-        decision: decision.into(),
+        decision,
         taint: "public/trusted".into(),
         why: String::new(),
         approval: None,
@@ -38,7 +38,7 @@ pub fn result(session: &str, call: &str) -> Entry {
     Entry::Result(Outcome {
         session: session.into(),
         call: call.into(),
-        status: "ok".into(),
+        status: CallStatus::Ok,
         label: "public/trusted".into(),
         touched: vec![],
         touched_more: 0,
@@ -76,7 +76,7 @@ pub fn small_log(dir: &std::path::Path) {
     let log = AuditLog::open(dir).unwrap();
     for call in ["c1", "c2"] {
         log.append(&request("s1", call, "{}")).unwrap();
-        log.append(&decision("s1", call, "allow")).unwrap();
+        log.append(&decision("s1", call, Verdict::Allow)).unwrap();
         log.append(&result("s1", call)).unwrap();
     }
     log.close().unwrap();

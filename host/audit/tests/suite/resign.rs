@@ -32,7 +32,7 @@ fn honest_log(a: &Anchored) {
     for (i, label) in ["public/trusted", "private/trusted", "public/trusted"].iter().enumerate() {
         let call = format!("c{i}");
         log.append(&request("s1", &call, "{}")).unwrap();
-        log.append(&decision("s1", &call, "allow")).unwrap();
+        log.append(&decision("s1", &call, Verdict::Allow)).unwrap();
         log.append(&labelled(&call, label)).unwrap();
     }
     log.close().unwrap();

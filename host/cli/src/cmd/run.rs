@@ -159,7 +159,7 @@ fn with_resolved(paths: Vec<String>) -> Vec<String> {
 pub(crate) fn run(state: &StateDir, args: &RunArgs) -> anyhow::Result<u8> {
     let overlay = overlay(args)?;
     // Catch a bad flag here, before anything is recorded.
-    call::overlaid(&bx_broker::Policy::empty(), &overlay).map_err(anyhow::Error::msg)?;
+    call::overlaid(&bx_broker::Policy::empty(), &overlay)?;
     let workspace =
         args.workspace.as_deref().map(|d| super::chat::workspace(Some(d))).transpose()?;
     match Conn::connect(state) {
