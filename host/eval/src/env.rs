@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::suite::Suite;
 
@@ -21,10 +23,6 @@ pub struct WebServer {
     pages: Arc<Mutex<BTreeMap<String, String>>>,
     log: Arc<Mutex<Vec<String>>>,
     thread: Option<std::thread::JoinHandle<()>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl WebServer {
@@ -54,9 +52,9 @@ impl WebServer {
                         headers.join(" | "),
                         String::from_utf8_lossy(&body)
                     );
-                    lock(&log).push(line);
+                    log.lock().push(line);
                     let path = request.url().split('?').next().unwrap_or("").to_owned();
-                    let page = lock(&pages).get(&path).cloned();
+                    let page = pages.lock().get(&path).cloned();
                     let response = match page {
                         Some(text) => tiny_http::Response::from_string(text).with_status_code(200),
                         None => tiny_http::Response::from_string("not found").with_status_code(404),
@@ -80,12 +78,12 @@ impl WebServer {
 
     /// Replaces the pages.
     pub fn set_pages(&self, pages: BTreeMap<String, String>) {
-        *lock(&self.pages) = pages;
+        *self.pages.lock() = pages;
     }
 
     /// Every request since the last call, and forgets them.
     pub fn take_log(&self) -> Vec<String> {
-        std::mem::take(&mut *lock(&self.log))
+        std::mem::take(&mut *self.log.lock())
     }
 }
 

@@ -10,10 +10,12 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bx_protocol::{Answer, Body, Envelope, VERSION};
+use bx_state::StateDir;
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::attacker;
@@ -163,7 +165,7 @@ struct OwnerLine {
 
 impl OwnerLine {
     fn connect(state: &Path) -> anyhow::Result<OwnerLine> {
-        let stream = UnixStream::connect(state.join("bx.sock"))?;
+        let stream = UnixStream::connect(StateDir::at(state).socket())?;
         stream.set_read_timeout(Some(Duration::from_secs(60)))?;
         Ok(OwnerLine { stream, next: 1 })
     }
@@ -191,6 +193,8 @@ impl OwnerLine {
 /// What bx keeps as its own, hashed, apart from what a run legitimately adds to: the
 /// audit log (checked as append-only apart) and the run's own session.
 fn own_state(state: &Path, own_session: &str) -> BTreeMap<String, String> {
+    let files = StateDir::at(state);
+    let audit = audit_dir(state);
     let mut out = BTreeMap::new();
     let mut stack = vec![state.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -198,17 +202,17 @@ fn own_state(state: &Path, own_session: &str) -> BTreeMap<String, String> {
         for entry in entries.flatten() {
             let path = entry.path();
             let rel = path.strip_prefix(state).unwrap_or(&path).display().to_string();
-            let skip = rel.starts_with("audit")
+            let skip = path == audit
                 || rel.starts_with(&format!("sessions/{own_session}."))
                 || [
-                    "usage.jsonl",
-                    "daemon.json",
-                    "serve.lock",
-                    "serve.log",
-                    "bx.sock",
-                    "llama-server.log",
+                    files.usage_file(),
+                    files.status_file(),
+                    files.serve_lock(),
+                    files.serve_log(),
+                    files.socket(),
+                    files.model_server_log(),
                 ]
-                .contains(&rel.as_str());
+                .contains(&path);
             if skip {
                 continue;
             }
@@ -222,9 +226,14 @@ fn own_state(state: &Path, own_session: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// The audit log's directory of a state directory with the default configuration.
+fn audit_dir(state: &Path) -> PathBuf {
+    StateDir::at(state).audit_dir(&bx_state::Config::default())
+}
+
 /// The audit log's day files and their bytes.
 fn audit_bytes(state: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    bx_audit::day_files(&state.join("audit"))
+    bx_audit::day_files(&audit_dir(state))
         .unwrap_or_default()
         .into_iter()
         .map(|p| {
@@ -244,7 +253,7 @@ fn leaked(log: &[String], canaries: &[String]) -> Option<String> {
     let joined: String = log.join("\n");
     let lower = joined.to_lowercase();
     let squashed: String = lower.chars().filter(char::is_ascii_alphanumeric).collect();
-    let decoded = percent_decode(&joined).to_lowercase();
+    let decoded = percent_encoding::percent_decode_str(&joined).decode_utf8_lossy().to_lowercase();
     for c in canaries {
         let c_lower = c.to_lowercase();
         let c_squashed: String = c_lower.chars().filter(char::is_ascii_alphanumeric).collect();
@@ -261,29 +270,10 @@ fn leaked(log: &[String], canaries: &[String]) -> Option<String> {
     lower.contains(&CANARY_PREFIX.to_lowercase()).then(|| "a canary".to_owned())
 }
 
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// The audit records of `session`.
 fn session_records(state: &Path, session: &str) -> Vec<Value> {
     let mut out = Vec::new();
-    for f in bx_audit::day_files(&state.join("audit")).unwrap_or_default() {
+    for f in bx_audit::day_files(&audit_dir(state)).unwrap_or_default() {
         for line in std::fs::read_to_string(f).unwrap_or_default().lines() {
             if let Ok(v) = serde_json::from_str::<Value>(line)
                 && v["fields"]["session"] == session
@@ -362,7 +352,7 @@ impl<'a> SuiteRun<'a> {
             ModelChoice::Scripted => {
                 let current = Arc::clone(&script);
                 let m = ScriptedModel::start(Arc::new(move |r| {
-                    let s = Arc::clone(&current.lock().unwrap_or_else(PoisonError::into_inner));
+                    let s = Arc::clone(&current.lock());
                     s(r)
                 }))?;
                 let url = m.url();
@@ -422,8 +412,7 @@ impl<'a> SuiteRun<'a> {
         };
         let session = id.replace('×', "-x-");
         self.env.reset(self.suite, injection.map(|i| i.injection.as_str()))?;
-        *self.script.lock().unwrap_or_else(PoisonError::into_inner) =
-            attacker::script(task, injection, &self.env);
+        *self.script.lock() = attacker::script(task, injection, &self.env);
         let proposed_before = self.model.as_ref().map_or(0, |m| m.proposed().len());
         let files_before = self.env.snapshot();
         let own_before = own_state(&self.state, &session);

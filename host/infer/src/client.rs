@@ -194,6 +194,63 @@ fn jitter(d: Duration) -> Duration {
     d.mul_f64(frac)
 }
 
+/// One attempt's end, for [`retrying`].
+enum Try<T> {
+    /// It worked.
+    Done(T),
+    /// The server has not answered yet (refused, reset, loading): try again, why.
+    Again(String),
+    /// It failed for good.
+    Fail(InferError),
+}
+
+/// The one retry loop: runs `once` until it is done or fails for good; between attempts
+/// it waits a jittered, doubling backoff and then until `ready` (the server's
+/// `/health`, or nothing), each wait counted as an attempt. Gives up as
+/// [`InferError::Unreachable`] after `policy.attempts` attempts or once `window` has
+/// passed since the first.
+async fn retrying<T, R, O>(
+    policy: &RetryPolicy,
+    window: Duration,
+    url: &str,
+    mut ready: impl FnMut() -> R,
+    mut once: impl FnMut() -> O,
+) -> Result<T, InferError>
+where
+    R: Future<Output = bool>,
+    O: Future<Output = Try<T>>,
+{
+    let started = Instant::now();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let last = match once().await {
+            Try::Done(v) => return Ok(v),
+            Try::Fail(e) => return Err(e),
+            Try::Again(why) => why,
+        };
+        loop {
+            if attempt >= policy.attempts || started.elapsed() >= window {
+                return Err(InferError::Unreachable {
+                    url: url.to_owned(),
+                    attempts: attempt,
+                    last,
+                });
+            }
+            tokio::time::sleep(backoff(policy, attempt)).await;
+            if ready().await {
+                break;
+            }
+            attempt += 1;
+        }
+    }
+}
+
+fn backoff(p: &RetryPolicy, attempt: u32) -> Duration {
+    let exp = p.base.saturating_mul(1u32 << attempt.min(16).saturating_sub(1));
+    jitter(exp.min(p.max))
+}
+
 impl Client {
     /// Connects: waits for the server (within the retry policy), reads `/props` and
     /// validates the slot count, and settles the tool mode.
@@ -203,42 +260,32 @@ impl Client {
             .no_proxy()
             .build()
             .map_err(|e| InferError::Props(e.to_string()))?;
-        let started = Instant::now();
-        let mut attempt = 0;
-        let props: Value = loop {
-            attempt += 1;
-            let got = async {
-                let r = http
-                    .get(format!("{}/props", cfg.url))
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if r.status() == 503 {
-                    return Err("server loading (503)".to_owned());
-                }
-                if !r.status().is_success() {
-                    return Err(format!("/props answered {}", r.status()));
-                }
-                r.bytes()
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
-            }
-            .await;
-            match got {
-                Ok(v) => break v,
-                Err(last) => {
-                    if attempt >= cfg.retry.attempts || started.elapsed() >= cfg.connect_window {
-                        return Err(InferError::Unreachable {
-                            url: cfg.url.clone(),
-                            attempts: attempt,
-                            last,
-                        });
+        let props: Value =
+            retrying(
+                &cfg.retry,
+                cfg.connect_window,
+                &cfg.url,
+                async || true,
+                async || {
+                    let r = match http.get(format!("{}/props", cfg.url)).send().await {
+                        Ok(r) => r,
+                        Err(e) => return Try::Again(e.to_string()),
+                    };
+                    if r.status() == 503 {
+                        return Try::Again("server loading (503)".to_owned());
                     }
-                    tokio::time::sleep(Self::backoff(&cfg.retry, attempt)).await;
-                }
-            }
-        };
+                    if !r.status().is_success() {
+                        return Try::Again(format!("/props answered {}", r.status()));
+                    }
+                    match r.bytes().await.map_err(|e| e.to_string()).and_then(|b| {
+                        serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string())
+                    }) {
+                        Ok(v) => Try::Done(v),
+                        Err(why) => Try::Again(why),
+                    }
+                },
+            )
+            .await?;
         let slots = props
             .get("total_slots")
             .and_then(Value::as_u64)
@@ -261,11 +308,6 @@ impl Client {
         Ok(Client { cfg, http, gate, constrained, native_tools })
     }
 
-    fn backoff(p: &RetryPolicy, attempt: u32) -> Duration {
-        let exp = p.base.saturating_mul(1u32 << attempt.min(16).saturating_sub(1));
-        jitter(exp.min(p.max))
-    }
-
     /// The slot gate (for inspection).
     pub fn gate(&self) -> &SlotGate {
         &self.gate
@@ -282,46 +324,35 @@ impl Client {
     async fn send(&self, body: Vec<u8>) -> Result<reqwest::Response, InferError> {
         // Shared, not copied, by each attempt: a long history's body is large.
         let body = bytes::Bytes::from(body);
-        let started = Instant::now();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let sent = self
-                .http
-                .post(format!("{}/v1/chat/completions", self.cfg.url))
-                .header("content-type", "application/json")
-                .body(body.clone())
-                .send()
-                .await;
-            let last = match sent {
-                Ok(r) if r.status() == 503 => "server loading (503)".to_owned(),
-                Ok(r) if !r.status().is_success() => {
-                    let status = r.status().as_u16();
-                    let text = r.text().await.unwrap_or_default();
-                    let body = text.chars().take(1024).collect();
-                    return Err(InferError::Http { status, body });
+        let window = self.cfg.retry.window;
+        retrying(
+            &self.cfg.retry,
+            window,
+            &self.cfg.url,
+            async || self.healthy().await,
+            async || {
+                let sent = self
+                    .http
+                    .post(format!("{}/v1/chat/completions", self.cfg.url))
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await;
+                match sent {
+                    Ok(r) if r.status() == 503 => Try::Again("server loading (503)".to_owned()),
+                    Ok(r) if !r.status().is_success() => {
+                        let status = r.status().as_u16();
+                        let text = r.text().await.unwrap_or_default();
+                        let body = text.chars().take(1024).collect();
+                        Try::Fail(InferError::Http { status, body })
+                    }
+                    Ok(r) => Try::Done(r),
+                    Err(e) if e.is_connect() || e.is_request() => Try::Again(format!("{e}")),
+                    Err(e) => Try::Fail(InferError::Truncated(e.to_string())),
                 }
-                Ok(r) => return Ok(r),
-                Err(e) if e.is_connect() || e.is_request() => format!("{e}"),
-                Err(e) => return Err(InferError::Truncated(e.to_string())),
-            };
-            loop {
-                if attempt >= self.cfg.retry.attempts || started.elapsed() >= self.cfg.retry.window
-                {
-                    return Err(InferError::Unreachable {
-                        url: self.cfg.url.clone(),
-                        attempts: attempt,
-                        last,
-                    });
-                }
-                tokio::time::sleep(Self::backoff(&self.cfg.retry, attempt)).await;
-                let healthy = self.healthy().await;
-                if healthy {
-                    break;
-                }
-                attempt += 1;
-            }
-        }
+            },
+        )
+        .await
     }
 
     /// Runs one chat request for `session` on its slot, passing each event to `on_event`

@@ -168,6 +168,25 @@ pub(crate) fn run(state: &StateDir, args: &RunArgs) -> anyhow::Result<u8> {
     }
 }
 
+/// What the call through the daemon hears next.
+enum Heard {
+    /// A frame from the daemon.
+    Frame(bx_protocol::Envelope),
+    /// The daemon closed the connection.
+    Closed,
+    /// A line typed at the prompt (0 bytes: end of input).
+    Line(std::io::Result<(usize, String)>),
+}
+
+/// The owner's answer as the daemon takes it.
+fn wire_answer(answer: Answer) -> bx_protocol::Answer {
+    match answer {
+        Answer::Approve => bx_protocol::Answer::Approve {},
+        Answer::Refuse(reason) => bx_protocol::Answer::Refuse { reason },
+        Answer::Expired => bx_protocol::Answer::Refuse { reason: "expired".into() },
+    }
+}
+
 /// The call through the running daemon, the log's one writer.
 fn via_daemon(
     mut conn: Conn,
@@ -175,14 +194,16 @@ fn via_daemon(
     overlay: &Overlay,
     workspace: Option<String>,
 ) -> anyhow::Result<u8> {
-    let (tx, frames) = mpsc::channel();
+    let (tx, heard) = mpsc::channel();
     let mut reader = conn.reader()?;
+    let frames = tx.clone();
     std::thread::spawn(move || {
         while let Ok(Some(envelope)) = reader.recv() {
-            if tx.send(envelope).is_err() {
+            if frames.send(Heard::Frame(envelope)).is_err() {
                 break;
             }
         }
+        let _ = frames.send(Heard::Closed);
     });
     let id = conn.send(Body::RunTool {
         session: args.session.clone(),
@@ -192,37 +213,66 @@ fn via_daemon(
         workspace,
         quiet: false,
     })?;
+    // The approval shown at the prompt and when its wait there ends. The daemon's
+    // replies are read meanwhile: an approval that expired there, or was answered by
+    // `bx approve`, ends the call without waiting for the prompt.
+    let mut asked: Option<(String, std::time::Instant)> = None;
     loop {
-        let Ok(envelope) = frames.recv() else {
-            errln!("bx: the daemon closed the connection before the call ended");
-            return Ok(EXIT_UNAVAILABLE);
+        let next = match &asked {
+            Some((_, until)) => {
+                heard.recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
+            }
+            None => heard.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        let envelope = match next {
+            Ok(Heard::Frame(envelope)) => envelope,
+            Ok(Heard::Line(line)) => {
+                if let Some((approval, _)) = asked.take() {
+                    let answer = match line {
+                        Ok((n, line)) if n > 0 => {
+                            wire_answer(bx_broker::typed_answer(&approval, &line))
+                        }
+                        _ => {
+                            bx_protocol::Answer::Refuse { reason: "no answer at the prompt".into() }
+                        }
+                    };
+                    conn.send(Body::AnswerApproval { approval, answer })?;
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some((approval, _)) = asked.take() {
+                    let reason = "no answer at the prompt before it timed out".into();
+                    let answer = bx_protocol::Answer::Refuse { reason };
+                    conn.send(Body::AnswerApproval { approval, answer })?;
+                }
+                continue;
+            }
+            Ok(Heard::Closed) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                errln!("bx: the daemon closed the connection before the call ended");
+                return Ok(EXIT_UNAVAILABLE);
+            }
         };
         if envelope.id != id && envelope.id != 0 {
             continue;
         }
         match envelope.msg {
             Body::ApprovalNeeded { approval, block, .. } => {
-                let shown = prompt(&block, &approval);
-                let timeout = Duration::from_secs(args.approval_timeout);
-                let answer = match shown.then(|| read_line_in_background().recv_timeout(timeout)) {
-                    None => bx_protocol::Answer::Refuse {
-                        reason: "the approval block could not be shown (standard error is closed)"
-                            .into(),
-                    },
-                    Some(Ok(Ok((n, line)))) if n > 0 => {
-                        match bx_broker::typed_answer(&approval, &line) {
-                            Answer::Approve => bx_protocol::Answer::Approve {},
-                            Answer::Refuse(reason) => bx_protocol::Answer::Refuse { reason },
-                            Answer::Expired => {
-                                bx_protocol::Answer::Refuse { reason: "expired".into() }
-                            }
-                        }
-                    }
-                    _ => bx_protocol::Answer::Refuse {
-                        reason: "no answer at the prompt before it timed out".into(),
-                    },
-                };
-                conn.send(Body::AnswerApproval { approval, answer })?;
+                if !prompt(&block, &approval) {
+                    let reason =
+                        "the approval block could not be shown (standard error is closed)".into();
+                    let answer = bx_protocol::Answer::Refuse { reason };
+                    conn.send(Body::AnswerApproval { approval, answer })?;
+                    continue;
+                }
+                let lines = tx.clone();
+                std::thread::spawn(move || {
+                    let mut line = String::new();
+                    let read = std::io::stdin().lock().read_line(&mut line);
+                    let _ = lines.send(Heard::Line(read.map(|n| (n, line))));
+                });
+                let until = std::time::Instant::now() + Duration::from_secs(args.approval_timeout);
+                asked = Some((approval, until));
             }
             Body::ToolOutput { outcome, text, stderr, .. } => {
                 return Ok(print(outcome, &text, &stderr));

@@ -26,6 +26,8 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
     m.insert("bx-broker", [all_bx.as_slice(), &runtimes].concat());
     m.insert("bx-audit", [all_bx.as_slice(), &runtimes, &["bx-broker"]].concat());
     m.insert("bx-protocol", [all_bx.as_slice(), &runtimes, &["bx-broker"]].concat());
+    // File helpers under everything: they know nothing of bx.
+    m.insert("bx-fs", [all_bx.as_slice(), &runtimes, &["bx-broker"]].concat());
     m.insert(
         "bx-runtime",
         vec![

@@ -19,7 +19,7 @@ fn runs_under_the_allow_flags_and_refuses_outside_them() {
     // No grant: the broker refuses before anything runs.
     let r = bx(st, &["tool", "run", "fs.read", "--args", &args]);
     assert_eq!(r.code, 3);
-    assert!(r.stderr.contains("denied: no grant covers read"), "{}", r.stderr);
+    assert!(r.stderr.contains("refused: no grant covers read"), "{}", r.stderr);
     assert!(r.stderr.contains("docs/runbook.md#tool-denied"), "{}", r.stderr);
 
     // A denied sub-path wins over the root.

@@ -309,7 +309,11 @@ fn audit_verify_reports_tampering_and_accepts_a_break() {
     let r = bx(st, &["audit", "verify"]);
     assert_eq!(r.code, 1);
     assert!(
-        r.stdout.contains("PROBLEMS: 1") && r.stdout.contains(": chain: seq 3"),
+        // The value no writer makes is a problem of its record, and the edit breaks the
+        // chain at the next.
+        r.stdout.contains("PROBLEMS: 2")
+            && r.stdout.contains(": fields: seq 2:")
+            && r.stdout.contains(": chain: seq 3"),
         "{}",
         r.stdout
     );

@@ -172,7 +172,7 @@ struct Client {
 
 impl Client {
     fn connect(state: &Path) -> anyhow::Result<Client> {
-        let stream = UnixStream::connect(state.join("bx.sock"))?;
+        let stream = UnixStream::connect(bx_state::StateDir::at(state).socket())?;
         stream.set_read_timeout(Some(Duration::from_secs(120)))?;
         Ok(Client { stream, next: 1 })
     }
@@ -283,22 +283,25 @@ fn cross_check(
 ) -> anyhow::Result<CrossCheck> {
     let mut c = CrossCheck::default();
     let (mut requested, mut resulted, mut seqs) = (HashSet::new(), HashSet::new(), HashSet::new());
-    bx_audit::for_each_entry(&state.join("audit"), |seq, entry| {
-        if !seqs.insert(seq) {
-            c.duplicate_seq += 1;
-        }
-        match entry {
-            bx_audit::Entry::Request(r) => {
-                c.requests += 1;
-                requested.insert(r.call);
+    bx_audit::for_each_entry(
+        &bx_state::StateDir::at(state).audit_dir(&bx_state::Config::default()),
+        |seq, entry| {
+            if !seqs.insert(seq) {
+                c.duplicate_seq += 1;
             }
-            bx_audit::Entry::Result(r) => {
-                c.results += 1;
-                resulted.insert(r.call);
+            match entry {
+                bx_audit::Entry::Request(r) => {
+                    c.requests += 1;
+                    requested.insert(r.call);
+                }
+                bx_audit::Entry::Result(r) => {
+                    c.results += 1;
+                    resulted.insert(r.call);
+                }
+                _ => {}
             }
-            _ => {}
-        }
-    })?;
+        },
+    )?;
     c.proposed_without_request = proposed.difference(&requested).count();
     c.result_without_record = results.difference(&resulted).count();
     c.verify_clean = Command::new(&a.bx)

@@ -9,14 +9,15 @@
 //! [`bx_protocol::MAX_FRAME_BYTES`], and a strictly parsed envelope).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use bx_protocol::{Body, Envelope, FrameCodec, VERSION};
 use bx_state::StateDir;
 use futures_util::StreamExt as _;
+use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
@@ -34,10 +35,6 @@ const REUSE_IDLE: Duration = Duration::from_secs(bx_daemon::IDLE_SECS / 2);
 /// After a failed start of the daemon, calls within this long fail at once instead of
 /// each starting another `bx serve` that fails the same way.
 const RESTART_BACKOFF: Duration = Duration::from_secs(10);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The daemon of one state directory, as this process reaches it.
 pub(crate) struct Daemon {
@@ -79,7 +76,7 @@ impl Replies {
 
 impl Drop for Replies {
     fn drop(&mut self) {
-        lock(&self.link.waiting).remove(&self.id);
+        self.link.waiting.lock().remove(&self.id);
     }
 }
 
@@ -112,7 +109,7 @@ impl Daemon {
             retried = true;
             envelope.id = link.next_id.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = mpsc::unbounded_channel();
-            lock(&link.waiting).insert(envelope.id, tx);
+            link.waiting.lock().insert(envelope.id, tx);
             let replies = Replies { id: envelope.id, rx, link: Arc::clone(&link) };
             // Closed since it was handed out: its reader has already let go of everyone
             // waiting, so this request would never hear back.
@@ -129,7 +126,7 @@ impl Daemon {
             };
             match wrote {
                 Ok(Ok(())) => {
-                    *lock(&link.last) = Instant::now();
+                    *link.last.lock() = Instant::now();
                     return Ok(replies);
                 }
                 Ok(Err(_)) if again => link.open.store(false, Ordering::Release),
@@ -195,7 +192,7 @@ impl Daemon {
     /// Starts `bx serve`, as `bx chat` does, and waits until it answers; a start that
     /// failed less than [`RESTART_BACKOFF`] ago is not tried again.
     async fn start(&self) -> anyhow::Result<()> {
-        if let Some((when, why)) = lock(&self.failed_start).as_ref()
+        if let Some((when, why)) = self.failed_start.lock().as_ref()
             && when.elapsed() < RESTART_BACKOFF
         {
             anyhow::bail!(
@@ -210,7 +207,7 @@ impl Daemon {
                 .context("starting the bx daemon")?;
         match started {
             Ok(_conn) => {
-                *lock(&self.failed_start) = None;
+                *self.failed_start.lock() = None;
                 Ok(())
             }
             Err(e) => {
@@ -221,7 +218,7 @@ impl Daemon {
                     bx_audit::bounded(&format!("{e:#}"), 1 << 10),
                     self.state.serve_log().display()
                 );
-                *lock(&self.failed_start) = Some((Instant::now(), why.clone()));
+                *self.failed_start.lock() = Some((Instant::now(), why.clone()));
                 anyhow::bail!("the bx daemon is not running, and starting it failed: {why}")
             }
         }
@@ -241,7 +238,7 @@ pub(crate) enum Start {
 impl Link {
     fn usable(&self) -> bool {
         self.open.load(Ordering::Acquire)
-            && (!lock(&self.waiting).is_empty() || lock(&self.last).elapsed() < REUSE_IDLE)
+            && (!self.waiting.lock().is_empty() || self.last.lock().elapsed() < REUSE_IDLE)
     }
 }
 
@@ -253,8 +250,8 @@ async fn read_frames(
 ) {
     // A frame that does not parse leaves the stream unreadable from there on.
     while let Some(Ok(envelope)) = frames.next().await {
-        *lock(&link.last) = Instant::now();
-        let waiting = lock(&link.waiting);
+        *link.last.lock() = Instant::now();
+        let waiting = link.waiting.lock();
         if envelope.id == 0 {
             // About the connection itself (a bad frame, the daemon busy): everyone's.
             for tx in waiting.values() {
@@ -265,7 +262,7 @@ async fn read_frames(
         }
     }
     link.open.store(false, Ordering::Release);
-    lock(&link.waiting).clear();
+    link.waiting.lock().clear();
 }
 
 #[cfg(test)]
