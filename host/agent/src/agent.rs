@@ -155,7 +155,7 @@ impl Agent {
 
     /// The policy in force (re-read when the file changed; an invalid edit keeps the
     /// last valid one), or why every call is refused.
-    pub fn policy(&self) -> Result<Arc<Policy>, String> {
+    pub fn policy(&self) -> Result<Arc<Policy>, call::NoPolicy> {
         self.trust.policy()
     }
 

@@ -72,11 +72,12 @@ mod tests {
         assert!(ws.contains("You work in the directory /home/o/p."), "{ws}");
         assert!(ws.ends_with("Prefer short answers."), "{ws}");
         std::fs::write(&core, [0xff, 0xfe]).unwrap();
-        let err = Baseline::load(&core, None).unwrap_err().to_string();
-        assert!(err.contains("core-unreadable") && err.contains("not UTF-8"), "{err}");
+        let err = Baseline::load(&core, None).unwrap_err();
+        assert_eq!(err.runbook(), "docs/runbook.md#core-unreadable");
+        assert!(err.to_string().contains("not UTF-8"), "{err}");
         std::fs::remove_file(&core).unwrap();
         std::fs::create_dir(&core).unwrap();
-        let err = Baseline::load(&core, None).unwrap_err().to_string();
-        assert!(err.contains("core-unreadable"), "{err}");
+        let err = Baseline::load(&core, None).unwrap_err();
+        assert_eq!(err.runbook(), "docs/runbook.md#core-unreadable", "{err}");
     }
 }

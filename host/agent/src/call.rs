@@ -24,10 +24,38 @@ use serde_json::Value;
 use crate::error::AgentError;
 use crate::ledger::Ledger;
 
+/// Why a call's arguments do not name their resources properly; the call is refused
+/// with this as its reason (which the model reads).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgsError {
+    /// An argument that names a resource is not a string.
+    #[error("argument {arg:?} names a resource and must be a string, not {shown}")]
+    NotAString {
+        /// The argument's name.
+        arg: String,
+        /// Its value, bounded.
+        shown: String,
+    },
+    /// An empty path.
+    #[error("the path is empty; use \".\" for the workspace")]
+    EmptyPath,
+    /// A path that starts with `~`.
+    #[error(
+        "path {0:?}: `~` is not expanded; give a path relative to the workspace, or an absolute one"
+    )]
+    Tilde(String),
+    /// A relative path in a session without a workspace. (The reason goes to the model
+    /// as well as the owner, so it names its runbook entry itself.)
+    #[error(
+        "path {0:?} is relative and this session has no workspace to resolve it against (see docs/runbook.md#no-workspace)"
+    )]
+    NoWorkspace(String),
+}
+
 /// The resources a call's arguments name, per the tool's own description. An argument
 /// that names a resource must be a string. Relative paths are not resolved here (see
 /// [`resolve`]), so the broker refuses them.
-pub fn resources(tool: &LoadedTool, args: &Value) -> Result<Vec<Resource>, String> {
+pub fn resources(tool: &LoadedTool, args: &Value) -> Result<Vec<Resource>, ArgsError> {
     resolve(tool, args, None).map(|(resources, _)| resources)
 }
 
@@ -39,7 +67,7 @@ pub fn resolve(
     tool: &LoadedTool,
     args: &Value,
     workspace: Option<&Path>,
-) -> Result<(Vec<Resource>, Value), String> {
+) -> Result<(Vec<Resource>, Value), ArgsError> {
     resolve_noting(tool, args, workspace).map(|(resources, args, _)| (resources, args))
 }
 
@@ -61,7 +89,7 @@ pub fn resolve_noting(
     tool: &LoadedTool,
     args: &Value,
     workspace: Option<&Path>,
-) -> Result<(Vec<Resource>, Value, Vec<Redirected>), String> {
+) -> Result<(Vec<Resource>, Value, Vec<Redirected>), ArgsError> {
     let mut out = Vec::new();
     let mut redirected = Vec::new();
     let mut resolved = args.clone();
@@ -69,13 +97,10 @@ pub fn resolve_noting(
         let Some(value) = args.get(&r.arg) else { continue };
         let Some(text) = value.as_str() else {
             let shown = bounded(&value.to_string(), 200);
-            return Err(format!(
-                "argument {:?} names a resource and must be a string, not {shown}",
-                r.arg
-            ));
+            return Err(ArgsError::NotAString { arg: r.arg.clone(), shown });
         };
         let write = matches!(r.kind, ResourceKind::PathWrite);
-        let mut path = |text: &str| -> Result<String, String> {
+        let mut path = |text: &str| -> Result<String, ArgsError> {
             let mut joined = resolve_path(text, workspace)?;
             if write && let Some(real) = resolve_write_path(&joined) {
                 redirected.push(Redirected { named: joined, resolved: real.clone() });
@@ -140,19 +165,16 @@ pub fn resolve_write_path(path: &str) -> Option<String> {
 /// A path argument as the broker is to see it: an absolute one as written, a relative
 /// one joined to `workspace`. `~` is not expanded (the owner's home is not the model's
 /// to name), and a relative path in a session with no workspace is refused.
-pub fn resolve_path(text: &str, workspace: Option<&Path>) -> Result<String, String> {
+pub fn resolve_path(text: &str, workspace: Option<&Path>) -> Result<String, ArgsError> {
     let shown = || bounded(text, 200);
     if text.starts_with('/') {
         return Ok(text.to_owned());
     }
     if text.is_empty() {
-        return Err("the path is empty; use \".\" for the workspace".into());
+        return Err(ArgsError::EmptyPath);
     }
     if text.starts_with('~') {
-        return Err(format!(
-            "path {:?}: `~` is not expanded; give a path relative to the workspace, or an absolute one",
-            shown()
-        ));
+        return Err(ArgsError::Tilde(shown()));
     }
     match workspace {
         // Normalised (`notes/./a` is `notes/a`, `.` the workspace itself); a `..` is left
@@ -161,10 +183,7 @@ pub fn resolve_path(text: &str, workspace: Option<&Path>) -> Result<String, Stri
             let joined = ws.join(text);
             Ok(bx_broker::normalize(&joined).unwrap_or(joined).display().to_string())
         }
-        None => Err(format!(
-            "path {:?} is relative and this session has no workspace to resolve it against (see docs/runbook.md#no-workspace)",
-            shown()
-        )),
+        None => Err(ArgsError::NoWorkspace(shown())),
     }
 }
 
@@ -176,7 +195,7 @@ pub fn explain(
     tool: &LoadedTool,
     args: &Value,
     workspace: Option<&Path>,
-) -> Result<(Vec<Resource>, Decision), String> {
+) -> Result<(Vec<Resource>, Decision), ArgsError> {
     let (resources, _) = resolve(tool, args, workspace)?;
     let request = CallRequest {
         tool: tool.description().name.clone(),
@@ -210,6 +229,18 @@ pub fn overlaid(policy: &Policy, overlay: &Overlay) -> Result<Policy, bx_broker:
         allow = allow.host(h)?;
     }
     Ok(allow.policy().clone())
+}
+
+/// Why no policy is in force, so that every call is refused
+/// (`docs/runbook.md#policy-invalid`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoPolicy {
+    /// The file is invalid and no earlier version of it was ever valid.
+    #[error("the policy is invalid and none was ever valid: {0}")]
+    Invalid(String),
+    /// The file cannot be read (its status).
+    #[error("no valid policy ({0}); every call is refused")]
+    None(String),
 }
 
 /// What every call goes through: the audit log (this process is its one writer), the
@@ -247,15 +278,13 @@ impl Trust {
 
     /// The policy in force (re-read when the file's content changed; an invalid edit
     /// keeps the last valid one), or why every call is refused.
-    pub fn policy(&self) -> Result<Arc<Policy>, String> {
+    pub fn policy(&self) -> Result<Arc<Policy>, NoPolicy> {
         let mut file = self.policy.lock();
         file.refresh();
         match (file.in_force(), file.status()) {
             (Some(p), _) => Ok(p),
-            (None, PolicyStatus::Invalid(errors)) => {
-                Err(format!("the policy is invalid and none was ever valid: {errors}"))
-            }
-            (None, status) => Err(format!("no valid policy ({status:?}); every call is refused")),
+            (None, PolicyStatus::Invalid(errors)) => Err(NoPolicy::Invalid(errors.to_string())),
+            (None, status) => Err(NoPolicy::None(format!("{status:?}"))),
         }
     }
 
@@ -287,7 +316,7 @@ impl Trust {
     }
 
     fn policy_with(&self, overlay: &Overlay) -> Result<Arc<Policy>, String> {
-        let policy = self.policy()?;
+        let policy = self.policy().map_err(|e| e.to_string())?;
         if overlay.is_empty() {
             return Ok(policy);
         }
@@ -374,7 +403,7 @@ pub struct Requested<'t> {
     tool: Option<&'t LoadedTool>,
     /// The arguments the tool runs with (relative paths resolved), JSON text.
     args: String,
-    resources: Result<Vec<Resource>, String>,
+    resources: Result<Vec<Resource>, ArgsError>,
     /// Write paths named through a symlink, and where they land.
     redirected: Vec<Redirected>,
     /// The session's workspace, for the policy's `{workspace}` rules.
@@ -461,7 +490,7 @@ impl<'t> Requested<'t> {
         let reason = match (self.tool, &self.resources) {
             _ if refusal.is_some() => refusal.unwrap_or_default(),
             (None, _) => format!("no tool named {:?} is installed", bounded(&self.name, 200)),
-            (Some(_), Err(why)) => why.clone(),
+            (Some(_), Err(why)) => why.to_string(),
             (Some(tool), Ok(resources)) => match trust.policy_with(overlay) {
                 Err(why) => {
                     unavailable = true;

@@ -119,6 +119,16 @@ impl AgentError {
 
     /// The runbook entry to read: a path into docs/runbook.md with the entry as its anchor.
     pub fn runbook(&self) -> &'static str {
+        let inner = match self {
+            AgentError::Audit(e) => e.runbook(),
+            AgentError::Inference(e) => e.runbook(),
+            AgentError::Store(e) => e.runbook(),
+            AgentError::State(e) => e.runbook(),
+            _ => None,
+        };
+        if let Some(entry) = inner {
+            return entry;
+        }
         match self.code() {
             ErrorCode::AuditUnavailable => "docs/runbook.md#audit-unavailable",
             ErrorCode::PolicyInvalid => "docs/runbook.md#policy-invalid",

@@ -6,15 +6,11 @@
 pub enum AuditError {
     /// A write or sync failed earlier (or now): the log accepts nothing until the owner
     /// acts. Sticky on purpose; a failed sync is never retried.
-    #[error(
-        "audit log unavailable: {0}; every call is refused until this is fixed (see docs/runbook.md#audit-unavailable)"
-    )]
+    #[error("audit log unavailable: {0}; every call is refused until this is fixed")]
     Unavailable(String),
     /// Another writer (the daemon, or another command) holds the log; one writer at a
     /// time keeps the chain from forking.
-    #[error(
-        "the audit log at {0} is held by another writer (the daemon, or another bx command); see docs/runbook.md#audit-locked"
-    )]
+    #[error("the audit log at {0} is held by another writer (the daemon, or another bx command)")]
     Locked(String),
     /// A record would be longer than the longest the log reads back; nothing was
     /// written and the log stays available.
@@ -41,15 +37,30 @@ pub enum AuditError {
     /// vouches for (records were rewritten or cut), or the key signed two histories. The
     /// writer signs and exports nothing and refuses every call; a proof is refused.
     #[error(
-        "the audit log is not the history its signed checkpoints vouch for: {0} (run `bx audit verify`; see docs/runbook.md#audit-anchor-mismatch)"
+        "the audit log is not the history its signed checkpoints vouch for: {0} (run `bx audit verify`)"
     )]
     AnchorMismatch(String),
     /// The signing key of the checkpoints (or a verifier key) could not be read or used.
-    #[error("audit key: {0} (see docs/runbook.md#audit-key)")]
+    #[error("audit key: {0}")]
     Key(String),
 }
 
 impl AuditError {
+    /// The runbook entry for this error, which whoever prints it prints with it.
+    pub fn runbook(&self) -> Option<&'static str> {
+        Some(match self {
+            AuditError::Unavailable(_) => "docs/runbook.md#audit-unavailable",
+            AuditError::Locked(_) => "docs/runbook.md#audit-locked",
+            AuditError::AnchorMismatch(_) => "docs/runbook.md#audit-anchor-mismatch",
+            AuditError::Key(_) => "docs/runbook.md#audit-key",
+            AuditError::TooLarge { .. }
+            | AuditError::Io { .. }
+            | AuditError::NothingToAccept(_) => {
+                return None;
+            }
+        })
+    }
+
     pub(crate) fn io(path: &std::path::Path, err: impl std::fmt::Display) -> AuditError {
         AuditError::Io { path: path.display().to_string(), message: err.to_string() }
     }

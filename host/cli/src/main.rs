@@ -81,7 +81,33 @@ fn main() -> ExitCode {
         Err(e) => {
             // An error can carry what a tool or a server said.
             errln!("bx: {}", term::shown(&format!("{e:#}")));
+            if let Some(entry) = runbook_of(&e) {
+                errln!("    runbook: {entry}");
+            }
             ExitCode::from(cmd::EXIT_ERROR)
         }
     }
+}
+
+/// The runbook entry of the first error in `e`'s chain that has one: the errors name
+/// their entry through their `runbook()`, and this edge prints it.
+fn runbook_of(e: &anyhow::Error) -> Option<&'static str> {
+    e.chain().find_map(|cause| {
+        if let Some(e) = cause.downcast_ref::<bx_agent::AgentError>() {
+            return Some(e.runbook());
+        }
+        if let Some(e) = cause.downcast_ref::<bx_audit::AuditError>() {
+            return e.runbook();
+        }
+        if let Some(e) = cause.downcast_ref::<bx_state::StateError>() {
+            return e.runbook();
+        }
+        if let Some(e) = cause.downcast_ref::<bx_store::StoreError>() {
+            return e.runbook();
+        }
+        if let Some(e) = cause.downcast_ref::<bx_runtime::RunError>() {
+            return e.runbook();
+        }
+        cause.downcast_ref::<bx_infer::InferError>().and_then(bx_infer::InferError::runbook)
+    })
 }

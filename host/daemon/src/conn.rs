@@ -440,7 +440,13 @@ fn sessions(agent: &Agent) -> Body {
 fn grants(agent: &Agent, session: String) -> Body {
     let policy = match agent.policy() {
         Ok(p) => p,
-        Err(why) => return error(ErrorCode::PolicyInvalid, why, "docs/runbook.md#policy-invalid"),
+        Err(why) => {
+            return error(
+                ErrorCode::PolicyInvalid,
+                why.to_string(),
+                "docs/runbook.md#policy-invalid",
+            );
+        }
     };
     let taint =
         agent.trust().ledger().files().taint(&session).map_or(bx_broker::Label::TOP, |(t, _)| t);

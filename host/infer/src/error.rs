@@ -5,9 +5,7 @@
 #[non_exhaustive]
 pub enum InferError {
     /// The server could not be reached within the retry window and attempt budget.
-    #[error(
-        "inference server unreachable at {url} after {attempts} attempts: {last} (see docs/runbook.md#inference-unreachable)"
-    )]
+    #[error("inference server unreachable at {url} after {attempts} attempts: {last}")]
     Unreachable {
         /// The server's base URL.
         url: String,
@@ -17,9 +15,7 @@ pub enum InferError {
         last: String,
     },
     /// Every slot is busy and the queue is full.
-    #[error(
-        "inference busy: all {slots} slots in use and {queued} requests queued (see docs/runbook.md#inference-busy)"
-    )]
+    #[error("inference busy: all {slots} slots in use and {queued} requests queued")]
     Busy {
         /// Slots on the server.
         slots: usize,
@@ -52,4 +48,15 @@ pub enum InferError {
     /// `/props` said something the client cannot work with.
     #[error("server properties: {0}")]
     Props(String),
+}
+
+impl InferError {
+    /// The runbook entry for this error, which whoever prints it prints with it.
+    pub fn runbook(&self) -> Option<&'static str> {
+        match self {
+            InferError::Unreachable { .. } => Some("docs/runbook.md#inference-unreachable"),
+            InferError::Busy { .. } => Some("docs/runbook.md#inference-busy"),
+            _ => None,
+        }
+    }
 }

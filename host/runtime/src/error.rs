@@ -47,7 +47,7 @@ pub enum RunError {
         actual: String,
     },
     /// A limit stopped the call; `detail` says by how much.
-    #[error("tool stopped: {limit} exceeded ({detail}); see docs/runbook.md#tool-limit")]
+    #[error("tool stopped: {limit} exceeded ({detail})")]
     Limit {
         /// Which limit.
         limit: Limit,
@@ -58,7 +58,7 @@ pub enum RunError {
     #[error("tool trapped: {0}")]
     Trap(String),
     /// The precompiled cache could not be read or written.
-    #[error("precompiled cache at {path}: {message} (see docs/runbook.md#precompiled-cache)")]
+    #[error("precompiled cache at {path}: {message}")]
     Cache {
         /// The cache file.
         path: String,
@@ -68,6 +68,17 @@ pub enum RunError {
     /// The engine itself could not be built or failed.
     #[error("engine: {0}")]
     Engine(String),
+}
+
+impl RunError {
+    /// The runbook entry for this error, which whoever prints it prints with it.
+    pub fn runbook(&self) -> Option<&'static str> {
+        match self {
+            RunError::Limit { .. } => Some("docs/runbook.md#tool-limit"),
+            RunError::Cache { .. } => Some("docs/runbook.md#precompiled-cache"),
+            _ => None,
+        }
+    }
 }
 
 /// Formats a wasmtime error with its whole cause chain (`{}` alone hides the cause).

@@ -5,10 +5,7 @@
 #[non_exhaustive]
 pub enum StateError {
     /// A configuration or state file is malformed.
-    #[error(
-        "{path}:{line}:{column}: {message} (see docs/runbook.md#store-file-invalid){}",
-        below(snippet)
-    )]
+    #[error("{path}:{line}:{column}: {message}{}", below(snippet))]
     Parse {
         /// The file.
         path: String,
@@ -23,14 +20,10 @@ pub enum StateError {
         snippet: String,
     },
     /// A file bx reads as its own is not a regular file (a FIFO, a device, a directory).
-    #[error(
-        "{0} is not a regular file; bx reads its own files only from regular files (see docs/runbook.md#store-file-invalid)"
-    )]
+    #[error("{0} is not a regular file; bx reads its own files only from regular files")]
     NotRegular(String),
     /// A file bx reads as its own is larger than its bound.
-    #[error(
-        "{path} is larger than {max} bytes; refused before parsing (see docs/runbook.md#store-file-invalid)"
-    )]
+    #[error("{path} is larger than {max} bytes; refused before parsing")]
     TooLarge {
         /// The file.
         path: String,
@@ -56,6 +49,16 @@ pub enum StateError {
 }
 
 impl StateError {
+    /// The runbook entry for this error, which whoever prints it prints with it.
+    pub fn runbook(&self) -> Option<&'static str> {
+        match self {
+            StateError::Parse { .. } | StateError::NotRegular(_) | StateError::TooLarge { .. } => {
+                Some("docs/runbook.md#store-file-invalid")
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(path: &std::path::Path, err: impl std::fmt::Display) -> StateError {
         StateError::Io { path: path.display().to_string(), message: err.to_string() }
     }

@@ -14,9 +14,7 @@ pub enum StoreError {
         why: String,
     },
     /// The bytes do not hash to the digest the owner gave.
-    #[error(
-        "digest mismatch: expected {expected}, got {actual}; nothing was installed (see docs/runbook.md#install-refused)"
-    )]
+    #[error("digest mismatch: expected {expected}, got {actual}; nothing was installed")]
     DigestMismatch {
         /// The digest the owner asked for.
         expected: String,
@@ -32,7 +30,7 @@ pub enum StoreError {
         message: String,
     },
     /// The bytes are not a usable tool component.
-    #[error("refused component: {0} (see docs/runbook.md#install-refused)")]
+    #[error("refused component: {0}")]
     Component(#[from] bx_runtime::RunError),
     /// Another tool with this name is installed.
     #[error(
@@ -62,6 +60,17 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The runbook entry for this error, which whoever prints it prints with it.
+    pub fn runbook(&self) -> Option<&'static str> {
+        match self {
+            StoreError::DigestMismatch { .. } | StoreError::Component(_) => {
+                Some("docs/runbook.md#install-refused")
+            }
+            StoreError::State(e) => e.runbook(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(path: &std::path::Path, err: impl std::fmt::Display) -> StoreError {
         StoreError::Io { path: path.display().to_string(), message: err.to_string() }
     }

@@ -65,10 +65,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("installed.json");
         std::fs::write(&path, "{\"epoch\": 1,\n \"tools\": [}").unwrap();
-        let err = Installed::load(&path).unwrap_err().to_string();
+        let err = Installed::load(&path).unwrap_err();
+        assert_eq!(err.runbook(), Some("docs/runbook.md#store-file-invalid"), "{err}");
+        let err = err.to_string();
         let at = format!("{}:2:", path.display());
         assert!(err.starts_with(&at), "{err}");
-        assert!(err.ends_with("(see docs/runbook.md#store-file-invalid)"), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"epoch\": 1,\n \"tools\": [}");
     }
 }

@@ -11,7 +11,7 @@ use super::*;
 fn assert_unavailable(err: AuditError) {
     match &err {
         AuditError::Unavailable(_) => {
-            assert!(err.to_string().contains("docs/runbook.md#audit-unavailable"), "{err}")
+            assert_eq!(err.runbook(), Some("docs/runbook.md#audit-unavailable"), "{err}")
         }
         other => panic!("expected unavailable, got {other:?}"),
     }

@@ -14,7 +14,7 @@ fn a_second_writer_is_refused_with_its_runbook_entry() {
     let first = AuditLog::open(dir.path()).unwrap();
     let err = AuditLog::open(dir.path()).unwrap_err();
     assert!(matches!(err, AuditError::Locked(_)), "{err:?}");
-    assert!(err.to_string().contains("docs/runbook.md#audit-locked"), "{err}");
+    assert_eq!(err.runbook(), Some("docs/runbook.md#audit-locked"), "{err}");
     // A waiting opener gets the log once the first lets go.
     let waiter = std::thread::scope(|s| {
         let waiting = s.spawn(|| AuditLog::open_waiting(dir.path(), Duration::from_secs(60)));

@@ -98,8 +98,7 @@ fn explain(state: &StateDir, tool_name: &str, args: &str, session: &str) -> anyh
     let (taint, damage) = ledger.peek(session)?;
     let workspace = ledger.workspace_of(session);
     let (resources, decision) =
-        bx_agent::call::explain(&policy, taint, &tool, &call_args, workspace.as_deref())
-            .map_err(anyhow::Error::msg)?;
+        bx_agent::call::explain(&policy, taint, &tool, &call_args, workspace.as_deref())?;
     outln!("tool:     {} {}", term::one_line(tool_name), tool.digest());
     outln!(
         "session:  {}, taint {taint}{}",

@@ -297,7 +297,10 @@ struct Closing<'a>(&'a AuditLog);
 impl Drop for Closing<'_> {
     fn drop(&mut self) {
         if let Err(e) = self.0.checkpoint() {
-            errln!("bx: {e}");
+            errln!(
+                "bx: {e}\n    runbook: {}",
+                e.runbook().unwrap_or("docs/runbook.md#audit-unavailable")
+            );
         }
     }
 }
@@ -315,7 +318,10 @@ fn here(
     let log = match bx_daemon::open_audit(state, &config, LOG_LOCK_WAIT) {
         Ok(log) => Arc::new(log),
         Err(e) => {
-            errln!("bx: {e}");
+            errln!(
+                "bx: {e}\n    runbook: {}",
+                e.runbook().unwrap_or("docs/runbook.md#audit-unavailable")
+            );
             return Ok(EXIT_UNAVAILABLE);
         }
     };

@@ -206,7 +206,7 @@ async fn a_server_that_never_comes_is_a_clear_error_when_the_budget_ends() {
         }
         other => panic!("expected unreachable, got {other:?}"),
     }
-    assert!(err.to_string().contains("docs/runbook.md#inference-unreachable"), "{err}");
+    assert_eq!(err.runbook(), Some("docs/runbook.md#inference-unreachable"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ fn assert_limit(result: Result<bx_runtime::CallReport, RunError>, expected: Limi
         Err(e @ RunError::Limit { limit, .. }) => {
             assert_eq!(limit, expected, "{e}");
             assert!(e.to_string().contains(&expected.to_string()), "{e}");
-            assert!(e.to_string().contains("docs/runbook.md#tool-limit"), "{e}");
+            assert_eq!(e.runbook(), Some("docs/runbook.md#tool-limit"), "{e}");
         }
         other => panic!("expected {expected} limit, got {other:?}"),
     }
