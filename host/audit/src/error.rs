@@ -35,9 +35,11 @@ pub enum AuditError {
     NothingToAccept(String),
     /// The log is not the history that a checkpoint signed by its key, kept off the host,
     /// vouches for (records were rewritten or cut), or the key signed two histories. The
-    /// writer signs and exports nothing and refuses every call; a proof is refused.
+    /// writer signs and exports nothing and refuses every call; a proof is refused. (Its
+    /// text names its runbook entry itself: it becomes the log's sticky failure, kept as
+    /// text, and reaches the owner inside [`AuditError::Unavailable`].)
     #[error(
-        "the audit log is not the history its signed checkpoints vouch for: {0} (run `bx audit verify`)"
+        "the audit log is not the history its signed checkpoints vouch for: {0} (run `bx audit verify`; see docs/runbook.md#audit-anchor-mismatch)"
     )]
     AnchorMismatch(String),
     /// The signing key of the checkpoints (or a verifier key) could not be read or used.

@@ -104,8 +104,10 @@ fn refuses_a_cut_off_line_and_a_hand_edited_one_and_changes_nothing() {
         let mut damaged = good.clone();
         damaged.extend_from_slice(&bad);
         std::fs::write(&path, &damaged).unwrap();
-        let err = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap_err().to_string();
-        assert!(err.contains(want) && err.contains("session-state-damaged"), "{err}");
+        let err = Transcript::open(&dir.path().join("s.transcript.jsonl")).unwrap_err();
+        assert_eq!(err.runbook(), "docs/runbook.md#session-state-damaged");
+        let err = err.to_string();
+        assert!(err.contains(want), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), damaged);
     }
 }

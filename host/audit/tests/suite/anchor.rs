@@ -181,7 +181,7 @@ fn a_cut_log_is_not_continued_and_a_continued_one_is_named_a_fork() {
     let log = a.open();
     let refused = log.append(&note("s1", "after the cut")).unwrap_err();
     assert!(refused.to_string().contains("records 7..=12 were cut off"), "{refused}");
-    assert_eq!(refused.runbook(), Some("docs/runbook.md#audit-anchor-mismatch"), "{refused}");
+    assert!(refused.to_string().contains("docs/runbook.md#audit-anchor-mismatch"), "{refused}");
     drop(log);
 
     // Continued anyway (an older bx, or a new export directory that knows nothing of

@@ -109,7 +109,7 @@ fn refuses_config_with_unknown_key() {
         state.path().join("config.toml").display()
     );
     assert!(r.stderr.contains(&shown), "{}", r.stderr);
-    assert!(r.stderr.contains("docs/runbook.md#store-file-invalid"), "{}", r.stderr);
+    assert!(r.stderr.contains("docs/runbook.md#config-invalid"), "{}", r.stderr);
 }
 
 #[test]
