@@ -284,6 +284,14 @@ impl std::fmt::Display for PolicyError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct PolicyErrors(pub Vec<PolicyError>);
 
+impl PolicyErrors {
+    /// The runbook entry for an invalid policy, which whoever prints these prints with
+    /// them.
+    pub fn runbook(&self) -> &'static str {
+        "docs/runbook.md#policy-invalid"
+    }
+}
+
 impl std::fmt::Display for PolicyErrors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, e) in self.0.iter().enumerate() {
@@ -292,11 +300,7 @@ impl std::fmt::Display for PolicyErrors {
             }
             write!(f, "{e}")?;
         }
-        write!(
-            f,
-            "\n{} error(s); see docs/policy.md (docs/runbook.md#policy-invalid)",
-            self.0.len()
-        )
+        write!(f, "\n{} error(s); see docs/policy.md", self.0.len())
     }
 }
 

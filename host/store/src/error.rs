@@ -63,7 +63,9 @@ impl StoreError {
     /// The runbook entry for this error, which whoever prints it prints with it.
     pub fn runbook(&self) -> Option<&'static str> {
         match self {
-            StoreError::DigestMismatch { .. } => Some("docs/runbook.md#install-refused"),
+            StoreError::DigestMismatch { .. }
+            | StoreError::BadDigest { .. }
+            | StoreError::Fetch { .. } => Some("docs/runbook.md#install-refused"),
             // A limit the component hit while it described itself is the more specific.
             StoreError::Component(e) => e.runbook().or(Some("docs/runbook.md#install-refused")),
             StoreError::State(e) => e.runbook(),

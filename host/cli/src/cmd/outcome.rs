@@ -33,9 +33,11 @@ pub(crate) fn meaning(outcome: RunOutcome) -> Meaning {
             Meaning { ok: true, lead: "", runbook: None, exit: EXIT_OK }
         }
         RunOutcome::Refused => row("refused", DENIED, EXIT_DENIED),
-        RunOutcome::Unavailable => {
-            row("refused", Some("docs/runbook.md#policy-invalid"), EXIT_UNAVAILABLE)
-        }
+        RunOutcome::Unavailable => row(
+            "every call is refused until the policy is fixed",
+            Some("docs/runbook.md#policy-invalid"),
+            EXIT_UNAVAILABLE,
+        ),
         RunOutcome::HostDenied => row("the host denied an operation", DENIED, EXIT_DENIED),
         RunOutcome::InvalidArgs => row("invalid arguments", None, EXIT_ERROR),
         RunOutcome::Failed => row("the tool failed", None, EXIT_ERROR),

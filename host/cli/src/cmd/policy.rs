@@ -76,7 +76,11 @@ pub(crate) fn run(state: &StateDir, command: PolicyCommand) -> anyhow::Result<u8
                     Ok(EXIT_OK)
                 }
                 Err(errors) => {
-                    errln!("{}", term::shown(&errors.to_string()));
+                    errln!(
+                        "{}\n    runbook: {}",
+                        term::shown(&errors.to_string()),
+                        errors.runbook()
+                    );
                     Ok(EXIT_ERROR)
                 }
             }

@@ -78,7 +78,10 @@ pub(crate) fn policy_in_force(
     match (file.status(), file.in_force()) {
         (PolicyStatus::Valid | PolicyStatus::Missing, Some(p)) => Ok(p),
         (PolicyStatus::Invalid(errors), _) => {
-            bail!("{errors}\nthe policy is invalid; every call is refused")
+            bail!(
+                "{errors}\nthe policy is invalid; every call is refused (see {})",
+                errors.runbook()
+            )
         }
         (PolicyStatus::Unreadable(why), _) => {
             bail!(
@@ -102,10 +105,26 @@ fn read_line_in_background() -> mpsc::Receiver<std::io::Result<(usize, String)>>
     rx
 }
 
-/// Shows the owner the whole block, then the prompt.
+/// Whether standard error goes nowhere: `/dev/null`, or closed (which Rust's runtime
+/// turns into `/dev/null` at start, and whose writes then succeed unseen).
+fn stderr_is_void() -> bool {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else { return true };
+    let (Ok(err), Ok(null)) = (std::fs::File::from(fd).metadata(), std::fs::metadata("/dev/null"))
+    else {
+        return true;
+    };
+    err.file_type().is_char_device() && err.rdev() == null.rdev()
+}
+
 /// Shows the block and the prompt on stderr; false when they could not be shown (stderr
-/// closed), and then nobody may answer: nothing is approved unseen.
+/// closed, `/dev/null`, or a write failed), and then nobody may answer: nothing is
+/// approved unseen.
 fn prompt(block: &str, id: &str) -> bool {
+    if stderr_is_void() {
+        return false;
+    }
     let mut err = std::io::stderr().lock();
     write!(err, "{}", term::shown(block))
         .and_then(|()| {
@@ -120,7 +139,7 @@ fn prompt(block: &str, id: &str) -> bool {
 fn ask_owner(block: &str, id: &str, timeout: Duration) -> Answer {
     if !prompt(block, id) {
         return Answer::Refuse(
-            "the approval block could not be shown (standard error is closed)".into(),
+            "the approval block could not be shown (standard error is closed or /dev/null)".into(),
         );
     }
     match read_line_in_background().recv_timeout(timeout) {
@@ -260,7 +279,7 @@ fn via_daemon(
             Body::ApprovalNeeded { approval, block, .. } => {
                 if !prompt(&block, &approval) {
                     let reason =
-                        "the approval block could not be shown (standard error is closed)".into();
+                        "the approval block could not be shown (standard error is closed or /dev/null)".into();
                     let answer = bx_protocol::Answer::Refuse { reason };
                     conn.send(Body::AnswerApproval { approval, answer })?;
                     continue;
@@ -435,6 +454,8 @@ fn print(outcome: RunOutcome, text: &str, stderr: &str) -> u8 {
                 outln!();
             }
         }
+        // No policy: the policy's own errors, several lines with their snippets.
+        RunOutcome::Unavailable => errln!("bx: {}", meaning.line(&term::shown(text))),
         _ => errln!("bx: {}", meaning.line(&term::reason(text))),
     }
     meaning.exit

@@ -583,3 +583,68 @@ fn the_loop_shows_a_write_through_a_symlinked_directory_where_it_lands() {
     daemon.stop();
     assert!(!real.exists());
 }
+
+/// An approval block that goes nowhere (standard error closed or `/dev/null`) is not
+/// shown, so the call is refused at once: a script that reads the approval id from the
+/// audit log and types it cannot approve what nobody saw (found by a probe).
+#[test]
+fn an_approval_block_nobody_sees_refuses_the_call() {
+    let state = tempfile::tempdir().unwrap();
+    let st = state.path();
+    install(st, "fs_write");
+    let ws = std::fs::canonicalize(tempfile::tempdir().unwrap().keep()).unwrap();
+    std::fs::write(
+        st.join("policy.toml"),
+        format!(
+            "[[grant]]\ntool = \"fs.write\"\npath = \"{}\"\nmode = \"write\"\nlabel = \"private/trusted\"\nwhen_clean = \"ask\"\nwhen_tainted = \"ask\"\n",
+            ws.display()
+        ),
+    )
+    .unwrap();
+    let target = ws.join("unseen.txt");
+    let args = json!({"path": target, "content": "x"}).to_string();
+    for how in ["/dev/null", "closed"] {
+        let session = format!("unseen-{}", how.trim_start_matches('/').replace('/', "-"));
+        let run = ["tool", "run", "fs.write", "--session", &session, "--args", &args];
+        let mut command = if how == "closed" {
+            // Standard error closed before bx starts, as `2>&-` in a shell does.
+            let mut c = Command::new("sh");
+            c.args(["-c", "exec \"$0\" \"$@\" 2>&-", env!("CARGO_BIN_EXE_bx")])
+                .arg("--state-dir")
+                .arg(st)
+                .env_remove("BX_HOME");
+            c
+        } else {
+            let mut c = bx_command(st);
+            c.stderr(Stdio::null());
+            c
+        };
+        let mut child =
+            command.args(run).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+        // Type the id the log names, as a script would, once the `ask` is on the log (or
+        // the call has already ended).
+        let mut stdin = child.stdin.take().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let id = loop {
+            let asked = audit_records(st)
+                .into_iter()
+                .find(|r| r["kind"] == "decision" && r["fields"]["session"] == session.as_str());
+            if let Some(r) = asked {
+                break r["fields"]["approval"].as_str().unwrap_or_default().to_owned();
+            }
+            assert!(std::time::Instant::now() < deadline, "{how}: no decision on the log");
+            std::thread::yield_now();
+        };
+        let _ = writeln!(stdin, "{id}");
+        drop(stdin);
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(3), "{how}");
+        assert!(!target.exists(), "{how}: the unseen write ran");
+        let answers: Vec<Value> = audit_records(st)
+            .into_iter()
+            .filter(|r| r["kind"] == "approval" && r["fields"]["session"] == session.as_str())
+            .collect();
+        assert_eq!(answers.len(), 1, "{how}: {answers:?}");
+        assert_eq!(answers[0]["fields"]["answer"], "refuse", "{how}");
+    }
+}
