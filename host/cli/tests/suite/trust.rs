@@ -343,7 +343,9 @@ fn policy_init_check_and_explain() {
     let r = bx(st, &["policy", "check", broken.to_str().unwrap()]);
     assert_eq!(r.code, 1);
     let expected = std::fs::read_to_string(repo().join("fixtures/policy/broken.expected")).unwrap();
-    assert_eq!(r.stderr, expected.replace("broken.toml:", &format!("{}:", broken.display())));
+    // The errors as the broker renders them, then the runbook entry the edge prints.
+    let expected = expected.replace("broken.toml:", &format!("{}:", broken.display()));
+    assert_eq!(r.stderr, format!("{expected}    runbook: docs/runbook.md#policy-invalid\n"));
 
     install(st, "fs_read");
     // The default reads in the session's workspace and refuses secrets kept there.
