@@ -155,6 +155,8 @@ struct Walk {
     breaks: Vec<(u64, String, u64, BreakEntry)>,
     /// Calls with a request and no result yet: their session, request seq and stage.
     calls: BTreeMap<String, (String, u64, Stage)>,
+    /// Calls refused (by the broker or the owner), so a result for one is a problem.
+    refused: std::collections::BTreeSet<String>,
     checkpoint: Option<Checkpoint>,
     checkpoint_hash: Option<String>,
     expected_seq: u64,
@@ -254,7 +256,21 @@ impl Walk {
                 Settled::Deny => self.denied(&a.call),
             },
             Entry::Result(r) => {
-                self.calls.remove(&r.call);
+                // A call runs only once a decision (or the owner's answer) allowed it.
+                let why = match self.calls.remove(&r.call) {
+                    Some((_, _, Stage::Allowed)) => None,
+                    Some((_, _, Stage::Requested)) => Some("before any decision on it"),
+                    Some((_, _, Stage::Asked)) => Some("while it waited for the owner's answer"),
+                    None if self.refused.contains(&r.call) => Some("after it was refused"),
+                    None => None,
+                };
+                if let Some(why) = why {
+                    let detail = format!(
+                        "seq {seq}: the result of call {} comes {why}",
+                        crate::bounded(&r.call, 200)
+                    );
+                    self.push(problem("order", name, lineno, detail));
+                }
             }
             Entry::Session(_) | Entry::ExportFailed(_) => {}
             Entry::Recovered(r) => {
@@ -280,6 +296,9 @@ impl Walk {
     fn denied(&mut self, call: &str) {
         if self.calls.remove(call).is_some() {
             self.report.calls_denied += 1;
+            if self.refused.len() < MAX_LISTED {
+                self.refused.insert(call.to_owned());
+            }
         }
     }
 
@@ -413,6 +432,7 @@ pub fn verify_against(dir: &Path, against: &Against) -> Result<Report, AuditErro
         found_more: 0,
         breaks: Vec::new(),
         calls: BTreeMap::new(),
+        refused: std::collections::BTreeSet::new(),
         checkpoint,
         checkpoint_hash: None,
         expected_seq: 1,

@@ -110,9 +110,12 @@ fn a_rewritten_middle_record_with_the_chain_recomputed_is_named() {
     a.write(4);
     assert_eq!(a.verify().anchor.state, "anchored");
     assert!(a.verify().is_clean());
+    // A decision's reason rewritten (a refused call's result after it would show as out
+    // of order; this edit the records alone cannot show).
     rechain(&a.log, |files| {
         let line = &mut files[0].1[4];
-        *line = line.replace("\"allow\"", "\"deny\"");
+        assert!(line.contains("\"why\":\"\""), "{line}");
+        *line = line.replace("\"why\":\"\"", "\"why\":\"edited by hand\"");
     });
     let alone = bx_audit::verify(&a.log).unwrap();
     assert!(alone.is_clean(), "the chain alone cannot see this: {:?}", alone.problems);
@@ -341,7 +344,8 @@ fn a_forged_break_record_does_not_excuse_an_anchor_problem() {
         *line = line.replace("\"allow\"", "\"deny\"");
     });
     let problems = a.verify().problems;
-    assert_eq!(problems[0].kind, "anchor-rewritten");
+    // (The refused call's result is also out of order; the break lists that too.)
+    assert!(problems.iter().any(|p| p.kind == "anchor-rewritten"), "{problems:?}");
     let mut files = all_lines(&a.log);
     let (path, lines) = files.last_mut().unwrap();
     let last = Record::parse(lines.last().unwrap()).unwrap();

@@ -1,6 +1,7 @@
 //! `fixtures/audit/`: logs that are good, torn, tampered, forked, cut,
 //! checkpoint-mismatched, undecided (cut off between a request and its decision) and
 //! misspelled (a decision no writer makes, `alow`, with the chain made valid over it),
+//! out-of-order (a result after its call was refused, the chain made valid over it),
 //! each with the report verify must give. The logs are made here
 //! with a fixed clock, so a change to the writer's format shows as drift; the reports
 //! are golden. `BX_BLESS=1 cargo test -p bx-audit --test all fixtures` rewrites both.
@@ -88,6 +89,15 @@ fn cases() -> Vec<(&'static str, Make)> {
             log.append_deferred(&request("s1", "c3", r#"{"path":"/home/o/notes/b.md"}"#)).unwrap();
             drop(log);
             let _ = std::fs::remove_file(d.join(".lock"));
+        }),
+        ("out-of-order", |d| {
+            // c1's decision turned from allow to deny, the chain recomputed over it, and
+            // its result left standing: a call that ran though it was refused.
+            super::anchor::rechain(d, |files| {
+                let line = &mut files[0].1[1];
+                assert!(line.contains(r#""decision":"allow""#), "{line}");
+                *line = line.replace(r#""decision":"allow""#, r#""decision":"deny""#);
+            });
         }),
         ("misspelled", |d| {
             // c2's decision spelled `alow`, and every later `prev` and the checkpoint
@@ -196,4 +206,16 @@ fn a_decision_no_writer_makes_is_a_problem_of_its_record_not_a_denial() {
     assert_eq!(open, [("c2", 4, bx_audit::Lacks::Decision)]);
     // The chain over it is valid: the only problem is the value.
     assert_eq!(report.head.map(|h| h.0), Some(6));
+}
+
+/// A result whose call no decision allowed (refused, still asking, or not decided) is an
+/// `order` problem at the result, whatever the chain says (found by a probe: a log
+/// rewritten with its chain recomputed passed with a refused call's result in it).
+#[test]
+fn a_result_no_decision_allowed_is_a_problem_at_the_result() {
+    let report = verify(&fixtures_dir().join("out-of-order")).unwrap();
+    let at: Vec<_> =
+        report.problems.iter().map(|p| (p.kind.as_str(), p.file.as_str(), p.line)).collect();
+    assert_eq!(at, [("order", "2026-11-29.jsonl", 3)]);
+    assert!(report.problems[0].detail.contains("after it was refused"), "{:?}", report.problems);
 }
