@@ -190,13 +190,21 @@ pub(crate) struct TreeAt {
     pub(crate) offset: u64,
 }
 
-/// Takes `.lock` in `dir`, waiting up to `wait` for another writer to let go.
+/// The least a writer waits for the lock, even when asked not to wait. A lock the last
+/// writer of this process let go of can stay held for a moment by a child process that
+/// another thread forked and that has not yet run `exec` (the child holds a copy of
+/// every descriptor until then, and the lock lives as long as any copy): seen as rare
+/// `Locked` errors when one test reopened a log beside another that spawned processes.
+const LOCK_GRACE: Duration = Duration::from_millis(250);
+
+/// Takes `.lock` in `dir`, waiting up to `wait` (at least [`LOCK_GRACE`]) for another
+/// writer to let go.
 fn take_lock(dir: &Path, wait: Duration) -> Result<File, AuditError> {
     let path = dir.join(".lock");
     let file =
         crate::file::open_with(OpenOptions::new().create(true).truncate(false).write(true), &path)
             .map_err(|e| AuditError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
-    let give_up = Instant::now() + wait;
+    let give_up = Instant::now() + wait.max(LOCK_GRACE);
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(file),

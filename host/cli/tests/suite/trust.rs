@@ -309,11 +309,12 @@ fn audit_verify_reports_tampering_and_accepts_a_break() {
     let r = bx(st, &["audit", "verify"]);
     assert_eq!(r.code, 1);
     assert!(
-        // The value no writer makes is a problem of its record, and the edit breaks the
-        // chain at the next.
-        r.stdout.contains("PROBLEMS: 2")
+        // The value no writer makes is a problem of its record, the edit breaks the
+        // chain at the next, and the call's result follows no decision verify can read.
+        r.stdout.contains("PROBLEMS: 3")
             && r.stdout.contains(": fields: seq 2:")
-            && r.stdout.contains(": chain: seq 3"),
+            && r.stdout.contains(": chain: seq 3")
+            && r.stdout.contains(": order: seq 3: the result of call"),
         "{}",
         r.stdout
     );
