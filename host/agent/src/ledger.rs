@@ -136,7 +136,11 @@ impl Ledger {
                 Label::TOP
             }
             None if !self.files.has_state(session) => {
-                if in_log.is_some() || self.files.has_transcript(session) {
+                // A file whose absence would lower the taint is rebuilt and recorded; one
+                // for a session whose results were all clean (or that has none yet, as
+                // when its first call waits for the owner) holds nothing to miss.
+                let known = in_log.is_some() || self.files.has_transcript(session);
+                if known && logged != Label::CLEAN {
                     let detail = format!(
                         "{}: missing for a session the log knows; rebuilt from the audit log",
                         self.files.dir().join(format!("{session}.json")).display()
