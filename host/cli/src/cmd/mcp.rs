@@ -147,7 +147,7 @@ fn result_of(outcome: Body) -> CallToolResult {
     match outcome {
         Body::ToolOutput { outcome, text, stderr, .. } => {
             let meaning = outcome::meaning(outcome);
-            if meaning.ok {
+            if meaning.ok() {
                 return CallToolResult::success(vec![ContentBlock::text(text)]);
             }
             let more = if stderr.is_empty() { String::new() } else { format!("\n{stderr}") };

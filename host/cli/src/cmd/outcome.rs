@@ -9,8 +9,6 @@ use super::{EXIT_DENIED, EXIT_ERROR, EXIT_LIMIT, EXIT_OK, EXIT_UNAVAILABLE};
 /// One row of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Meaning {
-    /// Whether the call ran and produced its output.
-    pub(crate) ok: bool,
     /// The words before the call's text (none for an output).
     pub(crate) lead: &'static str,
     /// The runbook entry for it, if any.
@@ -20,7 +18,7 @@ pub(crate) struct Meaning {
 }
 
 const fn row(lead: &'static str, runbook: Option<&'static str>, exit: u8) -> Meaning {
-    Meaning { ok: false, lead, runbook, exit }
+    Meaning { lead, runbook, exit }
 }
 
 const DENIED: Option<&str> = Some("docs/runbook.md#tool-denied");
@@ -29,9 +27,7 @@ const LIMIT: Option<&str> = Some("docs/runbook.md#tool-limit");
 /// What `outcome` means.
 pub(crate) fn meaning(outcome: RunOutcome) -> Meaning {
     match outcome {
-        RunOutcome::Json | RunOutcome::Text => {
-            Meaning { ok: true, lead: "", runbook: None, exit: EXIT_OK }
-        }
+        RunOutcome::Json | RunOutcome::Text => row("", None, EXIT_OK),
         RunOutcome::Refused => row("refused", DENIED, EXIT_DENIED),
         RunOutcome::Unavailable => row(
             "every call is refused until the policy is fixed",
@@ -48,6 +44,11 @@ pub(crate) fn meaning(outcome: RunOutcome) -> Meaning {
 }
 
 impl Meaning {
+    /// Whether the call ran and produced its output.
+    pub(crate) fn ok(&self) -> bool {
+        self.exit == EXIT_OK
+    }
+
     /// The line that reports a call that did not produce its output: the lead, `text`,
     /// and the runbook entry.
     pub(crate) fn line(&self, text: &str) -> String {
@@ -66,11 +67,11 @@ mod tests {
     fn only_an_output_is_ok_and_every_refusal_names_its_entry() {
         for o in [RunOutcome::Json, RunOutcome::Text] {
             assert_eq!(meaning(o).exit, EXIT_OK);
-            assert!(meaning(o).ok);
+            assert!(meaning(o).ok());
         }
         for o in [RunOutcome::Refused, RunOutcome::HostDenied, RunOutcome::Unavailable] {
             let m = meaning(o);
-            assert!(!m.ok && m.exit != EXIT_OK && m.runbook.is_some(), "{o:?}");
+            assert!(!m.ok() && m.runbook.is_some(), "{o:?}");
         }
         assert_eq!(
             meaning(RunOutcome::Refused).line("no grant"),

@@ -94,15 +94,30 @@ pub(crate) fn policy_in_force(
     }
 }
 
-/// A line read from standard input on a thread of its own, so the wait for it can end.
-fn read_line_in_background() -> mpsc::Receiver<std::io::Result<(usize, String)>> {
-    let (tx, rx) = mpsc::channel();
+/// A line read from standard input (its length, 0 at end of input), or why it could not be.
+type Line = std::io::Result<(usize, String)>;
+
+/// Why a call is refused when its approval block could not be shown.
+const UNSEEN: &str =
+    "the approval block could not be shown (standard error is closed or /dev/null)";
+
+/// Reads a line from standard input on a thread of its own, so the wait for it can end,
+/// and sends it to `tx` as `wrap` makes it.
+fn read_line_into<T: Send + 'static>(tx: mpsc::Sender<T>, wrap: fn(Line) -> T) {
     std::thread::spawn(move || {
         let mut line = String::new();
         let read = std::io::stdin().lock().read_line(&mut line);
-        let _ = tx.send(read.map(|n| (n, line)));
+        let _ = tx.send(wrap(read.map(|n| (n, line))));
     });
-    rx
+}
+
+/// What a line typed at the prompt answers for approval `id`: end of input, or input
+/// that cannot be read, is no answer.
+fn answer_of(id: &str, line: Line) -> Answer {
+    match line {
+        Ok((n, line)) if n > 0 => bx_broker::typed_answer(id, &line),
+        _ => Answer::Expired,
+    }
 }
 
 /// Whether standard error goes nowhere: `/dev/null`, or closed (which Rust's runtime
@@ -138,15 +153,11 @@ fn prompt(block: &str, id: &str) -> bool {
 /// could not be shown is a refusal.
 fn ask_owner(block: &str, id: &str, timeout: Duration) -> Answer {
     if !prompt(block, id) {
-        return Answer::Refuse(
-            "the approval block could not be shown (standard error is closed or /dev/null)".into(),
-        );
+        return Answer::Refuse(UNSEEN.into());
     }
-    match read_line_in_background().recv_timeout(timeout) {
-        Ok(Ok((0, _))) => Answer::Expired, // end of input: nobody is there to answer
-        Ok(Ok((_, line))) => bx_broker::typed_answer(id, &line),
-        Ok(Err(_)) | Err(_) => Answer::Expired,
-    }
+    let (tx, rx) = mpsc::channel();
+    read_line_into(tx, |line| line);
+    rx.recv_timeout(timeout).map_or(Answer::Expired, |line| answer_of(id, line))
 }
 
 fn overlay(args: &RunArgs) -> anyhow::Result<Overlay> {
@@ -194,7 +205,7 @@ enum Heard {
     /// The daemon closed the connection.
     Closed,
     /// A line typed at the prompt (0 bytes: end of input).
-    Line(std::io::Result<(usize, String)>),
+    Line(Line),
 }
 
 /// The owner's answer as the daemon takes it.
@@ -202,7 +213,7 @@ fn wire_answer(answer: Answer) -> bx_protocol::Answer {
     match answer {
         Answer::Approve => bx_protocol::Answer::Approve {},
         Answer::Refuse(reason) => bx_protocol::Answer::Refuse { reason },
-        Answer::Expired => bx_protocol::Answer::Refuse { reason: "expired".into() },
+        Answer::Expired => bx_protocol::Answer::Refuse { reason: "no answer at the prompt".into() },
     }
 }
 
@@ -247,14 +258,7 @@ fn via_daemon(
             Ok(Heard::Frame(envelope)) => envelope,
             Ok(Heard::Line(line)) => {
                 if let Some((approval, _)) = asked.take() {
-                    let answer = match line {
-                        Ok((n, line)) if n > 0 => {
-                            wire_answer(bx_broker::typed_answer(&approval, &line))
-                        }
-                        _ => {
-                            bx_protocol::Answer::Refuse { reason: "no answer at the prompt".into() }
-                        }
-                    };
+                    let answer = wire_answer(answer_of(&approval, line));
                     conn.send(Body::AnswerApproval { approval, answer })?;
                 }
                 continue;
@@ -278,18 +282,11 @@ fn via_daemon(
         match envelope.msg {
             Body::ApprovalNeeded { approval, block, .. } => {
                 if !prompt(&block, &approval) {
-                    let reason =
-                        "the approval block could not be shown (standard error is closed or /dev/null)".into();
-                    let answer = bx_protocol::Answer::Refuse { reason };
+                    let answer = bx_protocol::Answer::Refuse { reason: UNSEEN.into() };
                     conn.send(Body::AnswerApproval { approval, answer })?;
                     continue;
                 }
-                let lines = tx.clone();
-                std::thread::spawn(move || {
-                    let mut line = String::new();
-                    let read = std::io::stdin().lock().read_line(&mut line);
-                    let _ = lines.send(Heard::Line(read.map(|n| (n, line))));
-                });
+                read_line_into(tx.clone(), Heard::Line);
                 let until = std::time::Instant::now() + Duration::from_secs(args.approval_timeout);
                 asked = Some((approval, until));
             }

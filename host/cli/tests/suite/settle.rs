@@ -2,7 +2,6 @@
 //! answers at once, leaves the same records on the log as the daemon does when its
 //! owner answers the same way at the terminal of `bx tool run`.
 
-use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
 use std::sync::Arc;
 
@@ -84,16 +83,8 @@ fn through_the_daemon(state: &Path, args: &Value, typed: Option<&str>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut stdin = child.stdin.take().unwrap();
-    let mut seen = String::new();
-    while !seen.contains("or a reason to refuse:") {
-        let mut line = Vec::new();
-        let n = stderr.read_until(b':', &mut line).unwrap();
-        assert!(n > 0, "no prompt: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&line));
-    }
-    let id = seen.split("type ").nth(1).and_then(|s| s.split(' ').next()).unwrap().to_owned();
+    let (_, id) = super::trust::until_prompt(&mut child.stderr.take().unwrap());
     if let Some(typed) = typed {
         use std::io::Write as _;
         writeln!(stdin, "{}", typed.replace("{id}", &id)).unwrap();

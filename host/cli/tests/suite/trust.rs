@@ -84,6 +84,22 @@ fn serve(body: &'static str) -> u16 {
 }
 
 /// Runs `bx tool run` and answers its approval prompt with `answer(id)`.
+/// Reads `bx tool run`'s standard error up to its approval prompt (which ends without a
+/// newline): what it showed, and the approval id it asks for.
+pub(super) fn until_prompt(stderr: &mut impl std::io::Read) -> (String, String) {
+    let mut seen = String::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with("or a reason to refuse: ") {
+        if stderr.read(&mut byte).unwrap() == 0 {
+            break;
+        }
+        seen.push(byte[0] as char);
+    }
+    let id = seen.split("type ").nth(1).and_then(|s| s.split(' ').next()).unwrap_or("").to_owned();
+    assert_eq!(id.len(), 6, "no approval id in: {seen}");
+    (seen, id)
+}
+
 pub(super) fn run_answering(state: &Path, args: &[&str], answer: impl Fn(&str) -> String) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bx"))
         .arg("--state-dir")
@@ -95,17 +111,7 @@ pub(super) fn run_answering(state: &Path, args: &[&str], answer: impl Fn(&str) -
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    let mut byte = [0u8; 1];
-    // Read the block up to the prompt, which ends without a newline.
-    while !seen.ends_with("or a reason to refuse: ") {
-        if stderr.read(&mut byte).unwrap() == 0 {
-            break;
-        }
-        seen.push(byte[0] as char);
-    }
-    let id = seen.split("type ").nth(1).and_then(|s| s.split(' ').next()).unwrap_or("").to_owned();
-    assert_eq!(id.len(), 6, "no approval id in: {seen}");
+    let (seen, id) = until_prompt(&mut stderr);
     assert!(seen.contains(&format!("approval needed: {id}")), "{seen}");
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "{}", answer(&id)).unwrap();
