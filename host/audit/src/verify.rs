@@ -3,7 +3,7 @@
 //! check what recovery moved aside, and report what was found. Reading is streamed and
 //! every list is bounded, so a hostile log cannot make verify take unbounded memory.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
 
@@ -148,6 +148,19 @@ enum Stage {
     Asked,
 }
 
+/// Ended calls remembered, to find a result that follows a refusal or another result
+/// (a few MiB at most; a duplicate further back than this is not seen).
+const MAX_ENDED: usize = 100_000;
+
+/// How a call ended, for the order of what follows it.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    /// Refused by the broker or the owner.
+    Refused,
+    /// Its result is on the log.
+    Ran,
+}
+
 struct Walk {
     report: Report,
     found: Vec<Problem>,
@@ -155,8 +168,10 @@ struct Walk {
     breaks: Vec<(u64, String, u64, BreakEntry)>,
     /// Calls with a request and no result yet: their session, request seq and stage.
     calls: BTreeMap<String, (String, u64, Stage)>,
-    /// Calls refused (by the broker or the owner), so a result for one is a problem.
-    refused: std::collections::BTreeSet<String>,
+    /// The latest calls that ended (refused, or with their result), and how: a result for
+    /// one is a problem. At most [`MAX_ENDED`], the oldest let go first.
+    ended: HashMap<String, Ended>,
+    ended_order: VecDeque<String>,
     checkpoint: Option<Checkpoint>,
     checkpoint_hash: Option<String>,
     expected_seq: u64,
@@ -261,9 +276,13 @@ impl Walk {
                     Some((_, _, Stage::Allowed)) => None,
                     Some((_, _, Stage::Requested)) => Some("before any decision on it"),
                     Some((_, _, Stage::Asked)) => Some("while it waited for the owner's answer"),
-                    None if self.refused.contains(&r.call) => Some("after it was refused"),
-                    None => None,
+                    None => match self.ended.get(&r.call) {
+                        Some(Ended::Refused) => Some("after it was refused"),
+                        Some(Ended::Ran) => Some("after its result"),
+                        None => None,
+                    },
                 };
+                self.end(&r.call, Ended::Ran);
                 if let Some(why) = why {
                     let detail = format!(
                         "seq {seq}: the result of call {} comes {why}",
@@ -293,12 +312,23 @@ impl Walk {
         }
     }
 
+    fn end(&mut self, call: &str, how: Ended) {
+        if self.ended.contains_key(call) {
+            return;
+        }
+        if self.ended_order.len() >= MAX_ENDED
+            && let Some(oldest) = self.ended_order.pop_front()
+        {
+            self.ended.remove(&oldest);
+        }
+        self.ended.insert(call.to_owned(), how);
+        self.ended_order.push_back(call.to_owned());
+    }
+
     fn denied(&mut self, call: &str) {
         if self.calls.remove(call).is_some() {
             self.report.calls_denied += 1;
-            if self.refused.len() < MAX_LISTED {
-                self.refused.insert(call.to_owned());
-            }
+            self.end(call, Ended::Refused);
         }
     }
 
@@ -432,7 +462,8 @@ pub fn verify_against(dir: &Path, against: &Against) -> Result<Report, AuditErro
         found_more: 0,
         breaks: Vec::new(),
         calls: BTreeMap::new(),
-        refused: std::collections::BTreeSet::new(),
+        ended: HashMap::new(),
+        ended_order: VecDeque::new(),
         checkpoint,
         checkpoint_hash: None,
         expected_seq: 1,

@@ -66,7 +66,7 @@ pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, FrameError> {
 
 /// The body length a frame's 4-byte head announces, refused when over
 /// [`MAX_FRAME_BYTES`] (before anything is allocated or read).
-pub fn body_len(head: [u8; 4]) -> Result<usize, FrameError> {
+pub(crate) fn body_len(head: [u8; 4]) -> Result<usize, FrameError> {
     let len = u32::from_be_bytes(head) as usize;
     if len > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge(len));
@@ -75,7 +75,7 @@ pub fn body_len(head: [u8; 4]) -> Result<usize, FrameError> {
 }
 
 /// Parses a frame's body (what follows the head) as one envelope of our version.
-pub fn parse_body(body: &[u8]) -> Result<Envelope, FrameError> {
+pub(crate) fn parse_body(body: &[u8]) -> Result<Envelope, FrameError> {
     let envelope: Envelope = serde_json::from_slice(body).map_err(FrameError::Bad)?;
     if envelope.v != crate::VERSION {
         return Err(FrameError::Version(envelope.v));

@@ -219,3 +219,29 @@ fn a_result_no_decision_allowed_is_a_problem_at_the_result() {
     assert_eq!(at, [("order", "2026-11-29.jsonl", 3)]);
     assert!(report.problems[0].detail.contains("after it was refused"), "{:?}", report.problems);
 }
+
+/// The neighbour: a call's result recorded twice (the chain and the numbering made valid
+/// over the copy) is an `order` problem at the second.
+#[test]
+fn a_second_result_of_one_call_is_a_problem_at_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["2026-11-29.jsonl", "checkpoint.json"] {
+        std::fs::copy(fixtures_dir().join("good").join(name), dir.path().join(name)).unwrap();
+    }
+    super::anchor::rechain(dir.path(), |files| {
+        let lines = &mut files[0].1;
+        assert!(lines[2].contains(r#""kind":"result""#), "{}", lines[2]);
+        let again = lines[2].clone();
+        lines.insert(3, again);
+        for (i, line) in lines.iter_mut().enumerate() {
+            let mut r = bx_audit::Record::parse(line).unwrap();
+            r.seq = i as u64 + 1;
+            *line = r.to_line();
+        }
+    });
+    let report = verify(dir.path()).unwrap();
+    let at: Vec<_> =
+        report.problems.iter().map(|p| (p.kind.as_str(), p.file.as_str(), p.line)).collect();
+    assert_eq!(at, [("order", "2026-11-29.jsonl", 4)], "{:?}", report.problems);
+    assert!(report.problems[0].detail.contains("after its result"), "{:?}", report.problems);
+}
