@@ -404,6 +404,8 @@ struct Prompt {
 }
 
 impl Owner for Prompt {
+    // It blocks its thread while the owner reads and types (up to `timeout`): the call
+    // runs on a one-shot command's own current-thread runtime, where nothing else waits.
     async fn answer(&mut self, asking: &Asking<'_>) -> Answer {
         let table = ApprovalTable::new();
         // A fresh table: the id the `ask` record names is free in it.
