@@ -64,7 +64,12 @@ impl Out {
     }
 }
 
+/// The longest error message a reply carries: a message may quote what a client sent
+/// (serde names an unknown variant in full), and must not grow with it.
+const MAX_ERROR_BYTES: usize = 4 << 10;
+
 fn error(code: ErrorCode, message: String, runbook: &str) -> Body {
+    let message = bx_audit::bounded(&message, MAX_ERROR_BYTES);
     Body::Error { code, message, runbook: runbook.to_owned() }
 }
 

@@ -98,8 +98,7 @@ pub(crate) fn policy_in_force(
 type Line = std::io::Result<(usize, String)>;
 
 /// Why a call is refused when its approval block could not be shown.
-const UNSEEN: &str =
-    "the approval block could not be shown (standard error is closed or /dev/null)";
+const UNSEEN: &str = "the approval block could not be shown (standard error is closed, a device that is not a terminal, or failed)";
 
 /// Reads a line from standard input on a thread of its own, so the wait for it can end,
 /// and sends it to `tx` as `wrap` makes it.
@@ -120,22 +119,23 @@ fn answer_of(id: &str, line: Line) -> Answer {
     }
 }
 
-/// Whether standard error goes nowhere: `/dev/null`, or closed (which Rust's runtime
-/// turns into `/dev/null` at start, and whose writes then succeed unseen).
+/// Whether standard error goes nowhere a person reads: a device that is not a terminal
+/// (`/dev/null`, `/dev/zero`), or closed (which Rust's runtime turns into `/dev/null` at
+/// start, and whose writes then succeed unseen). A file or a pipe is the owner's own
+/// arrangement (a log, a script that answers): those are shown to.
 fn stderr_is_void() -> bool {
+    use std::io::IsTerminal as _;
     use std::os::fd::AsFd as _;
-    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
-    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else { return true };
-    let (Ok(err), Ok(null)) = (std::fs::File::from(fd).metadata(), std::fs::metadata("/dev/null"))
-    else {
-        return true;
-    };
-    err.file_type().is_char_device() && err.rdev() == null.rdev()
+    use std::os::unix::fs::FileTypeExt as _;
+    let err = std::io::stderr();
+    let Ok(fd) = err.as_fd().try_clone_to_owned() else { return true };
+    let Ok(meta) = std::fs::File::from(fd).metadata() else { return true };
+    meta.file_type().is_char_device() && !err.is_terminal()
 }
 
 /// Shows the block and the prompt on stderr; false when they could not be shown (stderr
-/// closed, `/dev/null`, or a write failed), and then nobody may answer: nothing is
-/// approved unseen.
+/// closed, a device that is not a terminal, or a write failed), and then nobody may
+/// answer: nothing is approved unseen.
 fn prompt(block: &str, id: &str) -> bool {
     if stderr_is_void() {
         return false;

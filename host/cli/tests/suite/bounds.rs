@@ -307,6 +307,21 @@ fn a_bad_frame_gets_the_codecs_error_and_ends_the_connection() {
         assert_eq!(reply, expected);
         assert!(bx_protocol::read_frame(&mut c).unwrap().is_none(), "the connection went on");
     }
+    // A whole frame whose message type is 1 MB long: serde's error quotes it, and the
+    // reply is bounded all the same (it was 1.8 MB, found by a probe).
+    let long = format!(r#"{{"v":1,"id":1,"msg":{{"type":"{}"}}}}"#, "x".repeat(1 << 20));
+    let mut c = std::os::unix::net::UnixStream::connect(st.join("bx.sock")).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    c.write_all(&(long.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(long.as_bytes()).unwrap();
+    match bx_protocol::read_frame(&mut c).unwrap().unwrap().msg {
+        bx_protocol::Body::Error { code, message, .. } => {
+            assert_eq!(code, bx_protocol::ErrorCode::BadRequest);
+            assert!(message.contains("unknown variant"), "{}", &message[..200]);
+            assert!(message.len() <= 5 << 10, "a reply of {} bytes", message.len());
+        }
+        other => panic!("{other:?}"),
+    }
     daemon.stop();
 }
 

@@ -584,8 +584,8 @@ fn the_loop_shows_a_write_through_a_symlinked_directory_where_it_lands() {
     assert!(!real.exists());
 }
 
-/// An approval block that goes nowhere (standard error closed or `/dev/null`) is not
-/// shown, so the call is refused at once: a script that reads the approval id from the
+/// An approval block that goes nowhere (standard error closed, `/dev/null`, `/dev/zero`)
+/// is not shown, so the call is refused at once: a script that reads the approval id from the
 /// audit log and types it cannot approve what nobody saw (found by a probe).
 #[test]
 fn an_approval_block_nobody_sees_refuses_the_call() {
@@ -603,7 +603,7 @@ fn an_approval_block_nobody_sees_refuses_the_call() {
     .unwrap();
     let target = ws.join("unseen.txt");
     let args = json!({"path": target, "content": "x"}).to_string();
-    for how in ["/dev/null", "closed"] {
+    for how in ["/dev/null", "/dev/zero", "closed"] {
         let session = format!("unseen-{}", how.trim_start_matches('/').replace('/', "-"));
         let run = ["tool", "run", "fs.write", "--session", &session, "--args", &args];
         let mut command = if how == "closed" {
@@ -615,8 +615,9 @@ fn an_approval_block_nobody_sees_refuses_the_call() {
                 .env_remove("BX_HOME");
             c
         } else {
+            // A device that takes every byte and shows none.
             let mut c = bx_command(st);
-            c.stderr(Stdio::null());
+            c.stderr(std::fs::OpenOptions::new().write(true).open(how).unwrap());
             c
         };
         let mut child =
