@@ -207,6 +207,8 @@ fn a_record_added_after_the_last_export_is_named_unanchored() {
     let last = text.lines().last().unwrap();
     let mut forged: serde_json::Value = serde_json::from_str(last).unwrap();
     forged["seq"] = json!(forged["seq"].as_u64().unwrap() + 1);
+    // Another call's result (a second result of the same call is an order problem).
+    forged["fields"]["call"] = json!("forged");
     forged["prev"] = json!(bx_audit::line_hash(last.as_bytes()));
     std::fs::write(&day, format!("{text}{}\n", serde_json::to_string(&forged).unwrap())).unwrap();
     let r =
