@@ -88,7 +88,7 @@ tools-lock:
 # come from `make tools` (copied under their short names), the Python and JavaScript ones
 # are rebuilt only when their source, WIT or toolchain changes.
 COMPONENTS_OUT := tools/target/components
-COMPONENTS := wasi-files wasi-hostile py-files js-fetch
+COMPONENTS := wasi-files wasi-hostile wasi-foreign py-files js-fetch
 components: tools $(COMPONENTS:%=$(COMPONENTS_OUT)/%.wasm)
 
 $(COMPONENTS_OUT):
@@ -96,7 +96,7 @@ $(COMPONENTS_OUT):
 
 # Built by the phony `tools`, so make counts them as remade on every run: the copy is
 # made only when the bytes differ, and keeps its time otherwise.
-$(TOOLS_OUT)/bx_tool_test_wasi_files.wasm $(TOOLS_OUT)/bx_tool_test_wasi_hostile.wasm: tools ;
+$(TOOLS_OUT)/bx_tool_test_wasi_files.wasm $(TOOLS_OUT)/bx_tool_test_wasi_hostile.wasm $(TOOLS_OUT)/bx_tool_test_wasi_foreign.wasm: tools ;
 
 $(COMPONENTS_OUT)/wasi-%.wasm: $(TOOLS_OUT)/bx_tool_test_wasi_%.wasm | $(COMPONENTS_OUT)
 	cmp -s $< $@ || cp $< $@
@@ -123,7 +123,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	cd tools && RUSTFLAGS="$(TOOLS_RUSTFLAGS)" $(CARGO) clippy --release --locked --target $(WASM_TARGET) -- -D warnings
 
-bench: tools
+bench: tools components
 	$(CARGO) bench --locked -p bx-runtime --bench runtime
 	$(CARGO) bench --locked -p bx-broker --bench decide
 	$(CARGO) bench --locked -p bx-audit --bench audit
