@@ -82,8 +82,14 @@ fn main() {
     if wanted("install") {
         bench_install(&rt);
     }
+    if wanted("wasi") {
+        bench_standard(&rt);
+    }
     println!(
         "\ntargets: fresh instance + trivial call <= 30 µs median; fs.read 1 MiB <= 3× std::fs::read"
+    );
+    println!(
+        "standard WASI components (`make components`): their rows compare the same work through a bx:tool component"
     );
 }
 
@@ -147,4 +153,71 @@ fn bench_install(rt: &Runtime) {
             &cached,
         );
     }
+}
+
+/// Function `export` of standard component `name` (built by `make components`), as a
+/// tool whose parameter `path` (when `reads`) names a path it reads.
+fn load_function(rt: &Runtime, name: &str, export: &str, reads: bool) -> LoadedTool {
+    let path = components().join(format!("../../components/{name}.wasm"));
+    let b = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `make components`", path.display()));
+    let resources = if reads {
+        vec![bx_runtime::ResourceArg {
+            arg: "path".into(),
+            kind: bx_runtime::ResourceKind::PathRead,
+        }]
+    } else {
+        Vec::new()
+    };
+    let spec = bx_runtime::FunctionSpec {
+        export: export.into(),
+        name: format!("{name}.{export}"),
+        summary: String::new(),
+        resources,
+        statics: Vec::new(),
+    };
+    rt.load_function(&rt.compile(&b).unwrap(), &digest(&b), spec).unwrap()
+}
+
+fn bench_standard(rt: &Runtime) {
+    // 4. A standard WASI component's trivial call (typed arguments converted from JSON,
+    //    the result rendered back), against a bx:tool component's trivial call.
+    let exec = executor();
+    let describe =
+        load_function(rt, "wasi-files", "bx-test:files/extra@0.1.0#describe-number", false);
+    let args = r#"{"n": 7}"#;
+    let standard = measure(5000, || {
+        let r = exec.block_on(rt.call(&describe, grant(&describe, AllowList::new()), args));
+        assert!(matches!(r.unwrap().result, Ok(Output::Json(_))));
+    });
+    let hostile = load(rt, "test_hostile");
+    let echo = r#"{"mode":"echo","text":"hi"}"#;
+    let own = measure(5000, || {
+        let r = exec.block_on(rt.call(&hostile, grant(&hostile, AllowList::new()), echo));
+        assert!(matches!(r.unwrap().result, Ok(Output::Text(_))));
+    });
+    row("WASI component, trivial call", &standard, "bx:tool trivial call", &own);
+
+    // 5. 1 MiB read through wasi:filesystem (std::fs in the guest), through bx:host/fs
+    //    (fs.read) and through std::fs::read in the host.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one-mib.txt");
+    let line = "the quick brown fox jumps over the lazy dog 0123456789\n";
+    std::fs::write(&file, &line.repeat((1 << 20) / line.len() + 1)[..1 << 20]).unwrap();
+    let allow = AllowList::new().read(dir.path().to_str().unwrap()).unwrap();
+    let read_file = load_function(rt, "wasi-files", "read-file", true);
+    let args = serde_json::json!({"path": file}).to_string();
+    let wasi = measure(300, || {
+        let r = exec.block_on(rt.call(&read_file, grant(&read_file, allow.clone()), &args));
+        assert!(matches!(r.unwrap().result, Ok(Output::Json(t)) if t.len() > 1 << 20));
+    });
+    let fs_read = load(rt, "fs_read");
+    let read_args = serde_json::json!({"path": file, "limit": 1 << 20}).to_string();
+    let host_fs = measure(300, || {
+        let r = exec.block_on(rt.call(&fs_read, grant(&fs_read, allow.clone()), &read_args));
+        assert!(matches!(r.unwrap().result, Ok(Output::Text(t)) if t.len() == 1 << 20));
+    });
+    let native = measure(300, || assert_eq!(std::fs::read(&file).unwrap().len(), 1 << 20));
+    row("1 MiB via wasi:filesystem", &wasi, "via bx:host/fs (fs.read)", &host_fs);
+    row("1 MiB via wasi:filesystem", &wasi, "std::fs::read", &native);
 }

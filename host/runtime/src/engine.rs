@@ -99,6 +99,21 @@ impl Runtime {
         // call's future and the deadline drops it.
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| RunError::Engine(chain(&e)))?;
+        // `wasi:filesystem` is bx's own, through the checked filesystem (`wasi_fs.rs`):
+        // its two interfaces replace wasmtime-wasi's.
+        linker.allow_shadowing(true);
+        {
+            use wasmtime_wasi::p2::bindings::filesystem::{preopens, types};
+            types::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+                .map_err(|e| RunError::Engine(chain(&e)))?;
+            preopens::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+                .map_err(|e| RunError::Engine(chain(&e)))?;
+        }
+        linker.allow_shadowing(false);
+        // `wasi:http` for standard components: wasmtime-wasi-http's types, every request
+        // sent by bx's checked HTTP (`wasi_http.rs`).
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| RunError::Engine(chain(&e)))?;
         bindings::Tool::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| RunError::Engine(chain(&e)))?;
 

@@ -34,9 +34,10 @@ pub enum RunError {
     /// The bytes are not a component wasmtime accepts (a core module, garbage, truncated).
     #[error("not a valid component: {0}")]
     Invalid(String),
-    /// The component is valid but does not implement the `bx:tool` world, or imports
-    /// something the host does not give tools.
-    #[error("component does not fit the bx:tool world: {0}")]
+    /// The component is valid but bx cannot run it: a `bx:tool` component that does
+    /// not implement the world, or a standard one that imports what the host does not
+    /// give tools, or exports nothing bx can call.
+    #[error("not a component bx can run: {0}")]
     WrongWorld(String),
     /// The grant given is for another tool or another digest.
     #[error("grant is for {granted}, not for this tool ({actual})")]

@@ -27,6 +27,40 @@ use crate::bindings::bx::host::types::Error;
 use crate::state::CallState;
 use crate::tool::Touched;
 
+/// How a WASI guest asks to open a path (its open and descriptor flags, as bx reads them).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OpenHow {
+    /// Read through the descriptor.
+    pub(crate) read: bool,
+    /// Write through the descriptor.
+    pub(crate) write: bool,
+    /// Create the file when missing.
+    pub(crate) create: bool,
+    /// Refuse when it exists.
+    pub(crate) exclusive: bool,
+    /// Cut it to nothing.
+    pub(crate) truncate: bool,
+    /// It must be a directory.
+    pub(crate) directory: bool,
+    /// Follow a symlink in the last component (a read only: a write never follows one).
+    pub(crate) follow: bool,
+}
+
+impl OpenHow {
+    /// Whether the open changes anything, so the path must be granted for writing.
+    pub(crate) fn writes(&self) -> bool {
+        self.write || self.create || self.truncate
+    }
+}
+
+/// What [`CallState::open_checked`] opened.
+pub(crate) enum Opened {
+    /// A regular file.
+    File(cap_std::fs::File),
+    /// A directory.
+    Dir(Dir),
+}
+
 /// Entries one `list-dir` may return; a bigger directory is refused as too large.
 const MAX_LIST_ENTRIES: usize = 100_000;
 
@@ -246,7 +280,7 @@ fn real_path(fd: impl AsFd) -> Result<PathBuf, Error> {
     })
 }
 
-fn io_error(path: &str, err: &std::io::Error) -> Error {
+pub(crate) fn io_error(path: &str, err: &std::io::Error) -> Error {
     use std::io::ErrorKind as K;
     const ELOOP: i32 = 40;
     const EXDEV: i32 = 18;
@@ -666,6 +700,162 @@ impl CallState {
         self.touch_path(logical, Some(real), FsAccess::Write, 1);
         file.write_all(data).map_err(|e| io_error(path, &e))?;
         Ok(data.len() as u64)
+    }
+
+    /// Opens `path` (absolute, as the owner reads it) for a standard WASI guest, through
+    /// the same checks as every `bx:host/fs` operation: routed by the grant for `access`,
+    /// opened beneath the root (a write's directories without following a symlink),
+    /// verified on the opened descriptor (inside the root, outside every denied path and
+    /// bx's own state by name and by identity), only regular files and directories,
+    /// labelled per file touched. A file opened for writing is truncated only after that,
+    /// and never when it has another name.
+    pub(crate) fn open_checked(&mut self, path: &str, how: &OpenHow) -> Result<Opened, Error> {
+        let access = if how.writes() { FsAccess::Write } else { FsAccess::Read };
+        if how.read && access == FsAccess::Write {
+            // What a write-and-read descriptor reads back must be readable as well.
+            self.route(path, FsAccess::Read)?;
+        }
+        let (idx, rel) = self.route(path, access)?;
+        let root = self.root(idx)?;
+        if root.file.is_none() && rel.as_os_str().is_empty() {
+            if how.writes() && !how.directory {
+                return Err(Error::Invalid(format!("{path}: is a directory")));
+            }
+            let dir = root.dir.try_clone().map_err(|e| io_error(path, &e))?;
+            return self.opened_dir(idx, dir, path, access);
+        }
+        if access == FsAccess::Read {
+            let name: &Path = match (&root.file, rel.as_os_str().is_empty()) {
+                (Some(name), true) => Path::new(name),
+                (Some(_), false) => return Err(Error::NotFound(path.to_owned())),
+                (None, _) => &rel,
+            };
+            let meta =
+                if how.follow { root.dir.metadata(name) } else { root.dir.symlink_metadata(name) };
+            let meta = meta.map_err(|e| io_error(path, &e))?;
+            if meta.is_dir() {
+                let dir = root.dir.open_dir(name).map_err(|e| io_error(path, &e))?;
+                return self.opened_dir(idx, dir, path, access);
+            }
+            if how.directory {
+                return Err(Error::Invalid(format!("{path}: not a directory")));
+            }
+            if !meta.is_file() {
+                return Err(Error::Invalid(format!("{path}: not a regular file")));
+            }
+            let mut options = OpenOptions::new();
+            options.read(true).custom_flags(OPEN_FLAGS);
+            if !how.follow {
+                options.follow(FollowSymlinks::No);
+            }
+            let file = root.dir.open_with(name, &options).map_err(|e| io_error(path, &e))?;
+            let (logical, real) = self.verify(idx, &file, path)?;
+            let meta = file.metadata().map_err(|e| io_error(path, &e))?;
+            if !meta.is_file() {
+                return Err(Error::Invalid(format!("{path}: not a regular file")));
+            }
+            self.touch_path(logical, Some(real), FsAccess::Read, meta.nlink());
+            return Ok(Opened::File(file));
+        }
+        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
+        let existing = dir.symlink_metadata(&name);
+        if how.directory || existing.as_ref().is_ok_and(|m| m.is_dir()) {
+            if how.create || how.truncate {
+                return Err(Error::Invalid(format!("{path}: is a directory")));
+            }
+            let opened = open_dir_beneath(&dir, Path::new(&name), path)?;
+            return self.opened_dir(idx, opened, path, FsAccess::Write);
+        }
+        refuse_special(existing, path)?;
+        let mut options = OpenOptions::new();
+        options.follow(FollowSymlinks::No).custom_flags(OPEN_FLAGS).write(true).read(how.read);
+        if how.exclusive {
+            options.create_new(true);
+        } else if how.create {
+            options.create(true);
+        }
+        let file = dir.open_with(&name, &options).map_err(|e| io_error(path, &e))?;
+        let (logical, real) = self.verify(idx, &file, path)?;
+        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
+        if !meta.is_file() {
+            return Err(Error::Invalid(format!("{path}: not a regular file")));
+        }
+        if meta.nlink() > 1 {
+            return Err(Error::Denied(format!(
+                "{path}: has {} names (hard links); a write never changes a file it does not show whole",
+                meta.nlink()
+            )));
+        }
+        if how.truncate {
+            file.set_len(0).map_err(|e| io_error(path, &e))?;
+        }
+        self.touch_path(logical, Some(real), FsAccess::Write, 1);
+        Ok(Opened::File(file))
+    }
+
+    /// A directory opened for a WASI guest, verified; reading one is touching it.
+    fn opened_dir(
+        &mut self,
+        idx: usize,
+        dir: Dir,
+        path: &str,
+        access: FsAccess,
+    ) -> Result<Opened, Error> {
+        let (logical, real) = self.verify(idx, &dir, path)?;
+        if access == FsAccess::Read {
+            self.touch_path(logical, Some(real), FsAccess::Read, 1);
+        }
+        Ok(Opened::Dir(dir))
+    }
+
+    /// The names in directory `path` a WASI guest may see (the denied ones are not even
+    /// named), checked and touched as `bx:host/fs`'s `list-dir` is.
+    pub(crate) fn visible_names(&mut self, path: &str) -> Result<Vec<String>, Error> {
+        Ok(self.fs_list(path)?.into_iter().map(|e| e.name).collect())
+    }
+
+    /// Stat of `path` for a WASI guest: of what it leads to (`follow`, opened and checked
+    /// as a read is) or of the name itself (its directory checked, as `stat` is).
+    pub(crate) fn stat_checked(
+        &mut self,
+        path: &str,
+        follow: bool,
+    ) -> Result<cap_std::fs::Metadata, Error> {
+        if follow {
+            let how = OpenHow { read: true, follow: true, ..OpenHow::default() };
+            return match self.open_checked(path, &how)? {
+                Opened::File(f) => f.metadata().map_err(|e| io_error(path, &e)),
+                Opened::Dir(d) => d.dir_metadata().map_err(|e| io_error(path, &e)),
+            };
+        }
+        let (idx, rel) = self.route(path, FsAccess::Read)?;
+        let root = self.root(idx)?;
+        if root.file.is_none() && rel.as_os_str().is_empty() {
+            return root.dir.dir_metadata().map_err(|e| io_error(path, &e));
+        }
+        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
+        let meta = dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?;
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read, 1);
+        Ok(meta)
+    }
+
+    /// The target of symlink `path`, for a WASI guest (its directory checked as a read).
+    pub(crate) fn readlink_checked(&mut self, path: &str) -> Result<PathBuf, Error> {
+        let (idx, rel) = self.route(path, FsAccess::Read)?;
+        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
+        let target = dir.read_link(&name).map_err(|e| io_error(path, &e))?;
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read, 1);
+        Ok(target)
+    }
+
+    /// The verified directory holding `path` and its last name, for a WASI guest's
+    /// changes by name (make or remove a directory, remove or rename a file, set times):
+    /// routed for writing, its directories opened without following a symlink.
+    pub(crate) fn parent_for_change(&mut self, path: &str) -> Result<(Dir, String), Error> {
+        let (idx, rel) = self.route(path, FsAccess::Write)?;
+        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Write, 1);
+        Ok((dir, name))
     }
 
     fn fs_list(&mut self, path: &str) -> Result<Vec<Entry>, Error> {

@@ -24,11 +24,12 @@ use crate::state::CallState;
 use crate::tool::Touched;
 
 /// Request headers a tool may send, at most (count).
-const MAX_REQUEST_HEADERS: usize = 64;
+pub(crate) const MAX_REQUEST_HEADERS: usize = 64;
 /// Request body a tool may send, at most (bytes).
-const MAX_REQUEST_BODY: usize = 1 << 20;
+pub(crate) const MAX_REQUEST_BODY: usize = 1 << 20;
 /// Headers the URL and the host decide, never the tool.
-const RESERVED_HEADERS: &[&str] = &["host", "content-length", "transfer-encoding", "connection"];
+pub(crate) const RESERVED_HEADERS: &[&str] =
+    &["host", "content-length", "transfer-encoding", "connection"];
 
 /// Resolves names with the system resolver, then refuses the name if any address it
 /// resolves to is not public.
@@ -89,7 +90,44 @@ fn canonical_ip_spelling(raw: &str, url: &url::Url) -> Result<(), Error> {
     Ok(())
 }
 
-impl CallState {
+/// Everything one call's HTTP needs, owned, so a request can run in a future of its own
+/// (`wasi:http` sends from a spawned future): the grant's hosts, the limits, the call's
+/// deadline, and where what it reached and what was refused are kept until the call ends.
+#[derive(Clone)]
+pub(crate) struct Fetcher {
+    grant: Arc<bx_broker::Grant>,
+    limits: crate::limits::Limits,
+    deadline: Instant,
+    pub(crate) sink: Arc<parking_lot::Mutex<Reached>>,
+}
+
+/// Hosts a call's requests reached, and why some were refused, gathered from futures
+/// that do not hold the call's state.
+#[derive(Default)]
+pub(crate) struct Reached {
+    pub(crate) hosts: Vec<Touched>,
+    pub(crate) refusals: Vec<String>,
+}
+
+impl Fetcher {
+    pub(crate) fn new(
+        grant: &bx_broker::Grant,
+        limits: &crate::limits::Limits,
+        deadline: Instant,
+    ) -> Fetcher {
+        Fetcher {
+            grant: Arc::new(grant.clone()),
+            limits: limits.clone(),
+            deadline,
+            sink: Arc::default(),
+        }
+    }
+
+    /// When the call's deadline falls.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     fn check_url(&self, raw: &str) -> Result<(url::Url, NetRoute), Error> {
         let url = url::Url::parse(raw).map_err(|e| Error::Invalid(format!("{raw:?}: {e}")))?;
         canonical_ip_spelling(raw, &url)?;
@@ -109,28 +147,27 @@ impl CallState {
             .map_err(|e| Error::Failed(format!("http client: {e}")))
     }
 
-    async fn http_send(&mut self, req: Request) -> Result<Response, Error> {
-        let method = reqwest::Method::from_bytes(req.method.as_bytes())
-            .map_err(|_| Error::Invalid(format!("method {:?}", req.method)))?;
-        if req.headers.len() > MAX_REQUEST_HEADERS {
-            return Err(Error::Invalid(format!("more than {MAX_REQUEST_HEADERS} headers")));
-        }
-        if req.body.as_ref().is_some_and(|b| b.len() > MAX_REQUEST_BODY) {
-            return Err(Error::TooLarge(format!("request body over {MAX_REQUEST_BODY} bytes")));
-        }
-        let mut headers = reqwest::header::HeaderMap::new();
-        for h in &req.headers {
-            if RESERVED_HEADERS.contains(&h.name.to_ascii_lowercase().as_str()) {
-                return Err(Error::Invalid(format!("header {:?} is set by the host", h.name)));
-            }
-            let name = reqwest::header::HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| Error::Invalid(format!("header name {:?}", h.name)))?;
-            let value = reqwest::header::HeaderValue::from_str(&h.value)
-                .map_err(|_| Error::Invalid(format!("header value for {:?}", h.name)))?;
-            headers.append(name, value);
-        }
+    fn touch(&self, host: String) {
+        let label = self.grant.host_label(&host).unwrap_or(bx_broker::Label::TOP);
+        self.sink.lock().hosts.push(Touched::Host { host, label });
+    }
 
-        let (mut url, _) = self.check_url(&req.url)?;
+    /// Sends one request, checked against the grant before it is sent and again at every
+    /// redirect, with one deadline over every hop and the body, the response bounded.
+    pub(crate) async fn fetch(
+        &self,
+        method: reqwest::Method,
+        raw_url: &str,
+        headers: reqwest::header::HeaderMap,
+        body: Option<Vec<u8>>,
+    ) -> Result<Response, Error> {
+        let refused = |e: Error| {
+            if let Error::Denied(why) = &e {
+                self.sink.lock().refusals.push(why.clone());
+            }
+            e
+        };
+        let (mut url, _) = self.check_url(raw_url).map_err(refused)?;
         let client = self.client()?;
         let deadline = self.deadline.min(Instant::now() + self.limits.http_timeout);
         let timeout = self.limits.http_timeout;
@@ -141,19 +178,17 @@ impl CallState {
             ))
         };
         let mut method = method;
-        let mut body = req.body;
+        let mut body = body;
         let mut hops = 0;
         loop {
-            let host = url.host_str().unwrap_or_default().to_owned();
-            let label = self.grant.host_label(&host).unwrap_or(bx_broker::Label::TOP);
-            self.touch(Touched::Host { host, label });
+            self.touch(url.host_str().unwrap_or_default().to_owned());
             let mut builder = client.request(method.clone(), url.clone()).headers(headers.clone());
             if let Some(b) = &body {
                 builder = builder.body(b.clone());
             }
             let sent = tokio::time::timeout_at(deadline, builder.send()).await;
             let response = sent.map_err(|_| late(&url))?.map_err(|e| match non_public(&e) {
-                Some(why) => Error::Denied(why),
+                Some(why) => refused(Error::Denied(why)),
                 None => Error::Failed(format!("{url}: {e}")),
             })?;
             let status = response.status();
@@ -175,7 +210,7 @@ impl CallState {
                     .map_err(|e| Error::Failed(format!("redirect to {location:?}: {e}")))?;
                 let (next, _) = self.check_url(next.as_str()).map_err(|e| match e {
                     Error::Denied(why) => {
-                        Error::Denied(format!("redirect from {url} refused: {why}"))
+                        refused(Error::Denied(format!("redirect from {url} refused: {why}")))
                     }
                     other => other,
                 })?;
@@ -230,6 +265,45 @@ impl CallState {
                 truncated,
             });
         }
+    }
+}
+
+impl CallState {
+    /// Takes what this call's HTTP reached into the call's touched set.
+    pub(crate) fn gather_http(&mut self, fetcher: &Fetcher) {
+        let reached = std::mem::take(&mut *fetcher.sink.lock());
+        for host in reached.hosts {
+            self.touch(host);
+        }
+        for why in reached.refusals {
+            self.fs.note_refusal(why);
+        }
+    }
+
+    async fn http_send(&mut self, req: Request) -> Result<Response, Error> {
+        let method = reqwest::Method::from_bytes(req.method.as_bytes())
+            .map_err(|_| Error::Invalid(format!("method {:?}", req.method)))?;
+        if req.headers.len() > MAX_REQUEST_HEADERS {
+            return Err(Error::Invalid(format!("more than {MAX_REQUEST_HEADERS} headers")));
+        }
+        if req.body.as_ref().is_some_and(|b| b.len() > MAX_REQUEST_BODY) {
+            return Err(Error::TooLarge(format!("request body over {MAX_REQUEST_BODY} bytes")));
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        for h in &req.headers {
+            if RESERVED_HEADERS.contains(&h.name.to_ascii_lowercase().as_str()) {
+                return Err(Error::Invalid(format!("header {:?} is set by the host", h.name)));
+            }
+            let name = reqwest::header::HeaderName::from_bytes(h.name.as_bytes())
+                .map_err(|_| Error::Invalid(format!("header name {:?}", h.name)))?;
+            let value = reqwest::header::HeaderValue::from_str(&h.value)
+                .map_err(|_| Error::Invalid(format!("header value for {:?}", h.name)))?;
+            headers.append(name, value);
+        }
+        let fetcher = Fetcher::new(&self.grant, &self.limits, self.deadline);
+        let result = fetcher.fetch(method, &req.url, headers, req.body).await;
+        self.gather_http(&fetcher);
+        result
     }
 }
 

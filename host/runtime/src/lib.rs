@@ -19,6 +19,9 @@ mod host_http;
 mod limits;
 mod state;
 mod tool;
+mod wasi_fs;
+mod wasi_http;
+mod wit_json;
 
 pub use bindings::bx::tool::types::{CallError, Description, Output, ResourceArg, ResourceKind};
 pub use cache::{CacheOutcome, ComponentCache};
@@ -33,6 +36,16 @@ pub fn resource_kind_name(kind: ResourceKind) -> &'static str {
     }
 }
 pub use engine::{Runtime, engine_key};
+pub use wasmtime::component::Component;
+
+/// The `///` docs a component carries for its exported functions, by `name` or
+/// `interface#name` (most toolchains drop them: then empty).
+pub fn function_docs(wasm: &[u8]) -> std::collections::BTreeMap<String, String> {
+    wit_json::function_docs(wasm)
+}
 pub use error::{Limit, RunError};
 pub use limits::Limits;
-pub use tool::{CallReport, LoadedTool, Touched, WorldCheck, block_on, check_world};
+pub use tool::{
+    CallReport, FunctionInfo, FunctionSpec, LoadedTool, Shape, Touched, WorldCheck, block_on,
+    check_world,
+};

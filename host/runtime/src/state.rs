@@ -51,6 +51,11 @@ pub(crate) struct CallState {
     pub(crate) touched_more: u64,
     pub(crate) stdout: MemoryOutputPipe,
     pub(crate) stderr: MemoryOutputPipe,
+    /// What a standard WASI guest's filesystem needs: its preopens, its descriptors'
+    /// paths, and the reasons of what was refused.
+    pub(crate) fs: crate::wasi_fs::WasiFs,
+    /// A standard WASI guest's `wasi:http` state, made at its first request.
+    pub(crate) http: Option<crate::wasi_http::WasiHttp>,
 }
 
 impl CallState {
@@ -81,6 +86,8 @@ impl CallState {
             touched_more: 0,
             stdout,
             stderr,
+            fs: crate::wasi_fs::WasiFs::default(),
+            http: None,
         }
     }
 

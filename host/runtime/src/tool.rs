@@ -9,11 +9,14 @@ use tokio::time::Instant;
 use wasmtime::Store;
 use wasmtime::component::Component;
 
+use wasmtime::component::{InstancePre, Val};
+
 use crate::bindings::ToolPre;
-use crate::bindings::bx::tool::types::{CallError, Description, Output};
+use crate::bindings::bx::tool::types::{CallError, Description, Output, ResourceArg, ResourceKind};
 use crate::engine::Runtime;
 use crate::error::{Limit, RunError, chain};
 use crate::state::{CallState, LimitTrap};
+use crate::wit_json::{self, ExportedFn};
 
 /// Bytes of a tool's summary that `describe` may return. Without a bound a tool could put
 /// megabytes into every prompt's tools array and every listing.
@@ -152,9 +155,64 @@ pub fn check_world(runtime: &Runtime, component: &Component) -> Result<WorldChec
 /// A component ready to run: pre-instantiated against the linker, with its description.
 pub struct LoadedTool {
     digest: String,
-    pre: ToolPre<CallState>,
+    kind: Kind,
     description: Description,
     world: WorldCheck,
+    /// What every call reaches whatever its arguments (a standard component's manifest).
+    statics: Vec<(ResourceKind, String)>,
+}
+
+/// How a tool's component is called.
+enum Kind {
+    /// bx's own world: `describe` and `call`.
+    Bx(ToolPre<CallState>),
+    /// One exported function of a standard WASI component, called with typed values
+    /// converted from and to JSON.
+    Function { pre: InstancePre<CallState>, function: Box<ExportedFn> },
+}
+
+/// What a component is, as bx runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shape {
+    /// A component of bx's own `bx:tool` world: one tool, that describes itself.
+    BxTool,
+    /// A standard WASI component: each exported function is a tool.
+    Functions(Vec<FunctionInfo>),
+}
+
+/// One exported function of a standard WASI component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionInfo {
+    /// Its name as a manifest names it: `get-forecast` at the top of the world, or
+    /// `interface#name` in an exported interface.
+    pub export: String,
+    /// Its name as a tool name part: `get-forecast`, or `extra.describe-number` for a
+    /// function of interface `extra`.
+    pub tool_suffix: String,
+    /// The JSON Schema of its arguments object, or why bx cannot call it (a resource
+    /// type, say).
+    pub schema: Result<String, String>,
+    /// Its parameters whose type is a string: the ones a manifest may name as paths or
+    /// URLs.
+    pub string_params: Vec<String>,
+    /// All its parameters.
+    pub params: Vec<String>,
+}
+
+/// What the store knows of a standard component's function when it loads it as a tool.
+#[derive(Debug, Clone)]
+pub struct FunctionSpec {
+    /// [`FunctionInfo::export`].
+    pub export: String,
+    /// The installed tool name.
+    pub name: String,
+    /// Its summary (the component's doc comment, or the store's line).
+    pub summary: String,
+    /// Parameters that name resources, per call.
+    pub resources: Vec<ResourceArg>,
+    /// What every call reaches whatever its arguments: paths read or written, and
+    /// `https://host/` URLs.
+    pub statics: Vec<(ResourceKind, String)>,
 }
 
 impl std::fmt::Debug for LoadedTool {
@@ -180,6 +238,38 @@ impl LoadedTool {
     /// Its imports and exports.
     pub fn world(&self) -> &WorldCheck {
         &self.world
+    }
+
+    /// What every call reaches whatever its arguments (from a standard component's
+    /// manifest; empty for a `bx:tool` component, which names its resources itself).
+    pub fn statics(&self) -> &[(ResourceKind, String)] {
+        &self.statics
+    }
+
+    /// For a function of a standard WASI component: its name as the WIT gives it
+    /// (`get-forecast`, or `interface#name`).
+    pub fn export(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Bx(_) => None,
+            Kind::Function { function, .. } => Some(export_name(function)),
+        }
+    }
+
+    /// Whether this is a function of a standard WASI component (not `bx:tool`).
+    pub fn is_function(&self) -> bool {
+        matches!(self.kind, Kind::Function { .. })
+    }
+
+    /// Checks a call's arguments against the function's types, before the broker sees
+    /// the call: the same conversion the call makes, so what passes here is what runs.
+    /// A `bx:tool` component checks its own arguments.
+    pub fn check_args(&self, args: &serde_json::Value) -> Result<(), String> {
+        match &self.kind {
+            Kind::Bx(_) => Ok(()),
+            Kind::Function { function, .. } => {
+                wit_json::args_to_vals(args, &function.params).map(drop).map_err(|e| e.to_string())
+            }
+        }
     }
 }
 
@@ -207,7 +297,101 @@ impl Runtime {
             Err(_) => return Err(self.past_deadline()),
         };
         check_description(&description)?;
-        Ok(LoadedTool { digest: digest.to_owned(), pre, description, world })
+        let kind = Kind::Bx(pre);
+        Ok(LoadedTool { digest: digest.to_owned(), kind, description, world, statics: Vec::new() })
+    }
+
+    /// What `component` is: a `bx:tool` component (it exports `describe` and `call`), or
+    /// a standard WASI component with its exported functions. A standard component must
+    /// import nothing but WASI, and only WASI that bx provides; it is refused naming the
+    /// first import that is not.
+    pub fn shape(&self, component: &Component) -> Result<Shape, RunError> {
+        let ty = component.component_type();
+        let exports: Vec<&str> = ty.exports(&self.engine).map(|(n, _)| n).collect();
+        if exports.contains(&"describe") && exports.contains(&"call") {
+            return Ok(Shape::BxTool);
+        }
+        self.check_wasi_imports(component)?;
+        let functions = wit_json::exported_functions(&self.engine, component)
+            .map_err(|e| RunError::WrongWorld(e.to_string()))?;
+        if functions.is_empty() {
+            return Err(RunError::WrongWorld(
+                "exports no function (a tool component exports `describe` and `call`, or plain functions)".into(),
+            ));
+        }
+        // An instance exported under a plain name rather than a package's interface is a
+        // toolchain's own (componentize-py leaves `exports`, with the `init` it calls at
+        // build time): not a tool.
+        let tools =
+            functions.iter().filter(|f| f.interface.as_deref().is_none_or(|i| i.contains(':')));
+        Ok(Shape::Functions(tools.map(function_info).collect()))
+    }
+
+    /// The name a standard component's tools start with when the owner gives none: the
+    /// package of the first interface it exports (`bx-test:files/extra@0.1.0` gives
+    /// `files`). A component that exports only functions at the top of its world does
+    /// not carry its package's name (toolchains write the world as `root:component`):
+    /// `None`, and the owner names it.
+    pub fn package_name(&self, component: &Component) -> Option<String> {
+        let ty = component.component_type();
+        let name = ty.exports(&self.engine).map(|(n, _)| n).find(|n| n.contains(':'))?;
+        let package = name.split('/').next()?.split(':').nth(1)?;
+        let package = package.split('@').next()?;
+        (!package.is_empty()).then(|| package.to_owned())
+    }
+
+    /// Refuses a standard component that imports anything but WASI, or WASI that the
+    /// linker does not hold (an interface or version bx does not provide).
+    fn check_wasi_imports(&self, component: &Component) -> Result<(), RunError> {
+        let ty = component.component_type();
+        for (name, _) in ty.imports(&self.engine) {
+            if !name.starts_with("wasi:") {
+                return Err(RunError::WrongWorld(format!(
+                    "imports {name}, which bx does not provide (a standard component may import WASI 0.2 only)"
+                )));
+            }
+        }
+        self.linker.instantiate_pre(component).map(drop).map_err(|e| {
+            RunError::WrongWorld(format!("imports what bx does not provide: {}", chain(&e)))
+        })
+    }
+
+    /// Loads function `spec.export` of a standard WASI component as the tool
+    /// `spec.name`: its schema derived from its WIT types, its resources from the
+    /// manifest the store recorded.
+    pub fn load_function(
+        &self,
+        component: &Component,
+        digest: &str,
+        spec: FunctionSpec,
+    ) -> Result<LoadedTool, RunError> {
+        self.check_wasi_imports(component)?;
+        let world = check_world_names(self, component);
+        let functions = wit_json::exported_functions(&self.engine, component)
+            .map_err(|e| RunError::WrongWorld(e.to_string()))?;
+        let Some(function) = functions.into_iter().find(|f| export_name(f) == spec.export) else {
+            return Err(RunError::WrongWorld(format!("exports no function {}", spec.export)));
+        };
+        let schema = match &function.schema {
+            Ok(schema) => schema.args.clone(),
+            Err(e) => return Err(RunError::WrongWorld(format!("{}: {e}", spec.export))),
+        };
+        let pre =
+            self.linker.instantiate_pre(component).map_err(|e| RunError::WrongWorld(chain(&e)))?;
+        let description = Description {
+            name: spec.name,
+            summary: spec.summary,
+            args_schema: schema.to_string(),
+            resources: spec.resources,
+        };
+        check_description(&description)?;
+        Ok(LoadedTool {
+            digest: digest.to_owned(),
+            kind: Kind::Function { pre, function: Box::new(function) },
+            description,
+            world,
+            statics: spec.statics,
+        })
     }
 
     /// [`Runtime::load`] for callers outside an async runtime (see [`block_on`]).
@@ -224,7 +408,11 @@ impl Runtime {
     pub async fn instantiate_only(&self, tool: &LoadedTool) -> Result<(), RunError> {
         let deadline = Instant::now() + self.limits.deadline;
         let mut store = self.store(empty_grant(&tool.digest)?, deadline);
-        tool.pre.instantiate_async(&mut store).await.map(drop).map_err(|e| self.classify(e, &store))
+        let made = match &tool.kind {
+            Kind::Bx(pre) => pre.instantiate_async(&mut store).await.map(drop),
+            Kind::Function { pre, .. } => pre.instantiate_async(&mut store).await.map(drop),
+        };
+        made.map_err(|e| self.classify(e, &store))
     }
 
     fn store(&self, grant: Grant, deadline: Instant) -> Store<CallState> {
@@ -279,13 +467,24 @@ impl Runtime {
         }
         let deadline = Instant::now() + self.limits.deadline;
         let mut store = self.store(grant, deadline);
-        let run = async {
-            let instance = tool.pre.instantiate_async(&mut store).await?;
-            instance.call_call(&mut store, args).await
-        };
-        let result = match tokio::time::timeout_at(deadline, run).await {
-            Ok(result) => result.map_err(|e| self.classify(e, &store))?,
-            Err(_) => return Err(self.past_deadline()),
+        let result = match &tool.kind {
+            Kind::Bx(pre) => {
+                let run = async {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    instance.call_call(&mut store, args).await
+                };
+                match tokio::time::timeout_at(deadline, run).await {
+                    Ok(result) => result.map_err(|e| self.classify(e, &store))?,
+                    Err(_) => return Err(self.past_deadline()),
+                }
+            }
+            Kind::Function { pre, function } => {
+                store.data_mut().fs.preopens = true;
+                match self.call_function(pre, function, &mut store, args, deadline).await? {
+                    Ok(output) => Ok(output),
+                    Err(e) => Err(with_refusals(e, &store.data().fs)),
+                }
+            }
         };
         if stdio_full(&store) {
             return Err(RunError::Limit { limit: Limit::Stdio, detail: self.stdio_detail() });
@@ -309,6 +508,60 @@ impl Runtime {
             label: state.label,
             touched: state.touched.iter().cloned().collect(),
             touched_more: state.touched_more,
+        })
+    }
+
+    /// Calls one exported function of a standard component in a fresh instance: the
+    /// JSON arguments converted to its parameter types (refused as invalid arguments
+    /// when they do not fit), its results rendered as JSON; the `err` of a `result` is
+    /// the call's failure.
+    async fn call_function(
+        &self,
+        pre: &InstancePre<CallState>,
+        function: &ExportedFn,
+        store: &mut Store<CallState>,
+        args: &str,
+        deadline: Instant,
+    ) -> Result<Result<Output, CallError>, RunError> {
+        let args: serde_json::Value = match serde_json::from_str(args) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(CallError::InvalidArgs(format!("not JSON: {e}")))),
+        };
+        let params = match wit_json::args_to_vals(&args, &function.params) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(CallError::InvalidArgs(e.to_string()))),
+        };
+        let run = async {
+            let instance = pre.instantiate_async(&mut *store).await?;
+            let Some(func) = wit_json::lookup(&instance, &mut *store, function) else {
+                wasmtime::bail!("the component no longer exports {}", export_name(function));
+            };
+            let mut results = vec![Val::Bool(false); function.results.len()];
+            func.call_async(&mut *store, &params, &mut results).await?;
+            Ok(results)
+        };
+        let ran = tokio::time::timeout_at(deadline, run).await;
+        if let Some(fetcher) = store.data().http.as_ref().map(|h| h.fetcher().clone()) {
+            store.data_mut().gather_http(&fetcher);
+        }
+        let results = match ran {
+            Ok(Ok(results)) => results,
+            Ok(Err(e)) => return Err(self.classify(e, store)),
+            Err(_) => return Err(self.past_deadline()),
+        };
+        let rendered = match results.as_slice() {
+            [one] => match wit_json::split_result(one) {
+                Some(Ok(ok)) => Ok(ok),
+                Some(Err(err)) => Err(err),
+                None => Ok(wit_json::vals_to_json(&results)),
+            },
+            _ => Ok(wit_json::vals_to_json(&results)),
+        };
+        Ok(match rendered {
+            Ok(value) => Ok(Output::Json(value.to_string())),
+            // A string error is the tool's own message; anything else is shown as JSON.
+            Err(serde_json::Value::String(message)) => Err(CallError::Failed(message)),
+            Err(other) => Err(CallError::Failed(other.to_string())),
         })
     }
 
@@ -394,6 +647,70 @@ fn empty_grant(digest: &str) -> Result<Grant, RunError> {
         Decision::Ask(_) | Decision::Deny(_) => {
             Err(RunError::Engine("the broker refused a grant that reaches nothing".into()))
         }
+    }
+}
+
+/// A standard component's failure, with the host's reasons for what it refused: the
+/// guest saw only an error code, the owner and the log see why.
+fn with_refusals(e: CallError, fs: &crate::wasi_fs::WasiFs) -> CallError {
+    if fs.refusals.is_empty() {
+        return e;
+    }
+    let mut reasons = fs.refusals.join("; ");
+    if fs.refusals_more > 0 {
+        reasons.push_str(&format!("; and {} more", fs.refusals_more));
+    }
+    let message = match e {
+        CallError::InvalidArgs(m)
+        | CallError::Denied(m)
+        | CallError::Failed(m)
+        | CallError::OutputTooLarge(m) => m,
+    };
+    CallError::Denied(format!("{message} (the host refused: {reasons})"))
+}
+
+/// A function's name as a manifest names it: `name`, or `interface#name`.
+fn export_name(f: &ExportedFn) -> String {
+    f.qualified_name()
+}
+
+/// What install and inspection show of an exported function.
+fn function_info(f: &ExportedFn) -> FunctionInfo {
+    let tool_suffix = match &f.interface {
+        // `bx-test:files/extra@0.1.0` → `extra.`
+        Some(interface) => {
+            let short = interface.rsplit('/').next().unwrap_or(interface);
+            let short = short.split('@').next().unwrap_or(short);
+            format!("{short}.{}", f.name)
+        }
+        None => f.name.clone(),
+    };
+    let schema = match &f.schema {
+        Ok(schema) => Ok(schema.args.to_string()),
+        Err(why) => Err(why.to_string()),
+    };
+    let is_string =
+        |ty: &wasmtime::component::Type| matches!(ty, wasmtime::component::Type::String);
+    FunctionInfo {
+        export: export_name(f),
+        tool_suffix,
+        schema,
+        string_params: f
+            .params
+            .iter()
+            .filter(|(_, t)| is_string(t))
+            .map(|(n, _)| n.clone())
+            .collect(),
+        params: f.params.iter().map(|(n, _)| n.clone()).collect(),
+    }
+}
+
+/// The imports and exports of a component by name, unchecked.
+fn check_world_names(runtime: &Runtime, component: &Component) -> WorldCheck {
+    let ty = component.component_type();
+    WorldCheck {
+        imports: ty.imports(&runtime.engine).map(|(n, _)| n.to_owned()).collect(),
+        exports: ty.exports(&runtime.engine).map(|(n, _)| n.to_owned()).collect(),
     }
 }
 

@@ -6,6 +6,7 @@ mod escape;
 mod http;
 mod limits;
 mod reach;
+mod standard;
 mod tools;
 
 use std::io::{BufRead as _, BufReader, Write as _};
