@@ -50,6 +50,9 @@ pub enum ArgsError {
         "path {0:?} is relative and this session has no workspace to resolve it against (see docs/runbook.md#no-workspace)"
     )]
     NoWorkspace(String),
+    /// Arguments that do not fit a standard component's function (its WIT types).
+    #[error("the arguments do not fit the function's types: {0}")]
+    Types(String),
 }
 
 /// The resources a call's arguments name, per the tool's own description. An argument
@@ -90,9 +93,24 @@ pub fn resolve_noting(
     args: &Value,
     workspace: Option<&Path>,
 ) -> Result<(Vec<Resource>, Value, Vec<Redirected>), ArgsError> {
+    // A standard component's function takes typed values: arguments that do not
+    // convert are refused before the broker, by the conversion the call itself makes.
+    tool.check_args(args).map_err(ArgsError::Types)?;
     let mut out = Vec::new();
     let mut redirected = Vec::new();
     let mut resolved = args.clone();
+    // What it reaches whatever the arguments (its manifest), relative paths joined to
+    // the workspace as an argument's are; decided with the rest, shown with the rest.
+    for (kind, text) in tool.statics() {
+        out.push(match kind {
+            ResourceKind::PathRead => Resource::PathRead(resolve_path(text, workspace)?),
+            ResourceKind::PathWrite => {
+                let joined = resolve_path(text, workspace)?;
+                Resource::PathWrite(resolve_write_path(&joined).unwrap_or(joined))
+            }
+            ResourceKind::UrlFetch => Resource::Url(text.clone()),
+        });
+    }
     for r in &tool.description().resources {
         let Some(value) = args.get(&r.arg) else { continue };
         let Some(text) = value.as_str() else {

@@ -46,6 +46,14 @@ pub enum StoreError {
     /// installed set).
     #[error("{0}")]
     State(#[from] bx_state::StateError),
+    /// A component's manifest cannot be read or asks for what cannot be granted.
+    #[error("manifest {path}: {message}")]
+    Manifest {
+        /// The manifest file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// No tool by this name.
     #[error("no tool named {0} is installed (see `bx tool list`)")]
     NotInstalled(String),
@@ -66,6 +74,7 @@ impl StoreError {
             StoreError::DigestMismatch { .. }
             | StoreError::BadDigest { .. }
             | StoreError::Fetch { .. } => Some("docs/runbook.md#install-refused"),
+            StoreError::Manifest { .. } => Some("docs/runbook.md#manifest-refused"),
             // A limit the component hit while it described itself is the more specific.
             StoreError::Component(e) => e.runbook().or(Some("docs/runbook.md#install-refused")),
             StoreError::State(e) => e.runbook(),

@@ -11,6 +11,11 @@ pub type Progress<'a> = &'a mut dyn FnMut(u64, Option<u64>);
 
 /// Reads a local file, refusing anything over [`MAX_COMPONENT_BYTES`].
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
+    read_bounded(path, MAX_COMPONENT_BYTES)
+}
+
+/// Reads a local regular file, refusing anything over `max` bytes.
+pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, StoreError> {
     let shown = path.display().to_string();
     let fetch_err = |m: String| StoreError::Fetch { source_name: shown.clone(), message: m };
     // Non-blocking, and only a regular file: a FIFO at a mirror's path must not hang an
@@ -27,11 +32,9 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, StoreError> {
         return Err(fetch_err("not a regular file".into()));
     }
     let mut data = Vec::new();
-    file.take(MAX_COMPONENT_BYTES + 1)
-        .read_to_end(&mut data)
-        .map_err(|e| fetch_err(e.to_string()))?;
-    if data.len() as u64 > MAX_COMPONENT_BYTES {
-        return Err(fetch_err(format!("larger than {MAX_COMPONENT_BYTES} bytes")));
+    file.take(max + 1).read_to_end(&mut data).map_err(|e| fetch_err(e.to_string()))?;
+    if data.len() as u64 > max {
+        return Err(fetch_err(format!("larger than {max} bytes")));
     }
     Ok(data)
 }

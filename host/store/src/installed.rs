@@ -16,6 +16,28 @@ pub struct InstalledTool {
     pub size: u64,
     /// Resource kinds its arguments name (`path-read`, `path-write`, `url-fetch`).
     pub resources: Vec<String>,
+    /// For a function of a standard WASI component (not `bx:tool`): which function, and
+    /// what its manifest asks for. Absent for a `bx:tool` component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<InstalledFunction>,
+}
+
+/// One exported function of a standard WASI component, installed as a tool.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstalledFunction {
+    /// The component's name, which its tools' names start with (`weather`).
+    pub component: String,
+    /// The function as its WIT names it: `get-forecast`, or `interface#name`.
+    pub export: String,
+    /// Its summary: the component's doc comment for it, or a line of bx's.
+    pub summary: String,
+    /// Which parameters name resources, per call (from the manifest).
+    #[serde(default)]
+    pub params: crate::manifest::ParamReach,
+    /// What every call reaches whatever its arguments (from the manifest).
+    #[serde(default)]
+    pub reach: crate::manifest::StaticReach,
 }
 
 /// `installed.json`.

@@ -8,10 +8,14 @@ mod digest;
 mod error;
 mod fetch;
 mod installed;
+mod manifest;
 mod store;
 
 pub use digest::Digest;
 pub use error::StoreError;
 pub use fetch::Progress;
-pub use installed::{Installed, InstalledTool};
-pub use store::{InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, Store};
+pub use installed::{Installed, InstalledFunction, InstalledTool};
+pub use manifest::{Manifest, ParamReach, ReadManifest, StaticReach};
+pub use store::{
+    InstallOptions, InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, StaticCheck, Store,
+};

@@ -9,13 +9,16 @@
 
 use std::path::{Path, PathBuf};
 
-use bx_runtime::{CacheOutcome, ComponentCache, LoadedTool, Runtime};
+use bx_runtime::{
+    CacheOutcome, ComponentCache, FunctionInfo, FunctionSpec, LoadedTool, Runtime, Shape,
+};
 use bx_state::{Config, StateDir, write_atomically};
 
 use crate::digest::Digest;
 use crate::error::StoreError;
 use crate::fetch::{self, Progress};
-use crate::installed::{Installed, InstalledTool};
+use crate::installed::{Installed, InstalledFunction, InstalledTool};
+use crate::manifest::{Manifest, ParamReach, StaticReach};
 
 /// The largest component the store accepts (64 MiB). Without a bound a hostile URL could
 /// stream until the disk or memory is full.
@@ -48,7 +51,8 @@ impl InstallSource {
 /// What an install did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallOutcome {
-    /// The tool's name, from its own `describe`.
+    /// The tool's name, from its own `describe`; for a standard component, the
+    /// component's name.
     pub name: String,
     /// Its digest.
     pub digest: Digest,
@@ -58,6 +62,11 @@ pub struct InstallOutcome {
     pub changed: bool,
     /// The tool epoch after the install.
     pub epoch: u64,
+    /// The tools it installed: the one tool of a `bx:tool` component, or one per
+    /// function of a standard component.
+    pub tools: Vec<String>,
+    /// A standard component's functions bx cannot call, and why.
+    pub skipped: Vec<String>,
 }
 
 /// The tool store under one state directory.
@@ -155,63 +164,124 @@ impl Store {
         })
     }
 
-    /// Installs a tool: fetch, verify the digest, check it is a `bx:tool` component,
-    /// precompile, then record name → digest and raise the epoch. Every check happens
-    /// before anything is written.
+    /// Installs a tool: fetch, verify the digest, check it is a `bx:tool` component or a
+    /// standard WASI component, precompile, then record name → digest and raise the
+    /// epoch. Every check happens before anything is written.
+    ///
+    /// A standard component installs one tool per exported function, named
+    /// `COMPONENT.FUNCTION` (`COMPONENT` from `options.name`, else its WIT package); what
+    /// each may reach comes from `options.manifest`, and `options.check` is asked about
+    /// every static resource before anything is written (the owner's policy refusing one
+    /// refuses the install).
     pub fn install(
         &self,
         runtime: &Runtime,
         source: &InstallSource,
         digest: &Digest,
-        replace: bool,
+        options: &InstallOptions<'_>,
         progress: Progress<'_>,
     ) -> Result<InstallOutcome, StoreError> {
         let bytes = self.fetch(source, digest, progress)?;
         let component = runtime.compile(&bytes)?;
-        let tool = runtime.load_blocking(&component, &digest.to_string())?;
-        let name = tool.description().name.clone();
-        if name.is_empty()
-            || name.len() > 64
-            || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-        {
+        let entries = match runtime.shape(&component)? {
+            Shape::BxTool => {
+                if options.manifest.is_some() || options.name.is_some() {
+                    return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(
+                        "a bx:tool component names itself and its resources: --name and --manifest are for standard WASI components".into(),
+                    )));
+                }
+                let tool = runtime.load_blocking(&component, &digest.to_string())?;
+                let name = tool.description().name.clone();
+                check_tool_name(&name)?;
+                let resources = tool
+                    .description()
+                    .resources
+                    .iter()
+                    .map(|r| bx_runtime::resource_kind_name(r.kind).to_owned())
+                    .collect();
+                let entry = InstalledTool {
+                    digest: digest.to_string(),
+                    size: bytes.len() as u64,
+                    resources,
+                    function: None,
+                };
+                Planned { component: None, tools: vec![(name, entry)], skipped: Vec::new() }
+            }
+            Shape::Functions(functions) => {
+                self.plan_functions(runtime, &component, &bytes, digest, options, &functions)?
+            }
+        };
+        let Some((first, _)) = entries.tools.first() else {
             return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(format!(
-                "tool name {name:?} must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'"
+                "no exported function bx can call ({})",
+                entries.skipped.join("; ")
             ))));
-        }
+        };
+        let name = entries.component.clone().unwrap_or_else(|| first.clone());
 
         let _lock = self.lock()?;
         let mut installed = self.installed()?;
-        let previous = installed.tools.get(&name).map(|t| t.digest.clone());
-        match &previous {
-            Some(d) if *d == digest.to_string() => {
-                return Ok(InstallOutcome {
-                    name,
-                    digest: digest.clone(),
-                    replaced: None,
-                    changed: false,
-                    epoch: installed.epoch,
-                });
+        let same = |t: &InstalledTool| t.digest == digest.to_string();
+        let mut previous = None;
+        for (tool, _) in &entries.tools {
+            match installed.tools.get(tool) {
+                Some(t) if !same(t) && !options.replace => {
+                    return Err(StoreError::NameClash {
+                        name: tool.clone(),
+                        installed: t.digest.clone(),
+                    });
+                }
+                Some(t) if !same(t) => previous = Some(t.digest.clone()),
+                _ => {}
             }
-            Some(d) if !replace => {
-                return Err(StoreError::NameClash { name, installed: d.clone() });
-            }
-            _ => {}
+        }
+        // A component's earlier tools that its new version no longer has go with it.
+        let stale: Vec<String> = match &entries.component {
+            Some(component) => installed
+                .tools
+                .iter()
+                .filter(|(n, t)| {
+                    t.function.as_ref().is_some_and(|f| f.component == *component)
+                        && !entries.tools.iter().any(|(e, _)| e == *n)
+                })
+                .map(|(n, _)| n.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        if !stale.is_empty() && !options.replace {
+            let t = &installed.tools[&stale[0]];
+            return Err(StoreError::NameClash {
+                name: stale[0].clone(),
+                installed: t.digest.clone(),
+            });
+        }
+        let unchanged = stale.is_empty()
+            && entries.tools.iter().all(|(n, e)| installed.tools.get(n) == Some(e));
+        let tools: Vec<String> = entries.tools.iter().map(|(n, _)| n.clone()).collect();
+        if unchanged {
+            return Ok(InstallOutcome {
+                name,
+                digest: digest.clone(),
+                replaced: None,
+                changed: false,
+                epoch: installed.epoch,
+                tools,
+                skipped: entries.skipped,
+            });
         }
         let blob = self.blob_path(digest);
         if !blob.exists() {
             write_atomically(&blob, &bytes)?;
         }
         self.cache.compile(runtime, &digest.hex(), &bytes)?;
-        let resources = tool
-            .description()
-            .resources
-            .iter()
-            .map(|r| bx_runtime::resource_kind_name(r.kind).to_owned())
-            .collect();
-        installed.tools.insert(
-            name.clone(),
-            InstalledTool { digest: digest.to_string(), size: bytes.len() as u64, resources },
-        );
+        for n in &stale {
+            if let Some(t) = installed.tools.remove(n) {
+                previous.get_or_insert(t.digest);
+            }
+        }
+        for (n, entry) in entries.tools {
+            installed.tools.insert(n, entry);
+        }
         installed.epoch += 1;
         installed.save(&self.installed_path())?;
         Ok(InstallOutcome {
@@ -220,7 +290,93 @@ impl Store {
             replaced: previous,
             changed: true,
             epoch: installed.epoch,
+            tools,
+            skipped: entries.skipped,
         })
+    }
+
+    /// The tools a standard component installs as: one per function bx can call, each
+    /// loaded once here (so a schema or summary out of bounds refuses the install), with
+    /// what its manifest asks for; the functions it cannot call, and why.
+    fn plan_functions(
+        &self,
+        runtime: &Runtime,
+        component: &bx_runtime::Component,
+        bytes: &[u8],
+        digest: &Digest,
+        options: &InstallOptions<'_>,
+        functions: &[FunctionInfo],
+    ) -> Result<Planned, StoreError> {
+        let manifest = options.manifest.clone().unwrap_or_default();
+        let refuse = |message: String| StoreError::Manifest {
+            path: options.manifest_path.clone().unwrap_or_else(|| "(none)".into()),
+            message,
+        };
+        let docs = bx_runtime::function_docs(bytes);
+        let name = match (options.name.clone(), runtime.package_name(component)) {
+            (Some(n), _) | (None, Some(n)) => n,
+            (None, None) => {
+                return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(
+                    "the component does not carry its package's name: pass --name NAME (its tools are NAME.FUNCTION)".into(),
+                )));
+            }
+        };
+        check_tool_name(&name)?;
+        for f in manifest.functions.keys() {
+            if !functions.iter().any(|i| i.export == *f) {
+                return Err(refuse(format!(
+                    "names function {f:?}, which the component does not export"
+                )));
+            }
+        }
+        let mut tools = Vec::new();
+        let mut skipped = Vec::new();
+        for f in functions {
+            if let Err(why) = &f.schema {
+                skipped.push(format!("{}: {why}", f.export));
+                continue;
+            }
+            let params = manifest.functions.get(&f.export).cloned().unwrap_or_default();
+            for p in params.read.iter().chain(&params.write).chain(&params.fetch) {
+                if !f.string_params.contains(p) {
+                    let why =
+                        if f.params.contains(p) { "is not a string" } else { "does not exist" };
+                    return Err(refuse(format!("{}: parameter {p:?} {why}", f.export)));
+                }
+            }
+            let tool = format!("{name}.{}", f.tool_suffix);
+            check_tool_name(&tool)?;
+            let spec = function_spec(&tool, f, &docs, &params, &manifest.reach);
+            if let Some(check) = options.check {
+                let statics: Vec<(bx_runtime::ResourceKind, String)> = spec.statics.clone();
+                check(&tool, &statics).map_err(refuse)?;
+            }
+            let loaded = runtime.load_function(component, &digest.to_string(), spec)?;
+            let mut kinds: Vec<String> = loaded
+                .description()
+                .resources
+                .iter()
+                .map(|r| r.kind)
+                .chain(loaded.statics().iter().map(|(k, _)| *k))
+                .map(|k| bx_runtime::resource_kind_name(k).to_owned())
+                .collect();
+            kinds.sort();
+            kinds.dedup();
+            let entry = InstalledTool {
+                digest: digest.to_string(),
+                size: bytes.len() as u64,
+                resources: kinds,
+                function: Some(InstalledFunction {
+                    component: name.clone(),
+                    export: f.export.clone(),
+                    summary: loaded.description().summary.clone(),
+                    params,
+                    reach: manifest.reach.clone(),
+                }),
+            };
+            tools.push((tool, entry));
+        }
+        Ok(Planned { component: Some(name), tools, skipped })
     }
 
     /// Removes `name` from the installed set (its bytes stay, so the digest can be
@@ -257,8 +413,110 @@ impl Store {
             verify(&digest, &bytes).map_err(|e| bx_runtime::RunError::Invalid(e.to_string()))?;
             Ok(bytes)
         })?;
-        Ok((runtime.load_blocking(&component, &digest.to_string())?, outcome))
+        let tool = match &entry.function {
+            None => runtime.load_blocking(&component, &digest.to_string())?,
+            Some(f) => {
+                let info = FunctionInfo {
+                    export: f.export.clone(),
+                    tool_suffix: String::new(),
+                    schema: Ok(String::new()),
+                    string_params: Vec::new(),
+                    params: Vec::new(),
+                };
+                let mut spec = function_spec(name, &info, &Default::default(), &f.params, &f.reach);
+                spec.summary = f.summary.clone();
+                runtime.load_function(&component, &digest.to_string(), spec)?
+            }
+        };
+        Ok((tool, outcome))
     }
+}
+
+/// Asked about one tool's static resources (its name, and each resource's kind and
+/// path or URL): an error refuses the install with its text.
+pub type StaticCheck<'a> =
+    dyn Fn(&str, &[(bx_runtime::ResourceKind, String)]) -> Result<(), String> + 'a;
+
+/// How an install names a standard component's tools, and what they may reach.
+#[derive(Default)]
+pub struct InstallOptions<'a> {
+    /// Replace tools of the same names that have another digest.
+    pub replace: bool,
+    /// The component's name, which its tools' names start with (default: its WIT
+    /// package's name). For a standard WASI component only.
+    pub name: Option<String>,
+    /// What its functions may reach. For a standard WASI component only.
+    pub manifest: Option<Manifest>,
+    /// Where the manifest was read from, for messages.
+    pub manifest_path: Option<String>,
+    /// Asked about each tool's static resources before anything is written; an error
+    /// refuses the install with its text (the owner's policy refusing a resource).
+    pub check: Option<&'a StaticCheck<'a>>,
+}
+
+/// The tools one install adds.
+struct Planned {
+    /// A standard component's name; `None` for a `bx:tool` component.
+    component: Option<String>,
+    tools: Vec<(String, InstalledTool)>,
+    /// Functions not installed, and why.
+    skipped: Vec<String>,
+}
+
+/// Bytes of a summary taken from a component's doc comment.
+const MAX_SUMMARY_BYTES: usize = 1024;
+
+/// What the runtime needs to load one function as tool `tool`.
+fn function_spec(
+    tool: &str,
+    f: &FunctionInfo,
+    docs: &std::collections::BTreeMap<String, String>,
+    params: &ParamReach,
+    reach: &StaticReach,
+) -> FunctionSpec {
+    use bx_runtime::{ResourceArg, ResourceKind};
+    let summary = match docs.get(&f.export) {
+        Some(doc) if !doc.trim().is_empty() => {
+            let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut end = doc.len().min(MAX_SUMMARY_BYTES);
+            while !doc.is_char_boundary(end) {
+                end -= 1;
+            }
+            doc[..end].to_owned()
+        }
+        _ => {
+            format!("The function {} of a WebAssembly component (it has no description).", f.export)
+        }
+    };
+    let arg = |kind: ResourceKind| move |p: &String| ResourceArg { arg: p.clone(), kind };
+    let resources = params
+        .read
+        .iter()
+        .map(arg(ResourceKind::PathRead))
+        .chain(params.write.iter().map(arg(ResourceKind::PathWrite)))
+        .chain(params.fetch.iter().map(arg(ResourceKind::UrlFetch)))
+        .collect();
+    let statics = reach
+        .read
+        .iter()
+        .map(|p| (ResourceKind::PathRead, p.clone()))
+        .chain(reach.write.iter().map(|p| (ResourceKind::PathWrite, p.clone())))
+        .chain(reach.hosts.iter().map(|h| (ResourceKind::UrlFetch, format!("https://{h}/"))))
+        .collect();
+    FunctionSpec { export: f.export.clone(), name: tool.to_owned(), summary, resources, statics }
+}
+
+/// A tool name is 1 to 64 characters of `a-z`, `0-9`, `.`, `_` or `-`.
+fn check_tool_name(name: &str) -> Result<(), StoreError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(format!(
+            "tool name {name:?} must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'"
+        ))));
+    }
+    Ok(())
 }
 
 fn verify(expected: &Digest, bytes: &[u8]) -> Result<(), StoreError> {

@@ -43,6 +43,15 @@ pub(crate) struct InstallArgs {
     /// Replace a tool of the same name that has another digest.
     #[arg(long)]
     replace: bool,
+    /// For a standard WASI component: the name its tools start with (NAME.FUNCTION).
+    /// Default: its WIT package's name.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// For a standard WASI component: what its functions may reach, bx's TOML or
+    /// Wassette's policy.yaml (docs/policy.md#manifests). Without one, its functions
+    /// reach no file and no host.
+    #[arg(long, value_name = "FILE")]
+    manifest: Option<std::path::PathBuf>,
 }
 
 /// `bx tool list`
@@ -60,7 +69,7 @@ pub(crate) fn run(state: &StateDir, command: ToolCommand) -> anyhow::Result<u8> 
     let config = bx_daemon::load_config(state)?;
     let store = Store::open(state, &config)?;
     match command {
-        ToolCommand::Install(args) => install(&store, args),
+        ToolCommand::Install(args) => install(state, &config, &store, args),
         ToolCommand::List(args) => list(&store, &args),
         ToolCommand::Inspect { name } => inspect(&store, &name),
         ToolCommand::Remove { name } => {
@@ -76,7 +85,12 @@ fn runtime() -> anyhow::Result<Runtime> {
     Ok(Runtime::new(Limits::default())?)
 }
 
-fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
+fn install(
+    state: &StateDir,
+    config: &bx_state::Config,
+    store: &Store,
+    args: InstallArgs,
+) -> anyhow::Result<u8> {
     let source = InstallSource::parse(&args.source);
     let digest_text = match (&source, &args.digest) {
         (InstallSource::Digest, None) => args.source.clone(),
@@ -101,9 +115,38 @@ fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
         bar.set_position(done);
     };
     let runtime = runtime()?;
-    let outcome = store.install(&runtime, &source, &digest, args.replace, &mut progress);
+    let manifest = match &args.manifest {
+        Some(path) => Some(bx_store::Manifest::read(path)?),
+        None => None,
+    };
+    for note in manifest.iter().flat_map(|m| &m.notes) {
+        errln!("bx: manifest: {}", term::one_line(note));
+    }
+    // What a manifest asks for whatever the arguments is decided now against the
+    // owner's policy: a refusal refuses the install (a call would be refused anyway).
+    let policy = match &manifest {
+        Some(m) if !m.manifest.reach.is_empty() => {
+            Some(super::run::policy_in_force(state, config)?)
+        }
+        _ => None,
+    };
+    let check = |tool: &str, statics: &[(bx_runtime::ResourceKind, String)]| match &policy {
+        Some(policy) => check_statics(policy, tool, &digest.to_string(), statics),
+        None => Ok(()),
+    };
+    let options = bx_store::InstallOptions {
+        replace: args.replace,
+        name: args.name.clone(),
+        manifest: manifest.map(|m| m.manifest),
+        manifest_path: args.manifest.as_ref().map(|p| p.display().to_string()),
+        check: Some(&check),
+    };
+    let outcome = store.install(&runtime, &source, &digest, &options, &mut progress);
     bar.finish_and_clear();
     let outcome = outcome?;
+    for why in &outcome.skipped {
+        errln!("bx: not installed: {}", term::one_line(why));
+    }
     match (&outcome.replaced, outcome.changed) {
         (_, false) => outln!("{} is already installed as {}", outcome.name, outcome.digest),
         (Some(old), true) => {
@@ -118,7 +161,45 @@ fn install(store: &Store, args: InstallArgs) -> anyhow::Result<u8> {
             outln!("installed {} {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch)
         }
     }
+    if outcome.tools.len() > 1 || outcome.tools.first() != Some(&outcome.name) {
+        outln!("tools: {}", outcome.tools.join(", "));
+    }
     Ok(EXIT_OK)
+}
+
+/// Decides a standard component's static resources (absolute paths and hosts; relative
+/// paths wait for a session's workspace) against the policy at a clean taint; a refusal
+/// is the install's.
+fn check_statics(
+    policy: &bx_broker::Policy,
+    tool: &str,
+    digest: &str,
+    statics: &[(bx_runtime::ResourceKind, String)],
+) -> Result<(), String> {
+    use bx_broker::{CallRequest, Decision, Label, Resource};
+    use bx_runtime::ResourceKind as K;
+    let resources: Vec<Resource> = statics
+        .iter()
+        .filter_map(|(kind, text)| match kind {
+            K::PathRead if text.starts_with('/') => Some(Resource::PathRead(text.clone())),
+            K::PathWrite if text.starts_with('/') => Some(Resource::PathWrite(text.clone())),
+            K::UrlFetch => Some(Resource::Url(text.clone())),
+            _ => None,
+        })
+        .collect();
+    for resource in resources {
+        let call = CallRequest {
+            tool: tool.to_owned(),
+            digest: digest.to_owned(),
+            resources: vec![resource.clone()],
+        };
+        if let Decision::Deny(why) = bx_broker::decide(policy, Label::CLEAN, &call) {
+            return Err(format!(
+                "{tool} asks to {resource} whatever its arguments, and the policy refuses it: {why}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
@@ -131,12 +212,13 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
         errln!("no tools installed (tool epoch {})", installed.epoch);
         return Ok(EXIT_OK);
     }
-    outln!("{:<16} {:<14} {:>9}  RESOURCES", "NAME", "DIGEST", "SIZE");
+    outln!("{:<24} {:<7} {:<14} {:>9}  RESOURCES", "NAME", "KIND", "DIGEST", "SIZE");
     for (name, tool) in &installed.tools {
         let short = Digest::parse(&tool.digest).map(|d| d.short()).unwrap_or_else(|_| "?".into());
         let resources =
             if tool.resources.is_empty() { "-".to_owned() } else { tool.resources.join(",") };
-        outln!("{name:<16} {short:<14} {:>9}  {resources}", tool.size);
+        let kind = if tool.function.is_some() { "wasi" } else { "bx:tool" };
+        outln!("{name:<24} {kind:<7} {short:<14} {:>9}  {resources}", tool.size);
     }
     Ok(EXIT_OK)
 }
@@ -155,9 +237,18 @@ fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
     outln!("name:     {}", term::one_line(&d.name));
     outln!("digest:   {}", tool.digest());
     outln!("summary:  {}", term::one_line(&d.summary));
+    if let Some(export) = tool.export() {
+        outln!("function: {} (a standard WASI component)", term::one_line(&export));
+    }
     outln!("resources:");
     for r in &d.resources {
         outln!("  {} ({})", term::one_line(&r.arg), bx_runtime::resource_kind_name(r.kind));
+    }
+    if !tool.statics().is_empty() {
+        outln!("reaches whatever its arguments (from its manifest):");
+        for (kind, what) in tool.statics() {
+            outln!("  {} ({})", term::one_line(what), bx_runtime::resource_kind_name(*kind));
+        }
     }
     let schema: serde_json::Value = serde_json::from_str(&d.args_schema)
         .unwrap_or(serde_json::Value::String(d.args_schema.clone()));

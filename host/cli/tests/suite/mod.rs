@@ -3,6 +3,7 @@
 mod anchor;
 mod bounds;
 mod chat;
+mod components;
 mod eval;
 mod hardening;
 mod history;
