@@ -701,6 +701,12 @@ impl Allowed<'_> {
                 None,
             ),
         };
+        let refused = match &outcome {
+            Ok(report) => {
+                report.refused.iter().map(|r| bounded(r, bx_audit::MAX_ITEM_BYTES)).collect()
+            }
+            Err(_) => Vec::new(),
+        };
         let (touched, touched_more) = match &outcome {
             Ok(report) => (
                 report
@@ -726,6 +732,7 @@ impl Allowed<'_> {
             output_sha256,
             output_bytes,
             error,
+            refused,
         });
         // The taint rises first: a call that ran has been seen, even if its record then
         // cannot be written (and then nobody sees its output).

@@ -219,6 +219,12 @@ pub struct Outcome {
     /// The error the model was told, cut at [`MAX_FIELD_BYTES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the host refused the call while it ran, and why (each cut at
+    /// [`MAX_ITEM_BYTES`], at most 16): a standard WASI component hears only an error
+    /// code and may go on, so the log says what it was refused even when the call ends
+    /// well.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

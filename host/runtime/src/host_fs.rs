@@ -53,6 +53,15 @@ impl OpenHow {
     }
 }
 
+/// A name a WASI guest changes, checked: the directory that holds it (verified), the
+/// name, and where it lies by name and on disk.
+pub(crate) struct Change {
+    pub(crate) dir: Dir,
+    pub(crate) name: String,
+    pub(crate) logical: PathBuf,
+    pub(crate) real: PathBuf,
+}
+
 /// What [`CallState::open_checked`] opened.
 pub(crate) enum Opened {
     /// A regular file.
@@ -574,12 +583,20 @@ impl CallState {
         access: FsAccess,
         links: u64,
     ) {
-        let mut label = self.grant.path_label(&logical);
+        let real = real.or_else(|| std::fs::canonicalize(&logical).ok());
+        let mut label = self.label_of(&logical, real.as_deref());
         if links > 1 {
             label = bx_broker::Label::TOP;
         }
-        let real = real.or_else(|| std::fs::canonicalize(&logical).ok());
-        if let Some(real) = &real {
+        let path = real.unwrap_or(logical);
+        self.touch(Touched::Path { path, access, label });
+    }
+
+    /// The label of a path: the most specific grant covering it by name (`logical`), and
+    /// as the grants' paths resolve on disk (`real`, where it lies), joined.
+    fn label_of(&mut self, logical: &Path, real: Option<&Path>) -> bx_broker::Label {
+        let mut label = self.grant.path_label(logical);
+        if let Some(real) = real {
             let grant = &self.grant;
             let rules = self.roots.labels_real.get_or_insert_with(|| {
                 grant
@@ -600,8 +617,7 @@ impl CallState {
                 label = label.join(l);
             }
         }
-        let path = real.unwrap_or(logical);
-        self.touch(Touched::Path { path, access, label });
+        label
     }
 
     /// Opens the file at `path` for reading, verified; returns it and its length.
@@ -835,7 +851,9 @@ impl CallState {
         }
         let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
         let meta = dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?;
-        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read, 1);
+        // The name itself was looked at, not what a symlink there leads to.
+        let real = real_path(&dir)?.join(&name);
+        self.touch_path(self.logical(idx, &rel), Some(real), FsAccess::Read, 1);
         Ok(meta)
     }
 
@@ -844,18 +862,66 @@ impl CallState {
         let (idx, rel) = self.route(path, FsAccess::Read)?;
         let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
         let target = dir.read_link(&name).map_err(|e| io_error(path, &e))?;
-        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read, 1);
+        let real = real_path(&dir)?.join(&name);
+        self.touch_path(self.logical(idx, &rel), Some(real), FsAccess::Read, 1);
         Ok(target)
     }
 
     /// The verified directory holding `path` and its last name, for a WASI guest's
-    /// changes by name (make or remove a directory, remove or rename a file, set times):
-    /// routed for writing, its directories opened without following a symlink.
-    pub(crate) fn parent_for_change(&mut self, path: &str) -> Result<(Dir, String), Error> {
+    /// changes by name (make or remove a directory, remove or rename a file): routed for
+    /// writing, its directories opened without following a symlink. A path that bx's own
+    /// state lies under (a directory above the state directory, or a symlink on the way
+    /// to it) is refused: moving or removing it would take the policy, the log and the
+    /// sessions with it, and bx would start afresh where they were.
+    pub(crate) fn parent_for_change(&mut self, path: &str) -> Result<Change, Error> {
         let (idx, rel) = self.route(path, FsAccess::Write)?;
         let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
-        self.touch_path(self.logical(idx, &rel), None, FsAccess::Write, 1);
-        Ok((dir, name))
+        let logical = self.logical(idx, &rel);
+        let real = real_path(&dir)?.join(&name);
+        let grant = &self.grant;
+        for own in grant.denied().filter(|d| grant.is_own(d)) {
+            let resolved = bx_fs::resolve_leniently(own);
+            if own.starts_with(&logical)
+                || resolved.as_deref().is_some_and(|r| r.starts_with(&real))
+            {
+                return Err(Error::Denied(format!(
+                    "{path}: bx's own state lies under it ({}); see docs/runbook.md#own-state",
+                    own.display()
+                )));
+            }
+        }
+        self.touch_path(logical.clone(), Some(real.clone()), FsAccess::Write, 1);
+        Ok(Change { dir, name, logical, real })
+    }
+
+    /// Renames the regular file `from` to `to` for a WASI guest: both checked as changes
+    /// (`parent_for_change`). Only a regular file moves: renaming a directory would rename
+    /// everything under it past the rules that name it (`.git` moved aside exposes
+    /// `.git/config` under another name; a denied path's parent moved, the denied path
+    /// with it). A file never moves to where it would be labelled lower than where it
+    /// lies (out from under a secret grant into a public one).
+    pub(crate) fn rename_checked(&mut self, from: &str, to: &str) -> Result<(), Error> {
+        let source = self.parent_for_change(from)?;
+        let meta = source.dir.symlink_metadata(&source.name).map_err(|e| io_error(from, &e))?;
+        if !meta.is_file() {
+            return Err(Error::Denied(format!(
+                "{from}: only a regular file is renamed (a directory would take what lies under it past the rules that name it)"
+            )));
+        }
+        if meta.nlink() > 1 {
+            return Err(Error::Denied(format!("{from}: has other names (hard links)")));
+        }
+        let target = self.parent_for_change(to)?;
+        let (was, will) = (
+            self.label_of(&source.logical, Some(&source.real)),
+            self.label_of(&target.logical, Some(&target.real)),
+        );
+        if !was.flows_to(will) {
+            return Err(Error::Denied(format!(
+                "{from}: is labelled {was}; at {to} it would be labelled {will}"
+            )));
+        }
+        source.dir.rename(&source.name, &target.dir, &target.name).map_err(|e| io_error(from, &e))
     }
 
     fn fs_list(&mut self, path: &str) -> Result<Vec<Entry>, Error> {

@@ -116,6 +116,9 @@ pub struct CallReport {
     pub touched: Vec<Touched>,
     /// How many more distinct things it reached than `touched` lists.
     pub touched_more: u64,
+    /// What the host refused while the call ran, and why (at most 16; a standard WASI
+    /// component hears only an error code, and may go on as if nothing happened).
+    pub refused: Vec<String>,
 }
 
 /// The imports and exports of a component, by name.
@@ -508,6 +511,10 @@ impl Runtime {
             label: state.label,
             touched: state.touched.iter().cloned().collect(),
             touched_more: state.touched_more,
+            refused: match &tool.kind {
+                Kind::Bx(_) => Vec::new(),
+                Kind::Function { .. } => state.fs.refusals_noted(),
+            },
         })
     }
 

@@ -59,6 +59,15 @@ pub(crate) struct WasiFs {
 }
 
 impl WasiFs {
+    /// The refusals kept, with a line for those past the bound.
+    pub(crate) fn refusals_noted(&self) -> Vec<String> {
+        let mut out = self.refusals.clone();
+        if self.refusals_more > 0 {
+            out.push(format!("and {} more", self.refusals_more));
+        }
+        out
+    }
+
     /// Keeps why an operation was refused (bounded), for the call's report.
     pub(crate) fn note_refusal(&mut self, reason: String) {
         if self.refusals.len() < MAX_REFUSALS {
@@ -311,8 +320,8 @@ impl HostDescriptor for CallState {
     ) -> FsResult<()> {
         self.count_fs()?;
         let path = self.wasi_path(&fd, &path)?;
-        let made = self.parent_for_change(&path).and_then(|(dir, name)| {
-            dir.create_dir(&name).map_err(|e| crate::host_fs::io_error(&path, &e))
+        let made = self.parent_for_change(&path).and_then(|c| {
+            c.dir.create_dir(&c.name).map_err(|e| crate::host_fs::io_error(&path, &e))
         });
         made.map_err(|e| self.refused(e))
     }
@@ -423,8 +432,8 @@ impl HostDescriptor for CallState {
     ) -> FsResult<()> {
         self.count_fs()?;
         let path = self.wasi_path(&fd, &path)?;
-        let removed = self.parent_for_change(&path).and_then(|(dir, name)| {
-            dir.remove_dir(&name).map_err(|e| crate::host_fs::io_error(&path, &e))
+        let removed = self.parent_for_change(&path).and_then(|c| {
+            c.dir.remove_dir(&c.name).map_err(|e| crate::host_fs::io_error(&path, &e))
         });
         removed.map_err(|e| self.refused(e))
     }
@@ -439,10 +448,7 @@ impl HostDescriptor for CallState {
         self.count_fs()?;
         let old = self.wasi_path(&fd, &old_path)?;
         let new = self.wasi_path(&new_fd, &new_path)?;
-        let renamed = self.parent_for_change(&old).and_then(|(from, old_name)| {
-            let (to, new_name) = self.parent_for_change(&new)?;
-            from.rename(&old_name, &to, &new_name).map_err(|e| crate::host_fs::io_error(&old, &e))
-        });
+        let renamed = self.rename_checked(&old, &new);
         renamed.map_err(|e| self.refused(e))
     }
 
@@ -462,8 +468,8 @@ impl HostDescriptor for CallState {
     async fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         self.count_fs()?;
         let path = self.wasi_path(&fd, &path)?;
-        let removed = self.parent_for_change(&path).and_then(|(dir, name)| {
-            dir.remove_file(&name).map_err(|e| crate::host_fs::io_error(&path, &e))
+        let removed = self.parent_for_change(&path).and_then(|c| {
+            c.dir.remove_file(&c.name).map_err(|e| crate::host_fs::io_error(&path, &e))
         });
         removed.map_err(|e| self.refused(e))
     }

@@ -345,7 +345,12 @@ impl Store {
                 }
             }
             let tool = format!("{name}.{}", f.tool_suffix);
-            check_tool_name(&tool)?;
+            // A name no tool may have (a resource's `[static]r.f`, a name over 64
+            // characters) leaves that function out, said; the rest install.
+            if let Err(e) = check_tool_name(&tool) {
+                skipped.push(format!("{}: {e}", f.export));
+                continue;
+            }
             let spec = function_spec(&tool, f, &docs, &params, &manifest.reach);
             if let Some(check) = options.check {
                 let statics: Vec<(bx_runtime::ResourceKind, String)> = spec.statics.clone();

@@ -45,6 +45,7 @@ pub fn result(session: &str, call: &str) -> Entry {
         output_sha256: Some(String::new()),
         output_bytes: Some(0),
         error: None,
+        refused: vec![],
     })
 }
 

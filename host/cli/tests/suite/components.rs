@@ -282,5 +282,9 @@ fn what_a_hostile_component_was_refused_is_on_the_log() {
         })
         .collect();
     assert_eq!(refused.len(), 2, "{refused:?}");
+    for r in &refused {
+        let said = r["fields"]["refused"].as_array().cloned().unwrap_or_default();
+        assert!(said.iter().any(|x| x.as_str().is_some_and(|x| x.contains(".env"))), "{r}");
+    }
     verify_clean(s);
 }

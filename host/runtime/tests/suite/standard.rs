@@ -170,7 +170,9 @@ fn a_hostile_component_reaches_nothing_the_grant_does_not_name() {
     // No second name outlives the decision.
     let links = function("wasi-hostile", "make-links", &[], &statics);
     let args = json!({"target": s(&ws.join("ok.txt")), "link": s(&ws.join("second"))});
-    let _ = call(&links, allow(), args).unwrap();
+    let report = call(&links, allow(), args).unwrap();
+    // The report keeps what was refused, whatever the guest made of it.
+    assert!(report.refused.iter().any(|r| r.contains("hard link")), "{:?}", report.refused);
     for made in ["second", "second.sym"] {
         assert!(std::fs::symlink_metadata(ws.join(made)).is_err(), "{made} was made");
     }
@@ -264,4 +266,72 @@ fn wasi_http_goes_through_the_checked_fetch() {
     assert!(why.contains("redirect"), "{why}");
     assert_eq!(other.hits(), 0);
     assert_eq!(ok.hits(), hits);
+}
+
+/// Regression (a probe of the built binary): a rename or removal by name through
+/// standard WASI could move a directory above bx's state aside (and a forged state in
+/// its place), move `.git` aside to read `.git/config` as `g/config`, or move a file out
+/// from under a secret grant into a public one.
+#[test]
+fn renames_and_removals_take_nothing_past_the_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().canonicalize().unwrap().join("home");
+    let state = home.join(".local/state/bx");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("policy.toml"), "# the owner's policy\n").unwrap();
+    std::fs::create_dir_all(home.join("proj/.git")).unwrap();
+    std::fs::write(home.join("proj/.git/config"), "url = https://tok@host/").unwrap();
+    std::fs::create_dir_all(home.join("proj/sec")).unwrap();
+    std::fs::write(home.join("proj/sec/key.txt"), "sk-1").unwrap();
+    std::fs::write(home.join("proj/a.txt"), "a").unwrap();
+    symlink(".local", home.join("dot-local")).unwrap();
+    let policy = bx_broker::Policy::parse(
+        "p.toml",
+        &format!(
+            "[[grant]]\ntool = \"*\"\npath = \"{h}\"\nmode = \"write\"\nlabel = \"public/trusted\"\nwhen_tainted = \"allow\"\n\n\
+             [[grant]]\ntool = \"*\"\npath = \"{h}/proj/sec\"\nmode = \"write\"\nlabel = \"secret/trusted\"\nwhen_tainted = \"allow\"\n\n\
+             [[deny]]\ntool = \"*\"\nname = \".git/config\"\n",
+            h = home.display()
+        ),
+    )
+    .unwrap();
+    // bx knows its state by the name it was given, through the symlink.
+    let state_by_link = home.join("dot-local/state/bx");
+    let allow = || {
+        AllowList::on_top_of(policy.clone())
+            .write(&s(&home))
+            .unwrap()
+            .protect_own([state_by_link.clone()])
+            .unwrap()
+    };
+    let statics = [(ResourceKind::PathWrite, s(&home))];
+    let rename = function("wasi-hostile", "rename-path", &[], &statics);
+    let remove = function("wasi-hostile", "remove-path", &[], &statics);
+    let moved = |a: &str, b: &str| {
+        let args = json!({"source": s(&home.join(a)), "target": s(&home.join(b))});
+        call(&rename, allow(), args).unwrap().result
+    };
+    // Directories above the state directory, where they lie and by the symlink's name.
+    for (a, b) in [(".local", "moved"), (".local/state", "proj/old"), ("dot-local", "moved")] {
+        assert!(moved(a, b).is_err(), "{a} -> {b}");
+    }
+    let args = json!({"path": s(&home.join("dot-local"))});
+    assert!(call(&remove, allow(), args).unwrap().result.is_err());
+    assert_eq!(
+        std::fs::read_to_string(state.join("policy.toml")).unwrap(),
+        "# the owner's policy\n"
+    );
+    // A directory moves nowhere: `.git` aside would expose `.git/config` as `g/config`.
+    assert!(moved("proj/.git", "proj/g").is_err());
+    assert!(home.join("proj/.git/config").exists() && !home.join("proj/g").exists());
+    // A file never moves from under a secret grant to where it is labelled public.
+    assert!(moved("proj/sec/key.txt", "proj/key.txt").is_err());
+    assert!(home.join("proj/sec/key.txt").exists());
+    // What the rules allow still works: a public file renamed, and into the secret
+    // directory (upwards), then removed.
+    assert!(moved("proj/a.txt", "proj/b.txt").is_ok());
+    assert!(moved("proj/b.txt", "proj/sec/b.txt").is_ok());
+    let args = json!({"path": s(&home.join("proj/sec/b.txt"))});
+    assert!(call(&remove, allow(), args).unwrap().result.is_ok());
+    assert!(!home.join("proj/sec/b.txt").exists());
 }

@@ -39,6 +39,18 @@ impl bindings::Guest for Hostile {
         Ok(names)
     }
 
+    fn rename_path(source: String, target: String) -> Result<(), String> {
+        std::fs::rename(source, target).map_err(|e| e.to_string())
+    }
+
+    fn remove_path(path: String) -> Result<(), String> {
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir(&path),
+            _ => std::fs::remove_file(&path),
+        }
+        .map_err(|e| e.to_string())
+    }
+
     fn make_links(target: String, link: String) -> Result<String, String> {
         let (hard_ok, hard) = outcome("hard link", std::fs::hard_link(&target, &link));
         // std's only stable symlink call on wasip2: `std::os::wasi::fs::symlink_path` is
