@@ -849,22 +849,28 @@ impl CallState {
         if root.file.is_none() && rel.as_os_str().is_empty() {
             return root.dir.dir_metadata().map_err(|e| io_error(path, &e));
         }
-        let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
-        let meta = dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?;
-        // The name itself was looked at, not what a symlink there leads to.
-        let real = real_path(&dir)?.join(&name);
-        self.touch_path(self.logical(idx, &rel), Some(real), FsAccess::Read, 1);
-        Ok(meta)
+        self.look_at(path, |dir, name| dir.symlink_metadata(name))
     }
 
     /// The target of symlink `path`, for a WASI guest (its directory checked as a read).
     pub(crate) fn readlink_checked(&mut self, path: &str) -> Result<PathBuf, Error> {
+        self.look_at(path, |dir, name| dir.read_link(name))
+    }
+
+    /// `look` at the name `path` ends in, in its directory (routed and verified as a
+    /// read), for a WASI guest. The name itself is what was looked at and is recorded as
+    /// touched, not what a symlink there leads to.
+    fn look_at<T>(
+        &mut self,
+        path: &str,
+        look: impl FnOnce(&Dir, &str) -> std::io::Result<T>,
+    ) -> Result<T, Error> {
         let (idx, rel) = self.route(path, FsAccess::Read)?;
         let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
-        let target = dir.read_link(&name).map_err(|e| io_error(path, &e))?;
+        let seen = look(&dir, &name).map_err(|e| io_error(path, &e))?;
         let real = real_path(&dir)?.join(&name);
         self.touch_path(self.logical(idx, &rel), Some(real), FsAccess::Read, 1);
-        Ok(target)
+        Ok(seen)
     }
 
     /// The verified directory holding `path` and its last name, for a WASI guest's

@@ -107,6 +107,19 @@ impl CallState {
         joined.to_str().map(str::to_owned).ok_or_else(|| ErrorCode::IllegalByteSequence.into())
     }
 
+    /// The stat of `path` under descriptor `fd`, checked (`stat-at`, `metadata-hash-at`).
+    fn wasi_stat(
+        &mut self,
+        fd: &Resource<Descriptor>,
+        path_flags: PathFlags,
+        path: &str,
+    ) -> FsResult<cap_std::fs::Metadata> {
+        self.count_fs()?;
+        let path = self.wasi_path(fd, path)?;
+        let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
+        self.stat_checked(&path, follow).map_err(|e| self.refused(e))
+    }
+
     /// The WASI error code for a refusal of bx's checked filesystem; a denial's reason is
     /// kept for the report (the guest sees only the code).
     fn refused(&mut self, err: Error) -> FsError {
@@ -345,13 +358,7 @@ impl HostDescriptor for CallState {
         path_flags: PathFlags,
         path: String,
     ) -> FsResult<DescriptorStat> {
-        self.count_fs()?;
-        let path = self.wasi_path(&fd, &path)?;
-        let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
-        match self.stat_checked(&path, follow) {
-            Ok(meta) => Ok(stat_of(&meta)),
-            Err(e) => Err(self.refused(e)),
-        }
+        self.wasi_stat(&fd, path_flags, &path).map(|meta| stat_of(&meta))
     }
 
     async fn set_times_at(
@@ -529,13 +536,8 @@ impl HostDescriptor for CallState {
         path: String,
     ) -> FsResult<MetadataHashValue> {
         use cap_std::fs::MetadataExt as _;
-        self.count_fs()?;
-        let path = self.wasi_path(&fd, &path)?;
-        let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
-        match self.stat_checked(&path, follow) {
-            Ok(meta) => Ok(MetadataHashValue { lower: meta.ino(), upper: meta.dev() }),
-            Err(e) => Err(self.refused(e)),
-        }
+        let meta = self.wasi_stat(&fd, path_flags, &path)?;
+        Ok(MetadataHashValue { lower: meta.ino(), upper: meta.dev() })
     }
 }
 
