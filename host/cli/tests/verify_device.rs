@@ -357,12 +357,14 @@ fn thinking_cap(url: &str) -> Found {
     (outcome, figures.join("; "), json!(data))
 }
 
-/// One turn that asks the model for one call with exactly `args`. The tiny test model
-/// now and then miscopies an argument (a digit of a port, a letter of a path), and then
-/// the call bx decides on is not the one this check asked about; such a turn is tried
-/// again in a fresh session, at most three times in all. A turn whose call was copied
-/// right is never retried, whatever bx decided on it. Returns the session that carried
-/// the call, its events and how many turns were miscopied first.
+/// One turn that asks the model for one call with `args`. The tiny test model now and
+/// then miscopies an argument (a digit of a port, a letter of a path), and then the call
+/// bx decides on is not the one this check asked about; such a turn is tried again in a
+/// fresh session, at most three times in all. A call is copied right when it carries
+/// every argument of `args` with its value; one the model leaves out and the tool has a
+/// default for (fs.read's `limit`) does not change what bx decides on. A turn whose call
+/// was copied right is never retried, whatever bx decided on it. Returns the session
+/// that carried the call, its events and how many turns were miscopied first.
 fn say_exactly(
     state: &Path,
     session: &str,
@@ -375,8 +377,11 @@ fn say_exactly(
         let name = if attempt == 0 { session.to_owned() } else { format!("{session}-{attempt}") };
         let (_, events) = say(state, &name, text, extra);
         let copied = of_type(&events, "tool_call_proposed").first().is_some_and(|p| {
-            p["args"].as_str().and_then(|a| serde_json::from_str::<Value>(a).ok()).as_ref()
-                == Some(args)
+            let proposed = p["args"].as_str().and_then(|a| serde_json::from_str::<Value>(a).ok());
+            let (Some(Value::Object(proposed)), Value::Object(wanted)) = (proposed, args) else {
+                return false;
+            };
+            wanted.iter().all(|(k, v)| proposed.get(k) == Some(v))
         });
         if copied {
             return (name, events, attempt);
@@ -435,7 +440,8 @@ fn tool_path(url: &str) -> (Found, Vec<f64>) {
     // A read outside the grants reaches the owner as refused, with the reason.
     let elsewhere_flags = ["--require-tool", "--workspace", elsewhere_ws.to_str().unwrap()];
     // (The proposal shows the path resolved against the workspace.)
-    let secret = json!({"path": elsewhere_ws.join("secret.txt"), "offset": 0, "limit": 4096});
+    // (What bx decides on is the path; the model sometimes leaves out fs.read's limit.)
+    let secret = json!({"path": elsewhere_ws.join("secret.txt")});
     let (_, events, mut miscopied) =
         say_exactly(s, "denied", &read("secret.txt"), &secret, &elsewhere_flags);
     // (The tiny model may try again; the turn's one-call limit refuses that.)
