@@ -620,6 +620,33 @@ impl CallState {
         label
     }
 
+    /// A file opened under root `idx` for `access`, verified (`verify`: inside the root,
+    /// outside every denied path and bx's own state), and only a regular file. One
+    /// opened for a write must have no other name: the block showed one name, and the
+    /// write would land under every other (`notes.md` hard-linked to a git hook), which
+    /// may lie anywhere on the file system. Returns its metadata and where it lies (by
+    /// name and on disk).
+    fn verified_file(
+        &mut self,
+        idx: usize,
+        file: &cap_std::fs::File,
+        path: &str,
+        access: FsAccess,
+    ) -> Result<(cap_std::fs::Metadata, PathBuf, PathBuf), Error> {
+        let (logical, real) = self.verify(idx, file, path)?;
+        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
+        if !meta.is_file() {
+            return Err(Error::Invalid(format!("{path}: not a regular file")));
+        }
+        if access == FsAccess::Write && meta.nlink() > 1 {
+            return Err(Error::Denied(format!(
+                "{path}: has {} names (hard links); a write never changes a file it does not show whole",
+                meta.nlink()
+            )));
+        }
+        Ok((meta, logical, real))
+    }
+
     /// Opens the file at `path` for reading, verified; returns it and its length.
     fn open_for_read(&mut self, path: &str) -> Result<(cap_std::fs::File, u64), Error> {
         let (idx, rel) = self.route(path, FsAccess::Read)?;
@@ -635,11 +662,7 @@ impl CallState {
         refuse_special(root.dir.metadata(name), path)?;
         let opened = root.dir.open_with(name, &options);
         let file = opened.map_err(|e| io_error(path, &e))?;
-        let (logical, real) = self.verify(idx, &file, path)?;
-        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
-        if !meta.is_file() {
-            return Err(Error::Invalid(format!("{path}: not a regular file")));
-        }
+        let (meta, logical, real) = self.verified_file(idx, &file, path, FsAccess::Read)?;
         self.touch_path(logical, Some(real), FsAccess::Read, meta.nlink());
         Ok((file, meta.len()))
     }
@@ -696,20 +719,7 @@ impl CallState {
         };
         refuse_special(dir.symlink_metadata(&name), path)?;
         let mut file = dir.open_with(&name, &options).map_err(|e| io_error(path, &e))?;
-        let (logical, real) = self.verify(idx, &file, path)?;
-        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
-        if !meta.is_file() {
-            return Err(Error::Invalid(format!("{path}: not a regular file")));
-        }
-        // A file with another name (a hard link) is not written: the block showed one
-        // name, and the write would land under every other (`notes.md` linked to a git
-        // hook). Its other names may lie anywhere on the file system.
-        if meta.nlink() > 1 {
-            return Err(Error::Denied(format!(
-                "{path}: has {} names (hard links); a write never changes a file it does not show whole",
-                meta.nlink()
-            )));
-        }
+        let (_, logical, real) = self.verified_file(idx, &file, path, FsAccess::Write)?;
         if mode == WriteMode::Overwrite {
             file.set_len(0).map_err(|e| io_error(path, &e))?;
         }
@@ -765,11 +775,7 @@ impl CallState {
                 options.follow(FollowSymlinks::No);
             }
             let file = root.dir.open_with(name, &options).map_err(|e| io_error(path, &e))?;
-            let (logical, real) = self.verify(idx, &file, path)?;
-            let meta = file.metadata().map_err(|e| io_error(path, &e))?;
-            if !meta.is_file() {
-                return Err(Error::Invalid(format!("{path}: not a regular file")));
-            }
+            let (meta, logical, real) = self.verified_file(idx, &file, path, FsAccess::Read)?;
             self.touch_path(logical, Some(real), FsAccess::Read, meta.nlink());
             return Ok(Opened::File(file));
         }
@@ -791,17 +797,7 @@ impl CallState {
             options.create(true);
         }
         let file = dir.open_with(&name, &options).map_err(|e| io_error(path, &e))?;
-        let (logical, real) = self.verify(idx, &file, path)?;
-        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
-        if !meta.is_file() {
-            return Err(Error::Invalid(format!("{path}: not a regular file")));
-        }
-        if meta.nlink() > 1 {
-            return Err(Error::Denied(format!(
-                "{path}: has {} names (hard links); a write never changes a file it does not show whole",
-                meta.nlink()
-            )));
-        }
+        let (_, logical, real) = self.verified_file(idx, &file, path, FsAccess::Write)?;
         if how.truncate {
             file.set_len(0).map_err(|e| io_error(path, &e))?;
         }

@@ -146,13 +146,12 @@ const ALLOWED_IMPORTS: &[&str] = &[
 
 /// Lists a component's imports and exports, and refuses imports outside the tool world.
 pub fn check_world(runtime: &Runtime, component: &Component) -> Result<WorldCheck, RunError> {
-    let ty = component.component_type();
-    let imports: Vec<String> = ty.imports(&runtime.engine).map(|(n, _)| n.to_owned()).collect();
-    let exports: Vec<String> = ty.exports(&runtime.engine).map(|(n, _)| n.to_owned()).collect();
-    if let Some(bad) = imports.iter().find(|i| !ALLOWED_IMPORTS.iter().any(|p| i.starts_with(p))) {
+    let world = world_names(runtime, component);
+    let allowed = |i: &String| ALLOWED_IMPORTS.iter().any(|p| i.starts_with(p));
+    if let Some(bad) = world.imports.iter().find(|i| !allowed(i)) {
         return Err(RunError::WrongWorld(format!("imports {bad}, which tools are not given")));
     }
-    Ok(WorldCheck { imports, exports })
+    Ok(world)
 }
 
 /// A component ready to run: pre-instantiated against the linker, with its description.
@@ -254,13 +253,8 @@ impl LoadedTool {
     pub fn export(&self) -> Option<String> {
         match &self.kind {
             Kind::Bx(_) => None,
-            Kind::Function { function, .. } => Some(export_name(function)),
+            Kind::Function { function, .. } => Some(function.qualified_name()),
         }
-    }
-
-    /// Whether this is a function of a standard WASI component (not `bx:tool`).
-    pub fn is_function(&self) -> bool {
-        matches!(self.kind, Kind::Function { .. })
     }
 
     /// Checks a call's arguments against the function's types, before the broker sees
@@ -344,8 +338,12 @@ impl Runtime {
     }
 
     /// Refuses a standard component that imports anything but WASI, or WASI that the
-    /// linker does not hold (an interface or version bx does not provide).
-    fn check_wasi_imports(&self, component: &Component) -> Result<(), RunError> {
+    /// linker does not hold (an interface or version bx does not provide); pre-instantiates
+    /// the rest against it.
+    fn check_wasi_imports(
+        &self,
+        component: &Component,
+    ) -> Result<InstancePre<CallState>, RunError> {
         let ty = component.component_type();
         for (name, _) in ty.imports(&self.engine) {
             if !name.starts_with("wasi:") {
@@ -354,7 +352,7 @@ impl Runtime {
                 )));
             }
         }
-        self.linker.instantiate_pre(component).map(drop).map_err(|e| {
+        self.linker.instantiate_pre(component).map_err(|e| {
             RunError::WrongWorld(format!("imports what bx does not provide: {}", chain(&e)))
         })
     }
@@ -368,19 +366,18 @@ impl Runtime {
         digest: &str,
         spec: FunctionSpec,
     ) -> Result<LoadedTool, RunError> {
-        self.check_wasi_imports(component)?;
-        let world = check_world_names(self, component);
+        let pre = self.check_wasi_imports(component)?;
+        let world = world_names(self, component);
         let functions = wit_json::exported_functions(&self.engine, component)
             .map_err(|e| RunError::WrongWorld(e.to_string()))?;
-        let Some(function) = functions.into_iter().find(|f| export_name(f) == spec.export) else {
+        let Some(function) = functions.into_iter().find(|f| f.qualified_name() == spec.export)
+        else {
             return Err(RunError::WrongWorld(format!("exports no function {}", spec.export)));
         };
         let schema = match &function.schema {
             Ok(schema) => schema.args.clone(),
             Err(e) => return Err(RunError::WrongWorld(format!("{}: {e}", spec.export))),
         };
-        let pre =
-            self.linker.instantiate_pre(component).map_err(|e| RunError::WrongWorld(chain(&e)))?;
         let description = Description {
             name: spec.name,
             summary: spec.summary,
@@ -541,7 +538,7 @@ impl Runtime {
         let run = async {
             let instance = pre.instantiate_async(&mut *store).await?;
             let Some(func) = wit_json::lookup(&instance, &mut *store, function) else {
-                wasmtime::bail!("the component no longer exports {}", export_name(function));
+                wasmtime::bail!("the component no longer exports {}", function.qualified_name());
             };
             let mut results = vec![Val::Bool(false); function.results.len()];
             func.call_async(&mut *store, &params, &mut results).await?;
@@ -676,11 +673,6 @@ fn with_refusals(e: CallError, fs: &crate::wasi_fs::WasiFs) -> CallError {
     CallError::Denied(format!("{message} (the host refused: {reasons})"))
 }
 
-/// A function's name as a manifest names it: `name`, or `interface#name`.
-fn export_name(f: &ExportedFn) -> String {
-    f.qualified_name()
-}
-
 /// What install and inspection show of an exported function.
 fn function_info(f: &ExportedFn) -> FunctionInfo {
     let tool_suffix = match &f.interface {
@@ -699,7 +691,7 @@ fn function_info(f: &ExportedFn) -> FunctionInfo {
     let is_string =
         |ty: &wasmtime::component::Type| matches!(ty, wasmtime::component::Type::String);
     FunctionInfo {
-        export: export_name(f),
+        export: f.qualified_name(),
         tool_suffix,
         schema,
         string_params: f
@@ -713,7 +705,7 @@ fn function_info(f: &ExportedFn) -> FunctionInfo {
 }
 
 /// The imports and exports of a component by name, unchecked.
-fn check_world_names(runtime: &Runtime, component: &Component) -> WorldCheck {
+fn world_names(runtime: &Runtime, component: &Component) -> WorldCheck {
     let ty = component.component_type();
     WorldCheck {
         imports: ty.imports(&runtime.engine).map(|(n, _)| n.to_owned()).collect(),

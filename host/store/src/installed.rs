@@ -76,6 +76,32 @@ impl Installed {
     }
 }
 
+impl InstalledFunction {
+    /// What the runtime needs to load it as tool `tool`: the parameters that name
+    /// resources, and what it reaches whatever its arguments (a host as `https://host/`).
+    pub fn spec(&self, tool: &str) -> bx_runtime::FunctionSpec {
+        use bx_runtime::{ResourceArg, ResourceKind};
+        let arg = |kind: ResourceKind| move |p: &String| ResourceArg { arg: p.clone(), kind };
+        let p = &self.params;
+        let resources = (p.read.iter().map(arg(ResourceKind::PathRead)))
+            .chain(p.write.iter().map(arg(ResourceKind::PathWrite)))
+            .chain(p.fetch.iter().map(arg(ResourceKind::UrlFetch)))
+            .collect();
+        let r = &self.reach;
+        let statics = (r.read.iter().map(|p| (ResourceKind::PathRead, p.clone())))
+            .chain(r.write.iter().map(|p| (ResourceKind::PathWrite, p.clone())))
+            .chain(r.hosts.iter().map(|h| (ResourceKind::UrlFetch, format!("https://{h}/"))))
+            .collect();
+        bx_runtime::FunctionSpec {
+            export: self.export.clone(),
+            name: tool.to_owned(),
+            summary: self.summary.clone(),
+            resources,
+            statics,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
