@@ -105,8 +105,26 @@ pub(crate) struct Fetcher {
 /// that do not hold the call's state.
 #[derive(Default)]
 pub(crate) struct Reached {
+    /// Distinct hosts reached, at most [`crate::state::MAX_TOUCHED`].
     pub(crate) hosts: Vec<Touched>,
+    /// The join of every host's label, those past the bound included.
+    pub(crate) label: Option<bx_broker::Label>,
+    /// Why requests were refused, at most [`crate::wasi_fs::MAX_REFUSALS`].
     pub(crate) refusals: Vec<String>,
+    /// Requests sent or refused, against the call's host-call cap: a `wasi:http`
+    /// request is not one of bx's host calls, and would otherwise be unbounded.
+    pub(crate) requests: u64,
+    /// Why requests past the cap were refused: said once, whatever the bound on the
+    /// other reasons.
+    pub(crate) capped: Option<String>,
+}
+
+impl Reached {
+    fn refused(&mut self, why: &str) {
+        if self.refusals.len() < crate::wasi_fs::MAX_REFUSALS {
+            self.refusals.push(crate::tool::bounded(why.to_owned(), 512));
+        }
+    }
 }
 
 impl Fetcher {
@@ -149,7 +167,12 @@ impl Fetcher {
 
     fn touch(&self, host: String) {
         let label = self.grant.host_label(&host).unwrap_or(bx_broker::Label::TOP);
-        self.sink.lock().hosts.push(Touched::Host { host, label });
+        let touched = Touched::Host { host, label };
+        let mut sink = self.sink.lock();
+        sink.label = Some(sink.label.map_or(label, |l| l.join(label)));
+        if !sink.hosts.contains(&touched) && sink.hosts.len() < crate::state::MAX_TOUCHED {
+            sink.hosts.push(touched);
+        }
     }
 
     /// Sends one request, checked against the grant before it is sent and again at every
@@ -163,10 +186,21 @@ impl Fetcher {
     ) -> Result<Response, Error> {
         let refused = |e: Error| {
             if let Error::Denied(why) = &e {
-                self.sink.lock().refusals.push(why.clone());
+                self.sink.lock().refused(why);
             }
             e
         };
+        let sent = {
+            let mut sink = self.sink.lock();
+            sink.requests += 1;
+            sink.requests
+        };
+        if sent > self.limits.host_calls {
+            let cap = self.limits.host_calls;
+            let why = format!("more than {cap} requests in one call");
+            self.sink.lock().capped = Some(why.clone());
+            return Err(Error::Denied(why));
+        }
         let (mut url, _) = self.check_url(raw_url).map_err(refused)?;
         let client = self.client()?;
         let deadline = self.deadline.min(Instant::now() + self.limits.http_timeout);
@@ -275,8 +309,14 @@ impl CallState {
         for host in reached.hosts {
             self.touch(host);
         }
+        if let Some(label) = reached.label {
+            self.label = self.label.join(label);
+        }
         for why in reached.refusals {
             self.fs.note_refusal(why);
+        }
+        if let Some(why) = reached.capped {
+            self.fs.refusals.push(why);
         }
     }
 

@@ -38,6 +38,9 @@ use crate::state::CallState;
 /// tokio's blocking pool (see `push_descriptor`).
 const BLOCK_HERE: bool = true;
 
+/// A guest path's length, at most: Linux's `PATH_MAX`.
+const MAX_PATH_BYTES: usize = 4096;
+
 /// Refusals a call keeps the reasons of, for its report; past this only a count.
 pub(crate) const MAX_REFUSALS: usize = 16;
 /// Bytes of one refusal's reason kept.
@@ -99,6 +102,10 @@ impl CallState {
         let Some(base) = self.fs.paths.get(&fd.rep()) else {
             return Err(ErrorCode::BadDescriptor.into());
         };
+        // Longer than the kernel resolves is refused before any copy is made of it.
+        if path.len() > MAX_PATH_BYTES {
+            return Err(ErrorCode::NameTooLong.into());
+        }
         if path.starts_with('/') {
             let reason = format!("{path}: an absolute path under a descriptor");
             return Err(self.refused(Error::Denied(reason)));

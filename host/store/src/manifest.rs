@@ -36,6 +36,8 @@ use crate::error::StoreError;
 pub(crate) const MAX_MANIFEST_BYTES: u64 = 64 << 10;
 /// Entries of one list in a manifest, at most.
 const MAX_ENTRIES: usize = 64;
+/// Notes on what a Wassette policy asked for that bx does not take, at most.
+const MAX_NOTES: usize = 16;
 /// Bytes of one entry (a path, a host, a parameter name).
 const MAX_ENTRY_BYTES: usize = 1024;
 
@@ -98,6 +100,15 @@ pub struct ReadManifest {
     pub notes: Vec<String>,
 }
 
+/// `text` cut to 128 bytes for a message (a manifest's entries are the publisher's).
+fn cut(text: &str) -> &str {
+    let mut end = text.len().min(128);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 fn invalid(path: &Path, message: impl Into<String>) -> StoreError {
     StoreError::Manifest { path: path.display().to_string(), message: message.into() }
 }
@@ -146,7 +157,7 @@ impl Manifest {
                     return Err(format!("{name}: an entry of {} bytes", entry.len()));
                 }
                 if entry.chars().any(char::is_control) {
-                    return Err(format!("{name}: {entry:?} holds a control character"));
+                    return Err(format!("{name}: {:?} holds a control character", cut(entry)));
                 }
             }
         }
@@ -157,7 +168,10 @@ impl Manifest {
             let url = format!("https://{host}/");
             match url::Url::parse(&url) {
                 Ok(u) if u.host_str().is_some() && u.path() == "/" && u.username().is_empty() => {}
-                _ => return Err(format!("reach.hosts: {host:?} is not a host or host:port")),
+                _ => {
+                    let host = cut(host);
+                    return Err(format!("reach.hosts: {host:?} is not a host or host:port"));
+                }
             }
         }
         Ok(())
@@ -213,20 +227,26 @@ fn from_wassette(text: &str) -> Result<ReadManifest, String> {
     if let Some(storage) = p.storage {
         for s in storage.allow {
             let Some(rest) = s.uri.strip_prefix("fs://") else {
-                return Err(format!("storage uri {:?}: bx reads only fs:// URIs", s.uri));
+                return Err(format!("storage uri {:?}: bx reads only fs:// URIs", cut(&s.uri)));
             };
             let path = rest.strip_suffix("/**").or_else(|| rest.strip_suffix("/*")).unwrap_or(rest);
             if path.contains(['*', '?', '[']) {
                 return Err(format!(
                     "storage uri {:?}: bx grants a directory or a file, not a pattern",
-                    s.uri
+                    cut(&s.uri)
                 ));
             }
             for access in &s.access {
                 match access.as_str() {
                     "read" => reach.read.push(path.to_owned()),
                     "write" => reach.write.push(path.to_owned()),
-                    other => return Err(format!("storage uri {:?}: access {other:?}", s.uri)),
+                    other => {
+                        return Err(format!(
+                            "storage uri {:?}: access {:?}",
+                            cut(&s.uri),
+                            cut(other)
+                        ));
+                    }
                 }
             }
         }
@@ -239,6 +259,7 @@ fn from_wassette(text: &str) -> Result<ReadManifest, String> {
             match (n.host, n.cidr) {
                 (Some(host), None) => {
                     if host.contains('*') {
+                        let host = cut(&host);
                         notes.push(format!(
                             "network host {host:?} is a pattern; bx asks for named hosts only"
                         ));
@@ -258,6 +279,12 @@ fn from_wassette(text: &str) -> Result<ReadManifest, String> {
     if p.environment.is_some_and(|e| !e.allow.is_empty()) {
         notes.push("environment variables are not given: bx gives tools no environment".into());
     }
+    // One note per entry of a 64 KiB file could run to thousands of lines.
+    if notes.len() > MAX_NOTES {
+        let more = notes.len() - MAX_NOTES;
+        notes.truncate(MAX_NOTES);
+        notes.push(format!("and {more} more entries not taken"));
+    }
     Ok(ReadManifest { manifest: Manifest { reach, functions: BTreeMap::new() }, notes })
 }
 
@@ -275,6 +302,11 @@ mod tests {
         assert_eq!(read.notes.len(), 4, "{:?}", read.notes);
         assert!(read.notes.iter().any(|n| n.contains("cidr")));
         assert!(read.notes.iter().any(|n| n.contains("environment")));
+        // A publisher's thousand address ranges make a bounded list of notes.
+        let many: String = (0..1000).map(|i| format!("    - cidr: \"10.0.{i}.0/24\"\n")).collect();
+        let read = from_wassette(&format!("permissions:\n  network:\n    allow:\n{many}")).unwrap();
+        assert_eq!(read.notes.len(), MAX_NOTES + 1, "{:?}", read.notes.last());
+        assert!(read.notes[MAX_NOTES].contains("984 more"), "{:?}", read.notes.last());
         assert!(from_wassette("permissions:\n  storage:\n    allow:\n    - uri: \"http://x\"\n      access: [read]\n").is_err());
         assert!(from_wassette("permissions:\n  storage:\n    allow:\n    - uri: \"fs:///a/*.txt\"\n      access: [read]\n").is_err());
     }

@@ -9,16 +9,14 @@
 
 use std::path::{Path, PathBuf};
 
-use bx_runtime::{
-    CacheOutcome, ComponentCache, FunctionInfo, FunctionSpec, LoadedTool, Runtime, Shape,
-};
+use bx_runtime::{CacheOutcome, ComponentCache, FunctionInfo, LoadedTool, Runtime, Shape};
 use bx_state::{Config, StateDir, write_atomically};
 
 use crate::digest::Digest;
 use crate::error::StoreError;
 use crate::fetch::{self, Progress};
 use crate::installed::{Installed, InstalledFunction, InstalledTool};
-use crate::manifest::{Manifest, ParamReach, StaticReach};
+use crate::manifest::Manifest;
 
 /// The largest component the store accepts (64 MiB). Without a bound a hostile URL could
 /// stream until the disk or memory is full.
@@ -351,10 +349,18 @@ impl Store {
                 skipped.push(format!("{}: {e}", f.export));
                 continue;
             }
-            let spec = function_spec(&tool, f, &docs, &params, &manifest.reach);
+            let function = InstalledFunction {
+                component: name.clone(),
+                export: f.export.clone(),
+                summary: summary_of(&docs, &f.export),
+                params,
+                reach: manifest.reach.clone(),
+            };
+            // What is recorded is what loads: the spec comes from the record, here as
+            // in `open_tool`.
+            let spec = function.spec(&tool);
             if let Some(check) = options.check {
-                let statics: Vec<(bx_runtime::ResourceKind, String)> = spec.statics.clone();
-                check(&tool, &statics).map_err(refuse)?;
+                check(&tool, &spec.statics).map_err(refuse)?;
             }
             let loaded = runtime.load_function(component, &digest.to_string(), spec)?;
             let mut kinds: Vec<String> = loaded
@@ -371,15 +377,19 @@ impl Store {
                 digest: digest.to_string(),
                 size: bytes.len() as u64,
                 resources: kinds,
-                function: Some(InstalledFunction {
-                    component: name.clone(),
-                    export: f.export.clone(),
-                    summary: loaded.description().summary.clone(),
-                    params,
-                    reach: manifest.reach.clone(),
-                }),
+                function: Some(function),
             };
             tools.push((tool, entry));
+        }
+        // One install puts every function into every prompt's tools array and every
+        // listing: bounded as a whole, not only one schema at a time.
+        let schemas: usize =
+            functions.iter().filter_map(|f| f.schema.as_ref().ok()).map(String::len).sum();
+        if tools.len() > MAX_TOOLS_PER_COMPONENT || schemas > MAX_SCHEMAS_PER_COMPONENT {
+            return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(format!(
+                "{} functions with {schemas} bytes of schema; a component installs at most {MAX_TOOLS_PER_COMPONENT} tools and {MAX_SCHEMAS_PER_COMPONENT} bytes",
+                tools.len()
+            ))));
         }
         Ok(Planned { component: Some(name), tools, skipped })
     }
@@ -420,18 +430,7 @@ impl Store {
         })?;
         let tool = match &entry.function {
             None => runtime.load_blocking(&component, &digest.to_string())?,
-            Some(f) => {
-                let info = FunctionInfo {
-                    export: f.export.clone(),
-                    tool_suffix: String::new(),
-                    schema: Ok(String::new()),
-                    string_params: Vec::new(),
-                    params: Vec::new(),
-                };
-                let mut spec = function_spec(name, &info, &Default::default(), &f.params, &f.reach);
-                spec.summary = f.summary.clone();
-                runtime.load_function(&component, &digest.to_string(), spec)?
-            }
+            Some(f) => runtime.load_function(&component, &digest.to_string(), f.spec(name))?,
         };
         Ok((tool, outcome))
     }
@@ -468,19 +467,18 @@ struct Planned {
     skipped: Vec<String>,
 }
 
+/// Tools one standard component installs as, at most.
+const MAX_TOOLS_PER_COMPONENT: usize = 64;
+/// Bytes of argument schema of one standard component's tools together, at most.
+const MAX_SCHEMAS_PER_COMPONENT: usize = 256 << 10;
+
 /// Bytes of a summary taken from a component's doc comment.
 const MAX_SUMMARY_BYTES: usize = 1024;
 
-/// What the runtime needs to load one function as tool `tool`.
-fn function_spec(
-    tool: &str,
-    f: &FunctionInfo,
-    docs: &std::collections::BTreeMap<String, String>,
-    params: &ParamReach,
-    reach: &StaticReach,
-) -> FunctionSpec {
-    use bx_runtime::{ResourceArg, ResourceKind};
-    let summary = match docs.get(&f.export) {
+/// A function's summary: the component's doc comment for it, on one line and cut to
+/// [`MAX_SUMMARY_BYTES`], or a line saying which function it is.
+fn summary_of(docs: &std::collections::BTreeMap<String, String>, export: &str) -> String {
+    match docs.get(export) {
         Some(doc) if !doc.trim().is_empty() => {
             let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
             let mut end = doc.len().min(MAX_SUMMARY_BYTES);
@@ -489,26 +487,8 @@ fn function_spec(
             }
             doc[..end].to_owned()
         }
-        _ => {
-            format!("The function {} of a WebAssembly component (it has no description).", f.export)
-        }
-    };
-    let arg = |kind: ResourceKind| move |p: &String| ResourceArg { arg: p.clone(), kind };
-    let resources = params
-        .read
-        .iter()
-        .map(arg(ResourceKind::PathRead))
-        .chain(params.write.iter().map(arg(ResourceKind::PathWrite)))
-        .chain(params.fetch.iter().map(arg(ResourceKind::UrlFetch)))
-        .collect();
-    let statics = reach
-        .read
-        .iter()
-        .map(|p| (ResourceKind::PathRead, p.clone()))
-        .chain(reach.write.iter().map(|p| (ResourceKind::PathWrite, p.clone())))
-        .chain(reach.hosts.iter().map(|h| (ResourceKind::UrlFetch, format!("https://{h}/"))))
-        .collect();
-    FunctionSpec { export: f.export.clone(), name: tool.to_owned(), summary, resources, statics }
+        _ => format!("The function {export} of a WebAssembly component (it has no description)."),
+    }
 }
 
 /// A tool name is 1 to 64 characters of `a-z`, `0-9`, `.`, `_` or `-`.

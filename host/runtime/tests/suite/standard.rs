@@ -205,6 +205,9 @@ fn a_hostile_component_reaches_nothing_the_grant_does_not_name() {
         std::fs::read_to_string(state.join("policy.toml")).unwrap(),
         "# the owner's policy\n"
     );
+    // A path longer than the kernel resolves is refused before it is copied or routed.
+    let long = format!("{}/{}", s(&ws), "x/".repeat(4096));
+    assert!(call(&read, allow(), json!({"path": long})).unwrap().result.is_err());
     // With no reach at all, not even the workspace.
     let bare = function("wasi-hostile", "read-path", &[], &[]);
     let report = call(&bare, AllowList::new(), json!({"path": s(&ws.join("ok.txt"))})).unwrap();
@@ -266,6 +269,33 @@ fn wasi_http_goes_through_the_checked_fetch() {
     assert!(why.contains("redirect"), "{why}");
     assert_eq!(other.hits(), 0);
     assert_eq!(ok.hits(), hits);
+    // wasi:http requests are not bx's host calls: they are counted against the same cap,
+    // and what was refused is kept bounded, however many the guest sends.
+    // (A runtime of its own, with a cap a loaded machine reaches well inside the deadline.)
+    let cap = 50;
+    let rt = Runtime::new(Limits { host_calls: cap, ..Limits::default() }).unwrap();
+    let bytes = standard_bytes("wasi-hostile");
+    let spec = FunctionSpec {
+        export: "fetch-many".into(),
+        name: "hostile.fetch-many".into(),
+        summary: String::new(),
+        resources: Vec::new(),
+        statics: Vec::new(),
+    };
+    let many = rt.load_function(&rt.compile(&bytes).unwrap(), &digest_of(&bytes), spec).unwrap();
+    let allow = AllowList::new().host(&granted).unwrap();
+    let args = json!({"url": "http://10.0.0.1/", "times": cap + 500}).to_string();
+    let report = rt.call_blocking(&many, grant(&many, allow), &args).unwrap();
+    assert!(matches!(&report.result, Ok(Output::Json(n)) if n == "0"), "{:?}", report.result);
+    assert!(report.refused.len() <= 18, "{}", report.refused.len());
+    let over = format!("more than {cap} requests in one call");
+    assert!(report.refused.contains(&over), "{:?}", report.refused);
+    // The granted server, asked past the cap, is not reached again.
+    let args = json!({"url": format!("http://127.0.0.1:{}/", redirect.port), "times": 3});
+    let before = redirect.hits();
+    let allow = AllowList::new().host(&granted).unwrap();
+    ok_text(rt.call_blocking(&many, grant(&many, allow), &args.to_string()));
+    assert_eq!(redirect.hits(), before + 3, "a fresh call starts its count afresh");
 }
 
 /// Regression (a probe of the built binary): a rename or removal by name through

@@ -62,6 +62,10 @@ impl bindings::Guest for Hostile {
         if hard_ok || sym_ok { Ok(report) } else { Err(report) }
     }
 
+    fn fetch_many(url: String, times: u32) -> u32 {
+        (0..times).filter(|_| Self::fetch(url.clone()).is_ok()).count() as u32
+    }
+
     fn fetch(url: String) -> Result<String, String> {
         bx_tool_test_wasi_get::get(&url)
     }
