@@ -1,6 +1,7 @@
 # bx: build, test and check everything from a fresh clone.
 #   make setup   install what the build and tests need (wasm32-wasip2, a llama-server,
-#                Go's sumdb packages for the audit interoperability test)
+#                Go's sumdb packages for the audit interoperability test, an OCI
+#                registry, skopeo and oras for the registry tests)
 #   make build   the bx binary (release)
 #   make tools   the first-party tool components, checked against tools/digests.lock
 #   make components  the standard WASI 0.2 test components (Rust, Python, JavaScript)
@@ -32,6 +33,8 @@ VENV := .venv
 # apt-get needs root; on a machine where make runs as a user, through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GO_PACKAGES := golang-go golang-golang-x-mod-dev
+OCI_PACKAGES := docker-registry skopeo
+OCI_PIP := oras==0.2.43 pynacl==1.6.2
 # Guest toolchains for the standard WASI test components, pinned: componentize-py in the
 # virtual environment, jco with componentize-js in .tools/jco. jco reads WIT with a
 # wasm-tools component run on preview2-shim, which from 0.26.1 on preopens nothing, so
@@ -69,6 +72,10 @@ setup:
 	# Go's sumdb/note and sumdb/tlog (Debian's packages), which check bx's signed audit
 	# checkpoints in the audit log's interoperability test.
 	dpkg -s $(GO_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(GO_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(GO_PACKAGES); }
+	# OCI peers of the registry tests (host/cli/tests/suite/oci.rs): the CNCF distribution
+	# registry and skopeo (Debian), and oras with pynacl (PyPI) for oci_peer.py.
+	dpkg -s $(OCI_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(OCI_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(OCI_PACKAGES); }
+	$(VENV)/bin/python -c "import oras, nacl" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary $(OCI_PIP)
 	# With CUDA, `make verify-device` builds llama-server from source: fetch it now.
 	! command -v nvcc >/dev/null || host/infer/llama_cpp.sh fetch
 

@@ -83,6 +83,7 @@ impl Agent {
         let ledger = Ledger::open(files, &parts.state.audit_dir(&parts.config))?;
         let policy = parts.state.watch_policy(&parts.config);
         let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy);
+        record_pending(&parts.store, &parts.audit)?;
         let toolset = Toolset::load(&parts.store, &parts.runtime)?;
         Ok(Agent {
             trust,
@@ -148,9 +149,17 @@ impl Agent {
         let epoch = self.parts.store.installed()?.epoch;
         let mut current = self.toolset.lock();
         if current.epoch() != epoch {
+            // What changed the tools goes on the log before any call sees them.
+            self.record_pending()?;
             *current = Arc::new(Toolset::load(&self.parts.store, &self.parts.runtime)?);
         }
         Ok(Arc::clone(&current))
+    }
+
+    /// Writes the tool changes that `bx tool install` and `bx tool remove` left for this
+    /// process, the log's writer, onto the log.
+    fn record_pending(&self) -> Result<usize, AgentError> {
+        record_pending(&self.parts.store, &self.parts.audit)
     }
 
     /// The policy in force (re-read when the file changed; an invalid edit keeps the
@@ -288,4 +297,13 @@ impl Owner for Connected<'_> {
             bytes: finished.bytes,
         });
     }
+}
+
+/// Writes the tool changes waiting in `store` for the log onto `audit`, its writer.
+fn record_pending(store: &bx_store::Store, audit: &AuditLog) -> Result<usize, AgentError> {
+    Ok(store.drain_pending(false, &mut |line| {
+        let change: bx_audit::ToolChange = serde_json::from_str(line)
+            .map_err(|e| format!("a waiting tool change record is malformed: {e}"))?;
+        audit.append(&bx_audit::Entry::Tool(change)).map(drop).map_err(|e| e.to_string())
+    })?)
 }

@@ -289,6 +289,37 @@ pub struct ExportFailed {
     pub error: String,
 }
 
+/// The installed set changed: a tool installed, replaced or removed (`bx tool install`,
+/// `bx tool remove`), written before the change is made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolChange {
+    /// `install`, `replace` or `remove`.
+    pub action: String,
+    /// The tool, or the standard component whose tools these are.
+    pub name: String,
+    /// The tools it adds, replaces or removes.
+    pub tools: Vec<String>,
+    /// The digest installed now (empty for a removal).
+    pub digest: String,
+    /// The digest it replaced or removed (empty for a first install).
+    #[serde(default)]
+    pub previous: String,
+    /// Where it came from, when that was a registry: `oci://…@sha256:…`.
+    #[serde(default)]
+    pub source: String,
+    /// Who signed its manifest, when a pinned key's scope asked for a signature.
+    #[serde(default)]
+    pub signer: String,
+    /// What it declares beyond or short of what it replaced, a line each (`+`, `-`,
+    /// `~`); each line cut at [`MAX_ITEM_BYTES`].
+    #[serde(default)]
+    pub difference: Vec<String>,
+    /// Whether the owner accepted a widening (`--accept-widening`).
+    #[serde(default)]
+    pub widening_accepted: bool,
+}
+
 /// What one record says happened, typed by its kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
@@ -308,6 +339,8 @@ pub enum Entry {
     Break(Break),
     /// See [`ExportFailed`].
     ExportFailed(ExportFailed),
+    /// See [`ToolChange`].
+    Tool(ToolChange),
 }
 
 impl Entry {
@@ -322,6 +355,7 @@ impl Entry {
             Entry::Recovered(_) => Kind::Recovered,
             Entry::Break(_) => Kind::Break,
             Entry::ExportFailed(_) => Kind::ExportFailed,
+            Entry::Tool(_) => Kind::Tool,
         }
     }
 
@@ -333,7 +367,7 @@ impl Entry {
             Entry::Approval(a) => Some(&a.session),
             Entry::Result(r) => Some(&r.session),
             Entry::Session(s) => Some(&s.session),
-            Entry::Recovered(_) | Entry::Break(_) | Entry::ExportFailed(_) => None,
+            Entry::Recovered(_) | Entry::Break(_) | Entry::ExportFailed(_) | Entry::Tool(_) => None,
         }
     }
 
@@ -345,7 +379,7 @@ impl Entry {
             Entry::Approval(a) => Some(&a.call),
             Entry::Result(r) => Some(&r.call),
             Entry::Session(s) => s.call.as_deref(),
-            Entry::Recovered(_) | Entry::Break(_) | Entry::ExportFailed(_) => None,
+            Entry::Recovered(_) | Entry::Break(_) | Entry::ExportFailed(_) | Entry::Tool(_) => None,
         }
     }
 
@@ -360,6 +394,7 @@ impl Entry {
             Entry::Recovered(e) => serde_json::to_value(e),
             Entry::Break(e) => serde_json::to_value(e),
             Entry::ExportFailed(e) => serde_json::to_value(e),
+            Entry::Tool(e) => serde_json::to_value(e),
         };
         // Structs of strings, numbers and lists always serialise to an object.
         match value {
@@ -383,6 +418,7 @@ impl Entry {
             Kind::Recovered => Entry::Recovered(typed(fields)?),
             Kind::Break => Entry::Break(typed(fields)?),
             Kind::ExportFailed => Entry::ExportFailed(typed(fields)?),
+            Kind::Tool => Entry::Tool(typed(fields)?),
         })
     }
 }

@@ -37,7 +37,7 @@ pub use anchored::{Against, AnchorReport};
 pub use entry::{
     Approval, Break as BreakEntry, CallStatus, Decision, Entry, ExportFailed, MAX_FIELD_BYTES,
     MAX_ITEM_BYTES, MAX_RECORD_BYTES, Outcome, OwnerAnswer, Recovered, Request, Session, Settled,
-    Verdict, bounded, sha256_hex,
+    ToolChange, Verdict, bounded, sha256_hex,
 };
 pub use error::AuditError;
 pub use log::{AuditLog, CHECKPOINT_EVERY, Clock, Exported, Receipt, SystemClock, day_files};

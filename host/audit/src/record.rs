@@ -26,6 +26,8 @@ pub enum Kind {
     /// A signed checkpoint could not be exported to one of the `[audit] export`
     /// directories.
     ExportFailed,
+    /// A tool was installed, replaced or removed.
+    Tool,
 }
 
 /// One line of the log.

@@ -291,7 +291,7 @@ impl Walk {
                     self.push(problem("order", name, lineno, detail));
                 }
             }
-            Entry::Session(_) | Entry::ExportFailed(_) => {}
+            Entry::Session(_) | Entry::ExportFailed(_) | Entry::Tool(_) => {}
             Entry::Recovered(r) => {
                 self.check_recovered(dir, name, lineno, &r);
                 if self.report.recovered.len() < MAX_LISTED {

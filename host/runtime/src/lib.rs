@@ -47,5 +47,5 @@ pub use error::{Limit, RunError};
 pub use limits::Limits;
 pub use tool::{
     CallReport, FunctionInfo, FunctionSpec, LoadedTool, Shape, Touched, WorldCheck, block_on,
-    check_world,
+    check_world, world_names,
 };

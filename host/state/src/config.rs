@@ -154,6 +154,25 @@ pub struct ToolsConfig {
     /// URL, holding `sha256/<hex>.wasm`.
     #[serde(default)]
     pub mirrors: Vec<String>,
+    /// Publishers' public keys: an install from a registry or repository in a key's
+    /// scope needs a signature of its manifest by one of the keys pinned for it.
+    #[serde(default)]
+    pub trusted_keys: Vec<TrustedKey>,
+}
+
+/// One `[[tools.trusted_keys]]`: a publisher's cosign public key and where it signs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedKey {
+    /// Who the key is, as `bx tool inspect` shows the signer.
+    pub name: String,
+    /// The public key: PEM text (`-----BEGIN PUBLIC KEY-----`, an ECDSA P-256 key as
+    /// cosign writes `cosign.pub`), or the path of a file holding it (relative paths
+    /// are under the state directory).
+    pub key: String,
+    /// Registries (`ghcr.io`) or repositories and their prefixes (`ghcr.io/acme`,
+    /// `127.0.0.1:5000/bx/tools`) the key signs for.
+    pub scopes: Vec<String>,
 }
 
 impl Config {

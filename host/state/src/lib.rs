@@ -14,6 +14,7 @@ mod sessions;
 
 pub use config::{
     AuditConfig, Config, EndThinkingName, InferenceConfig, LoopConfig, ToolModeName, ToolsConfig,
+    TrustedKey,
 };
 pub use dir::StateDir;
 pub use error::StateError;

@@ -54,6 +54,72 @@ pub enum StoreError {
         /// What is wrong with it.
         message: String,
     },
+    /// An `oci://` reference that cannot be read.
+    #[error("bad reference {text:?}: {why}")]
+    BadReference {
+        /// What was given (cut).
+        text: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The registry could not be reached, refused, or sent what bx does not read.
+    #[error("registry {reference}: {message}; nothing was installed")]
+    Registry {
+        /// The reference being pulled or pushed.
+        reference: String,
+        /// What went wrong, cut.
+        message: String,
+    },
+    /// A tag points at a manifest whose component is not the one `--digest` names.
+    #[error(
+        "{reference} now points at manifest {manifest}, whose component is {actual}, not the {expected} you named; nothing was installed"
+    )]
+    TagMoved {
+        /// The tag's reference.
+        reference: String,
+        /// The manifest it points at now.
+        manifest: String,
+        /// The component digest the owner gave.
+        expected: String,
+        /// The component digest the manifest names.
+        actual: String,
+    },
+    /// A registry's manifest is not signed as a pinned key's scope requires.
+    #[error("{problem}: {reference} ({detail}); keys pinned for it: {keys}; nothing was installed")]
+    Signature {
+        /// The manifest, by digest.
+        reference: String,
+        /// Which refusal it is.
+        problem: SignatureProblem,
+        /// What was found.
+        detail: String,
+        /// The keys pinned for its scope, as `name (fingerprint)`.
+        keys: String,
+    },
+    /// A `[[tools.trusted_keys]]` entry cannot be used.
+    #[error("config.toml: trusted key {index} ({name:?}): {message}")]
+    TrustedKey {
+        /// Its name, cut.
+        name: String,
+        /// Its place among the entries, from 1.
+        index: usize,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A replacement declares more than what it replaces, without `--accept-widening`.
+    #[error(
+        "{name}: the new version declares more than the installed one:\n{}\npass --accept-widening to install it anyway; nothing was installed",
+        lines.join("\n")
+    )]
+    Widening {
+        /// The tool or component.
+        name: String,
+        /// The difference, a line each: `+ …` added, `- …` gone.
+        lines: Vec<String>,
+    },
+    /// The change could not be recorded on the audit log, so it was not made.
+    #[error("the change could not be recorded, so it was not made: {0}")]
+    Unrecorded(String),
     /// No tool by this name.
     #[error("no tool named {0} is installed (see `bx tool list`)")]
     NotInstalled(String),
@@ -75,6 +141,14 @@ impl StoreError {
             | StoreError::BadDigest { .. }
             | StoreError::Fetch { .. } => Some("docs/runbook.md#install-refused"),
             StoreError::Manifest { .. } => Some("docs/runbook.md#manifest-refused"),
+            StoreError::BadReference { .. } | StoreError::Registry { .. } => {
+                Some("docs/runbook.md#registry-failed")
+            }
+            StoreError::TagMoved { .. } => Some("docs/runbook.md#tag-moved"),
+            StoreError::Signature { .. } => Some("docs/runbook.md#signature-refused"),
+            StoreError::TrustedKey { .. } => Some("docs/runbook.md#signature-refused"),
+            StoreError::Widening { .. } => Some("docs/runbook.md#capabilities-widened"),
+            StoreError::Unrecorded(_) => Some("docs/runbook.md#audit-unavailable"),
             // A limit the component hit while it described itself is the more specific.
             StoreError::Component(e) => e.runbook().or(Some("docs/runbook.md#install-refused")),
             StoreError::State(e) => e.runbook(),
@@ -85,4 +159,43 @@ impl StoreError {
     pub(crate) fn io(path: &std::path::Path, err: impl std::fmt::Display) -> StoreError {
         StoreError::Io { path: path.display().to_string(), message: err.to_string() }
     }
+}
+
+/// Which signature refusal it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureProblem {
+    /// The registry holds no signature of the manifest.
+    Unsigned,
+    /// Signatures are there, and no key pinned for the scope verifies any: signed by
+    /// another key, or altered after signing.
+    NotPinned,
+    /// A pinned key signed another manifest or repository, not this one.
+    OtherManifest,
+    /// What is there is not a signature (bad encoding, a payload that is not one).
+    Malformed,
+}
+
+impl std::fmt::Display for SignatureProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SignatureProblem::Unsigned => "unsigned",
+            SignatureProblem::NotPinned => {
+                "signed by a key not pinned for it, or altered after signing"
+            }
+            SignatureProblem::OtherManifest => "a signature of another manifest",
+            SignatureProblem::Malformed => "a malformed signature",
+        })
+    }
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, with `…` when cut.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }

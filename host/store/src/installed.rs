@@ -20,6 +20,92 @@ pub struct InstalledTool {
     /// what its manifest asks for. Absent for a `bx:tool` component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<InstalledFunction>,
+    /// Where it was installed from, when that was a registry: `oci://…@sha256:…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Who signed its manifest, when a pinned key's scope required a signature:
+    /// `name (sha256:fingerprint)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    /// What it declared it may reach when it was installed (the capability lock): what
+    /// `bx tool install --replace` compares a new version against.
+    #[serde(default)]
+    pub declared: Declared,
+}
+
+/// What one tool declared it may reach: the capability lock kept with its digest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Declared {
+    /// Each argument that names a resource, and its kind (`path-read`, `path-write`,
+    /// `url-fetch`).
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
+    /// What it reaches whatever its arguments (from a standard component's manifest):
+    /// `path-read /srv/data`, `url-fetch https://api.example/`.
+    #[serde(default)]
+    pub statics: Vec<String>,
+    /// `sha256:` of its arguments' JSON schema.
+    #[serde(default)]
+    pub schema: String,
+}
+
+impl Declared {
+    /// One line per capability of tool `tool`, as the difference shows them.
+    pub fn lines(&self, tool: &str) -> Vec<String> {
+        let args =
+            self.args.iter().map(|(arg, kind)| format!("{tool}: argument {arg:?} is {kind}"));
+        let statics = self.statics.iter().map(|s| format!("{tool}: whatever its arguments, {s}"));
+        args.chain(statics).collect()
+    }
+}
+
+/// How a new version's capabilities differ from the installed one's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Difference {
+    /// Capabilities the new version declares that the installed one did not.
+    pub added: Vec<String>,
+    /// Capabilities the installed one declared that the new one does not.
+    pub removed: Vec<String>,
+    /// Other changes: tools that come or go, argument schemas that changed.
+    pub other: Vec<String>,
+}
+
+impl Difference {
+    /// Between the tools `old` and `new` (name → tool), of one tool or one component.
+    pub fn between(
+        old: &BTreeMap<String, InstalledTool>,
+        new: &BTreeMap<String, InstalledTool>,
+    ) -> Difference {
+        let lines = |set: &BTreeMap<String, InstalledTool>| -> std::collections::BTreeSet<String> {
+            set.iter().flat_map(|(n, t)| t.declared.lines(n)).collect()
+        };
+        let (before, after) = (lines(old), lines(new));
+        let mut other = Vec::new();
+        for (name, tool) in new {
+            match old.get(name) {
+                None => other.push(format!("{name}: a new tool")),
+                Some(was) if was.declared.schema != tool.declared.schema => {
+                    other.push(format!("{name}: its argument schema changed"))
+                }
+                Some(_) => {}
+            }
+        }
+        other.extend(old.keys().filter(|n| !new.contains_key(*n)).map(|n| format!("{n}: gone")));
+        Difference {
+            added: after.difference(&before).cloned().collect(),
+            removed: before.difference(&after).cloned().collect(),
+            other,
+        }
+    }
+
+    /// The difference a line each: `+ …` added, `- …` gone, `~ …` other.
+    pub fn lines(&self) -> Vec<String> {
+        (self.added.iter().map(|l| format!("+ {l}")))
+            .chain(self.removed.iter().map(|l| format!("- {l}")))
+            .chain(self.other.iter().map(|l| format!("~ {l}")))
+            .collect()
+    }
 }
 
 /// One exported function of a standard WASI component, installed as a tool.

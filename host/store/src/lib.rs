@@ -9,13 +9,16 @@ mod error;
 mod fetch;
 mod installed;
 mod manifest;
+pub mod oci;
+pub mod signature;
 mod store;
 
 pub use digest::Digest;
-pub use error::StoreError;
+pub use error::{SignatureProblem, StoreError};
 pub use fetch::Progress;
-pub use installed::{Installed, InstalledFunction, InstalledTool};
+pub use installed::{Declared, Difference, Installed, InstalledFunction, InstalledTool};
 pub use manifest::{Manifest, ParamReach, ReadManifest, StaticReach};
 pub use store::{
-    InstallOptions, InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, StaticCheck, Store,
+    Change, InstallOptions, InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, RecordHook,
+    StaticCheck, Store,
 };

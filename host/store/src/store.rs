@@ -15,8 +15,9 @@ use bx_state::{Config, StateDir, write_atomically};
 use crate::digest::Digest;
 use crate::error::StoreError;
 use crate::fetch::{self, Progress};
-use crate::installed::{Installed, InstalledFunction, InstalledTool};
+use crate::installed::{Declared, Difference, Installed, InstalledFunction, InstalledTool};
 use crate::manifest::Manifest;
+use crate::oci::{Reference, Registry};
 
 /// The largest component the store accepts (64 MiB). Without a bound a hostile URL could
 /// stream until the disk or memory is full.
@@ -31,19 +32,33 @@ pub enum InstallSource {
     Url(String),
     /// The digest alone: the local store, then the configured mirrors.
     Digest,
+    /// A Wasm OCI artifact in a registry, by tag or manifest digest.
+    Oci(Reference),
 }
 
 impl InstallSource {
-    /// Reads the CLI's source argument: `sha256:…`, `https://…`, or a file path.
-    pub fn parse(text: &str) -> InstallSource {
-        if text.starts_with("sha256:") {
+    /// Reads the CLI's source argument: `sha256:…`, `oci://…`, `https://…`, or a file
+    /// path.
+    pub fn parse(text: &str) -> Result<InstallSource, StoreError> {
+        Ok(if text.starts_with("sha256:") {
             InstallSource::Digest
+        } else if text.starts_with("oci://") {
+            InstallSource::Oci(Reference::parse(text)?)
         } else if text.contains("://") {
             InstallSource::Url(text.to_owned())
         } else {
             InstallSource::File(PathBuf::from(text))
-        }
+        })
     }
+}
+
+/// Bytes fetched for an install, and where from.
+struct Fetched {
+    bytes: Vec<u8>,
+    /// `oci://…@sha256:…` for a registry.
+    source: Option<String>,
+    /// Who signed the manifest, when a pinned key's scope asked for a signature.
+    signer: Option<String>,
 }
 
 /// What an install did.
@@ -65,6 +80,12 @@ pub struct InstallOutcome {
     pub tools: Vec<String>,
     /// A standard component's functions bx cannot call, and why.
     pub skipped: Vec<String>,
+    /// Where it came from when that was a registry, by manifest digest.
+    pub source: Option<String>,
+    /// Who signed it, when a pinned key's scope asked for a signature.
+    pub signer: Option<String>,
+    /// How what it declares differs from what it replaced, a line each (`+`, `-`, `~`).
+    pub difference: Vec<String>,
 }
 
 /// The tool store under one state directory.
@@ -73,6 +94,8 @@ pub struct Store {
     root: PathBuf,
     blobs: PathBuf,
     mirrors: Vec<String>,
+    trusted: Vec<bx_state::TrustedKey>,
+    state_root: PathBuf,
     cache: ComponentCache,
 }
 
@@ -89,6 +112,8 @@ impl Store {
             root: tools,
             blobs: state.blobs_dir(),
             mirrors: config.tools.mirrors.clone(),
+            trusted: config.tools.trusted_keys.clone(),
+            state_root: state.root().to_path_buf(),
             cache,
         })
     }
@@ -114,6 +139,57 @@ impl Store {
         Ok(file)
     }
 
+    fn pending_path(&self) -> PathBuf {
+        self.root.join("pending.jsonl")
+    }
+
+    /// Keeps one change record (JSON, one line) for the audit log while another process
+    /// (a running `bx serve`) holds the log; that process writes it before its tools
+    /// change ([`Store::drain_pending`]). Only from a record hook, which runs under the
+    /// store's lock.
+    pub fn keep_pending(&self, record: &str) -> Result<(), StoreError> {
+        use std::io::Write as _;
+        let path = self.pending_path();
+        if record.contains('\n') || record.len() > MAX_PENDING_RECORD_BYTES {
+            return Err(StoreError::Unrecorded(format!(
+                "a change record of {} bytes cannot wait for the log",
+                record.len()
+            )));
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| StoreError::io(&path, e))?;
+        let mut line = record.to_owned();
+        line.push('\n');
+        file.write_all(line.as_bytes()).map_err(|e| StoreError::io(&path, e))?;
+        file.sync_all().map_err(|e| StoreError::io(&path, e))
+    }
+
+    /// Hands every change record waiting for the log to `write`, in order, and empties
+    /// the file once all are written: at most once each (a failure leaves the file as it
+    /// was, and the caller's calls stop). `locked` says the caller holds the store's lock
+    /// already (a record hook); otherwise it is taken here.
+    pub fn drain_pending(
+        &self,
+        locked: bool,
+        write: &mut dyn FnMut(&str) -> Result<(), String>,
+    ) -> Result<usize, StoreError> {
+        let _lock = if locked { None } else { Some(self.lock()?) };
+        let path = self.pending_path();
+        let Some(bytes) = bx_state::read_own(&path, bx_state::MAX_OWN_FILE_BYTES)? else {
+            return Ok(0);
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        for line in &lines {
+            write(line).map_err(StoreError::Unrecorded)?;
+        }
+        std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+        Ok(lines.len())
+    }
+
     /// The installed set as it is on disk now.
     pub fn installed(&self) -> Result<Installed, StoreError> {
         Installed::load(&self.installed_path())
@@ -124,15 +200,63 @@ impl Store {
         &self,
         source: &InstallSource,
         digest: &Digest,
+        plain_http: bool,
         progress: Progress<'_>,
-    ) -> Result<Vec<u8>, StoreError> {
+    ) -> Result<Fetched, StoreError> {
         let bytes = match source {
             InstallSource::File(path) => fetch::read_file(path)?,
             InstallSource::Url(url) => fetch::download(url, progress)?,
-            InstallSource::Digest => return self.resolve(digest, progress),
+            InstallSource::Digest => self.resolve(digest, progress)?,
+            InstallSource::Oci(reference) => {
+                return self.pull(reference, digest, plain_http, progress);
+            }
         };
         verify(digest, &bytes)?;
-        Ok(bytes)
+        Ok(Fetched { bytes, source: None, signer: None })
+    }
+
+    /// Pulls a component from a registry: the manifest first, whose component layer must
+    /// be `digest` and which, when a pinned key's scope covers the repository, must be
+    /// signed by such a key; only then the layer, checked against `digest` again.
+    fn pull(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+        plain_http: bool,
+        progress: Progress<'_>,
+    ) -> Result<Fetched, StoreError> {
+        let keys = crate::signature::load_keys(&self.trusted, &self.state_root)?;
+        let pinned: Vec<&crate::signature::PinnedKey> =
+            keys.iter().filter(|k| k.covers(&reference.name())).collect();
+        let registry = Registry::connect(reference, plain_http)?;
+        let mut signer = None;
+        let mut check = |manifest: &Digest, layer: &crate::oci::Descriptor| {
+            if layer.digest != digest.to_string() {
+                return Err(match &reference.digest {
+                    None => StoreError::TagMoved {
+                        reference: reference.to_string(),
+                        manifest: manifest.to_string(),
+                        expected: digest.to_string(),
+                        actual: crate::error::cut(&layer.digest, 80),
+                    },
+                    Some(_) => StoreError::DigestMismatch {
+                        expected: digest.to_string(),
+                        actual: crate::error::cut(&layer.digest, 80),
+                    },
+                });
+            }
+            if !pinned.is_empty() {
+                signer = Some(crate::signature::verify(&registry, reference, manifest, &pinned)?);
+            }
+            Ok(())
+        };
+        let pulled = registry.pull_component(&mut check, progress)?;
+        verify(digest, &pulled.bytes)?;
+        Ok(Fetched {
+            bytes: pulled.bytes,
+            source: Some(Reference { tag: None, ..reference.at(&pulled.manifest) }.to_string()),
+            signer,
+        })
     }
 
     /// Finds `digest` in the local store, then in each mirror in order; the first copy
@@ -179,7 +303,8 @@ impl Store {
         options: &InstallOptions<'_>,
         progress: Progress<'_>,
     ) -> Result<InstallOutcome, StoreError> {
-        let bytes = self.fetch(source, digest, progress)?;
+        let Fetched { bytes, source, signer } =
+            self.fetch(source, digest, options.plain_http, progress)?;
         let component = runtime.compile(&bytes)?;
         let entries = match runtime.shape(&component)? {
             Shape::BxTool => {
@@ -202,11 +327,20 @@ impl Store {
                     size: bytes.len() as u64,
                     resources,
                     function: None,
+                    source: source.clone(),
+                    signer: signer.clone(),
+                    declared: declared_by(&tool),
                 };
                 Planned { component: None, tools: vec![(name, entry)], skipped: Vec::new() }
             }
             Shape::Functions(functions) => {
-                self.plan_functions(runtime, &component, &bytes, digest, options, &functions)?
+                let mut planned =
+                    self.plan_functions(runtime, &component, &bytes, digest, options, &functions)?;
+                for (_, entry) in &mut planned.tools {
+                    entry.source = source.clone();
+                    entry.signer = signer.clone();
+                }
+                planned
             }
         };
         let Some((first, _)) = entries.tools.first() else {
@@ -265,7 +399,25 @@ impl Store {
                 epoch: installed.epoch,
                 tools,
                 skipped: entries.skipped,
+                source,
+                signer,
+                difference: Vec::new(),
             });
+        }
+        // The capability lock: what the tools it replaces declared, against what these
+        // declare. More needs the owner's --accept-widening, whatever the digests.
+        let old: std::collections::BTreeMap<String, InstalledTool> = (entries.tools.iter())
+            .map(|(n, _)| n)
+            .chain(&stale)
+            .filter_map(|n| Some((n.clone(), installed.tools.get(n)?.clone())))
+            .collect();
+        let difference = if old.is_empty() {
+            Difference::default()
+        } else {
+            Difference::between(&old, &entries.tools.iter().cloned().collect())
+        };
+        if !difference.added.is_empty() && !options.accept_widening {
+            return Err(StoreError::Widening { name, lines: difference.lines() });
         }
         let blob = self.blob_path(digest);
         if !blob.exists() {
@@ -281,8 +433,7 @@ impl Store {
             installed.tools.insert(n, entry);
         }
         installed.epoch += 1;
-        installed.save(&self.installed_path())?;
-        Ok(InstallOutcome {
+        let outcome = InstallOutcome {
             name,
             digest: digest.clone(),
             replaced: previous,
@@ -290,7 +441,17 @@ impl Store {
             epoch: installed.epoch,
             tools,
             skipped: entries.skipped,
-        })
+            source,
+            signer,
+            difference: difference.lines(),
+        };
+        // On the log before the installed set changes: a change that cannot be recorded
+        // is not made.
+        if let Some(record) = options.record {
+            record(&Change::Install(&outcome)).map_err(StoreError::Unrecorded)?;
+        }
+        installed.save(&self.installed_path())?;
+        Ok(outcome)
     }
 
     /// The tools a standard component installs as: one per function bx can call, each
@@ -378,6 +539,9 @@ impl Store {
                 size: bytes.len() as u64,
                 resources: kinds,
                 function: Some(function),
+                source: None,
+                signer: None,
+                declared: declared_by(&loaded),
             };
             tools.push((tool, entry));
         }
@@ -396,7 +560,11 @@ impl Store {
 
     /// Removes `name` from the installed set (its bytes stay, so the digest can be
     /// installed again offline) and raises the epoch.
-    pub fn remove(&self, name: &str) -> Result<InstalledTool, StoreError> {
+    pub fn remove(
+        &self,
+        name: &str,
+        record: Option<&RecordHook<'_>>,
+    ) -> Result<InstalledTool, StoreError> {
         let _lock = self.lock()?;
         let mut installed = self.installed()?;
         let removed = installed
@@ -404,6 +572,9 @@ impl Store {
             .remove(name)
             .ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
         installed.epoch += 1;
+        if let Some(record) = record {
+            record(&Change::Remove(name, &removed)).map_err(StoreError::Unrecorded)?;
+        }
         installed.save(&self.installed_path())?;
         Ok(removed)
     }
@@ -441,6 +612,19 @@ impl Store {
 pub type StaticCheck<'a> =
     dyn Fn(&str, &[(bx_runtime::ResourceKind, String)]) -> Result<(), String> + 'a;
 
+/// A change to the installed set, as the record hook is shown it.
+#[derive(Debug)]
+pub enum Change<'a> {
+    /// An install or a replacement.
+    Install(&'a InstallOutcome),
+    /// The removal of one tool.
+    Remove(&'a str, &'a InstalledTool),
+}
+
+/// Asked to record a change after every check and before it is made (bx puts it on the
+/// audit log); an error stops the change.
+pub type RecordHook<'a> = dyn Fn(&Change<'_>) -> Result<(), String> + 'a;
+
 /// How an install names a standard component's tools, and what they may reach.
 #[derive(Default)]
 pub struct InstallOptions<'a> {
@@ -456,6 +640,27 @@ pub struct InstallOptions<'a> {
     /// Asked about each tool's static resources before anything is written; an error
     /// refuses the install with its text (the owner's policy refusing a resource).
     pub check: Option<&'a StaticCheck<'a>>,
+    /// Install a version that declares more than the one it replaces.
+    pub accept_widening: bool,
+    /// Reach the registry over plain http even when it is not this machine.
+    pub plain_http: bool,
+    /// Records the change before it is made.
+    pub record: Option<&'a RecordHook<'a>>,
+}
+
+/// What a loaded tool declares: its resource arguments and their kinds, what it reaches
+/// whatever its arguments, and the hash of its argument schema.
+fn declared_by(tool: &LoadedTool) -> Declared {
+    let d = tool.description();
+    let args = (d.resources.iter())
+        .map(|r| (r.arg.clone(), bx_runtime::resource_kind_name(r.kind).to_owned()))
+        .collect();
+    let mut statics: Vec<String> = (tool.statics().iter())
+        .map(|(k, what)| format!("{} {what}", bx_runtime::resource_kind_name(*k)))
+        .collect();
+    statics.sort();
+    statics.dedup();
+    Declared { args, statics, schema: Digest::of(d.args_schema.as_bytes()).to_string() }
 }
 
 /// The tools one install adds.
@@ -466,6 +671,9 @@ struct Planned {
     /// Functions not installed, and why.
     skipped: Vec<String>,
 }
+
+/// Bytes of one change record waiting for the log, at most.
+const MAX_PENDING_RECORD_BYTES: usize = 64 << 10;
 
 /// Tools one standard component installs as, at most.
 const MAX_TOOLS_PER_COMPONENT: usize = 64;

@@ -346,6 +346,8 @@ fn here(
     let ledger = Ledger::open(files, &audit_dir)?;
     let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config));
     let store = Store::open(state, &config)?;
+    // Tool changes made while a daemon held the log go on it before this call.
+    super::tool::write_pending(&store, &log, false)?;
     let runtime = Runtime::new(Limits::default())?;
     let tool = match store.open_tool(&runtime, &args.name) {
         Ok((tool, outcome)) => {

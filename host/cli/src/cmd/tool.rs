@@ -12,9 +12,12 @@ use crate::term;
 /// `bx tool …`
 #[derive(Debug, Subcommand)]
 pub(crate) enum ToolCommand {
-    /// Install a tool from a file, an https URL, or its digest alone (local store, then
-    /// the mirrors in config.toml). The bytes must hash to --digest.
+    /// Install a tool from a file, an https URL, a registry (oci://REGISTRY/REPO:TAG or
+    /// @sha256:MANIFEST), or its digest alone (local store, then the mirrors in
+    /// config.toml). The component's bytes must hash to --digest.
     Install(InstallArgs),
+    /// Publish a component to a registry as a Wasm OCI artifact (oci://REGISTRY/REPO:TAG).
+    Publish(PublishArgs),
     /// List installed tools.
     List(ListArgs),
     /// Show what a tool says about itself and what it imports.
@@ -52,6 +55,25 @@ pub(crate) struct InstallArgs {
     /// reach no file and no host.
     #[arg(long, value_name = "FILE")]
     manifest: Option<std::path::PathBuf>,
+    /// Install a version that declares more than the one it replaces: a new resource
+    /// argument, a new kind, a new static path or host (docs/store.md#capability-lock).
+    #[arg(long)]
+    accept_widening: bool,
+    /// Reach the registry over plain http although it is not this machine.
+    #[arg(long)]
+    plain_http: bool,
+}
+
+/// `bx tool publish`
+#[derive(Debug, Args)]
+pub(crate) struct PublishArgs {
+    /// The component file.
+    file: std::path::PathBuf,
+    /// Where to: oci://REGISTRY/REPO:TAG.
+    reference: String,
+    /// Reach the registry over plain http although it is not this machine.
+    #[arg(long)]
+    plain_http: bool,
 }
 
 /// `bx tool list`
@@ -70,10 +92,14 @@ pub(crate) fn run(state: &StateDir, command: ToolCommand) -> anyhow::Result<u8> 
     let store = Store::open(state, &config)?;
     match command {
         ToolCommand::Install(args) => install(state, &config, &store, args),
+        ToolCommand::Publish(args) => publish(&args),
         ToolCommand::List(args) => list(&store, &args),
         ToolCommand::Inspect { name } => inspect(&store, &name),
         ToolCommand::Remove { name } => {
-            let removed = store.remove(&name)?;
+            let recorder =
+                Recorder { state, config: &config, store: &store, widening_accepted: false };
+            let record = |change: &bx_store::Change<'_>| recorder.record(change);
+            let removed = store.remove(&name, Some(&record))?;
             outln!("removed {name} ({})", removed.digest);
             Ok(EXIT_OK)
         }
@@ -91,7 +117,7 @@ fn install(
     store: &Store,
     args: InstallArgs,
 ) -> anyhow::Result<u8> {
-    let source = InstallSource::parse(&args.source);
+    let source = InstallSource::parse(&args.source)?;
     let digest_text = match (&source, &args.digest) {
         (InstallSource::Digest, None) => args.source.clone(),
         (InstallSource::Digest, Some(d)) if *d != args.source => {
@@ -134,12 +160,17 @@ fn install(
         Some(policy) => check_statics(policy, tool, &digest.to_string(), statics),
         None => Ok(()),
     };
+    let recorder = Recorder { state, config, store, widening_accepted: args.accept_widening };
+    let record = |change: &bx_store::Change<'_>| recorder.record(change);
     let options = bx_store::InstallOptions {
         replace: args.replace,
         name: args.name.clone(),
         manifest: manifest.map(|m| m.manifest),
         manifest_path: args.manifest.as_ref().map(|p| p.display().to_string()),
         check: Some(&check),
+        accept_widening: args.accept_widening,
+        plain_http: args.plain_http,
+        record: Some(&record),
     };
     let outcome = store.install(&runtime, &source, &digest, &options, &mut progress);
     bar.finish_and_clear();
@@ -164,6 +195,117 @@ fn install(
     if outcome.tools.len() > 1 || outcome.tools.first() != Some(&outcome.name) {
         outln!("tools: {}", outcome.tools.join(", "));
     }
+    if let Some(source) = &outcome.source {
+        outln!("from {source}");
+    }
+    if let Some(signer) = &outcome.signer {
+        outln!("signed by {}", term::one_line(signer));
+    }
+    if !outcome.difference.is_empty() {
+        outln!("what it declares, against what it replaced:");
+        for line in &outcome.difference {
+            outln!("  {}", term::one_line(line));
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// Puts a change of the installed set on the audit log, holding the log's lock (as a
+/// one-shot `bx tool run` does) for the one record; while a running `bx serve` holds the
+/// log, keeps it in the store for the daemon, which writes it before its tools change.
+struct Recorder<'a> {
+    state: &'a StateDir,
+    config: &'a bx_state::Config,
+    store: &'a Store,
+    widening_accepted: bool,
+}
+
+impl Recorder<'_> {
+    fn record(&self, change: &bx_store::Change<'_>) -> Result<(), String> {
+        use bx_audit::{Entry, MAX_ITEM_BYTES, ToolChange, bounded};
+        let item = |s: &String| bounded(s, MAX_ITEM_BYTES);
+        let entry = match change {
+            bx_store::Change::Install(o) => ToolChange {
+                action: if o.replaced.is_some() { "replace" } else { "install" }.to_owned(),
+                name: o.name.clone(),
+                tools: o.tools.clone(),
+                digest: o.digest.to_string(),
+                previous: o.replaced.clone().unwrap_or_default(),
+                source: o.source.clone().unwrap_or_default(),
+                signer: o.signer.clone().unwrap_or_default(),
+                difference: o.difference.iter().take(256).map(item).collect(),
+                widening_accepted: self.widening_accepted
+                    && o.difference.iter().any(|l| l.starts_with('+')),
+            },
+            bx_store::Change::Remove(name, tool) => ToolChange {
+                action: "remove".to_owned(),
+                name: (*name).to_owned(),
+                tools: vec![(*name).to_owned()],
+                digest: String::new(),
+                previous: tool.digest.clone(),
+                source: tool.source.clone().unwrap_or_default(),
+                signer: tool.signer.clone().unwrap_or_default(),
+                difference: Vec::new(),
+                widening_accepted: false,
+            },
+        };
+        let log = match bx_daemon::open_audit(self.state, self.config, LOG_LOCK_WAIT) {
+            Ok(log) => log,
+            Err(bx_audit::AuditError::Locked(_)) => {
+                let line = serde_json::to_string(&entry).map_err(|e| e.to_string())?;
+                self.store.keep_pending(&line).map_err(|e| e.to_string())?;
+                errln!(
+                    "bx: the audit log is held by a running bx serve; it records this change before its next call"
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        write_pending(self.store, &log, true).map_err(|e| e.to_string())?;
+        log.append(&Entry::Tool(entry)).map_err(|e| e.to_string())?;
+        log.checkpoint().map_err(|e| e.to_string())
+    }
+}
+
+/// How long a tool change waits for the audit log's lock (another command's call) before
+/// it leaves its record for the daemon that holds it.
+const LOG_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Writes the tool changes that waited for the log onto `log` (`locked`: the caller holds
+/// the store's lock).
+pub(crate) fn write_pending(
+    store: &Store,
+    log: &bx_audit::AuditLog,
+    locked: bool,
+) -> Result<usize, bx_store::StoreError> {
+    store.drain_pending(locked, &mut |line| {
+        let change: bx_audit::ToolChange = serde_json::from_str(line)
+            .map_err(|e| format!("a waiting tool change record is malformed: {e}"))?;
+        log.append(&bx_audit::Entry::Tool(change)).map(drop).map_err(|e| e.to_string())
+    })
+}
+
+fn publish(args: &PublishArgs) -> anyhow::Result<u8> {
+    let reference = bx_store::oci::Reference::parse(&args.reference)?;
+    let bytes =
+        std::fs::read(&args.file).map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+    if bytes.len() as u64 > bx_store::MAX_COMPONENT_BYTES {
+        bail!("{} is over {} bytes", args.file.display(), bx_store::MAX_COMPONENT_BYTES);
+    }
+    // Only a component bx could run is published: compiled and its world read first.
+    let runtime = runtime()?;
+    let component = runtime.compile(&bytes)?;
+    let world = bx_runtime::world_names(&runtime, &component);
+    let registry = bx_store::oci::Registry::connect(&reference, args.plain_http)?;
+    let published = registry.publish(&bytes, &world.imports, &world.exports)?;
+    let pinned = bx_store::oci::Reference { tag: None, ..reference.at(&published.manifest) };
+    outln!("published {pinned}");
+    outln!("component {}", published.component);
+    outln!(
+        "install with: bx tool install {reference}@{} --digest {}",
+        published.manifest,
+        published.component
+    );
     Ok(EXIT_OK)
 }
 
@@ -237,6 +379,18 @@ fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {
     outln!("name:     {}", term::one_line(&d.name));
     outln!("digest:   {}", tool.digest());
     outln!("summary:  {}", term::one_line(&d.summary));
+    let installed = store.installed()?;
+    if let Some(entry) = installed.tools.get(name) {
+        if let Some(source) = &entry.source {
+            outln!("source:   {}", term::one_line(source));
+        }
+        let signer = entry.signer.as_deref().unwrap_or("(no signature was required)");
+        outln!("signed:   {}", term::one_line(signer));
+        outln!("declared: {}", entry.declared.schema);
+        for line in entry.declared.lines(name) {
+            outln!("  {}", term::one_line(&line));
+        }
+    }
     if let Some(export) = tool.export() {
         outln!("function: {} (a standard WASI component)", term::one_line(&export));
     }

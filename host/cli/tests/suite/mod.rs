@@ -10,6 +10,7 @@ mod history;
 mod install;
 mod layering;
 mod mcp;
+mod oci;
 mod reach;
 mod run;
 mod runbook;
