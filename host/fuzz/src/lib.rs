@@ -54,6 +54,22 @@ impl Scratch {
     }
 }
 
+const OCI: &[&[u8]] = &[
+    b"\"schemaVersion\": 2",
+    b"\"mediaType\": \"application/vnd.oci.image.manifest.v1+json\"",
+    b"\"mediaType\": \"application/vnd.oci.image.index.v1+json\"",
+    b"\"mediaType\": \"application/vnd.wasm.config.v0+json\"",
+    b"\"mediaType\": \"application/wasm\"",
+    b"\"layers\": [",
+    b"\"annotations\": {",
+    b"\"size\": 18446744073709551615",
+    b"\"digest\": \"sha256:",
+    b"oci://127.0.0.1:5000/a/b:1@sha256:",
+    b"[",
+    b"{",
+    b"\\u0000",
+];
+
 const TOML: &[&[u8]] = &[
     b"[[grant]]\n",
     b"[[deny]]\n",
@@ -336,6 +352,17 @@ pub const TARGETS: &[Target] = &[
         },
     },
     Target {
+        name: "oci",
+        seeds: &[("oci", ".json")],
+        dictionary: OCI,
+        run: |bytes, _| {
+            if let Ok(manifest) = bx_store::oci::ImageManifest::parse(bytes) {
+                let _ = manifest.component_layer();
+            }
+            let _ = bx_store::oci::Reference::parse(&String::from_utf8_lossy(bytes));
+        },
+    },
+    Target {
         name: "checkpoint",
         seeds: &[("anchor", ".note")],
         dictionary: NOTE,
@@ -597,6 +624,11 @@ mod tests {
             std::fs::read(scratch.path().join("installed.json")).unwrap(),
             std::fs::read(dir.join("store/installed.json")).unwrap()
         );
+        for (path, bytes) in seeds(target("oci").unwrap(), &dir).unwrap() {
+            let manifest = bx_store::oci::ImageManifest::parse(&bytes).unwrap();
+            let wasm = manifest.component_layer().is_ok();
+            assert_eq!(wasm, !path.ends_with("skopeo-signature.json"), "{}", path.display());
+        }
         let sizes: Vec<u64> = seeds(target("checkpoint").unwrap(), &dir)
             .unwrap()
             .iter()

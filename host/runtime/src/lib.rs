@@ -43,9 +43,17 @@ pub use wasmtime::component::Component;
 pub fn function_docs(wasm: &[u8]) -> std::collections::BTreeMap<String, String> {
     wit_json::function_docs(wasm)
 }
+
+/// A component's imports and exports by name, read from its bytes without compiling it
+/// (what `bx tool publish` writes into an artifact's config); an error says why the bytes
+/// are not a component.
+pub fn world_of(wasm: &[u8]) -> Result<WorldCheck, RunError> {
+    let (imports, exports) = wit_json::world_of(wasm).map_err(RunError::Invalid)?;
+    Ok(WorldCheck { imports, exports })
+}
 pub use error::{Limit, RunError};
 pub use limits::Limits;
 pub use tool::{
     CallReport, FunctionInfo, FunctionSpec, LoadedTool, Shape, Touched, WorldCheck, block_on,
-    check_world, world_names,
+    check_world,
 };

@@ -705,7 +705,7 @@ fn function_info(f: &ExportedFn) -> FunctionInfo {
 }
 
 /// The imports and exports of a component by name, unchecked.
-pub fn world_names(runtime: &Runtime, component: &Component) -> WorldCheck {
+fn world_names(runtime: &Runtime, component: &Component) -> WorldCheck {
     let ty = component.component_type();
     WorldCheck {
         imports: ty.imports(&runtime.engine).map(|(n, _)| n.to_owned()).collect(),

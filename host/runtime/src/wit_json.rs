@@ -36,7 +36,7 @@ mod tests;
 #[cfg(test)]
 pub(crate) use convert::ArgError;
 pub(crate) use convert::{args_to_vals, split_result, vals_to_json};
-pub(crate) use docs::function_docs;
+pub(crate) use docs::{function_docs, world_of};
 pub(crate) use schema::{args_schema, result_schema};
 
 /// Functions one component may export. Each becomes a tool in every prompt, so without a

@@ -292,10 +292,9 @@ fn publish(args: &PublishArgs) -> anyhow::Result<u8> {
     if bytes.len() as u64 > bx_store::MAX_COMPONENT_BYTES {
         bail!("{} is over {} bytes", args.file.display(), bx_store::MAX_COMPONENT_BYTES);
     }
-    // Only a component bx could run is published: compiled and its world read first.
-    let runtime = runtime()?;
-    let component = runtime.compile(&bytes)?;
-    let world = bx_runtime::world_names(&runtime, &component);
+    // Only a component is published: its world is read (not compiled) first, and named
+    // in the artifact's config.
+    let world = bx_runtime::world_of(&bytes)?;
     let registry = bx_store::oci::Registry::connect(&reference, args.plain_http)?;
     let published = registry.publish(&bytes, &world.imports, &world.exports)?;
     let pinned = bx_store::oci::Reference { tag: None, ..reference.at(&published.manifest) };

@@ -34,10 +34,15 @@ fn install_list_inspect_remove_and_reinstall_by_digest() {
     );
 
     let r = bx(st, &["tool", "list", "--json"]);
-    let listed: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let mut listed: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    // The capability lock: its resource argument, and its schema's hash.
+    let declared = listed["tools"]["fs.read"]["declared"].take();
+    assert_eq!(declared["args"], serde_json::json!({"path": "path-read"}), "{declared}");
+    assert_eq!(declared["statics"], serde_json::json!([]), "{declared}");
+    assert!(declared["schema"].as_str().unwrap().starts_with("sha256:"), "{declared}");
     assert_eq!(
         listed,
-        serde_json::json!({"epoch": 1, "tools": {"fs.read": {"digest": digest, "size": size, "resources": ["path-read"]}}})
+        serde_json::json!({"epoch": 1, "tools": {"fs.read": {"digest": digest, "size": size, "resources": ["path-read"], "declared": null}}})
     );
 
     let r = bx(st, &["tool", "inspect", "fs.read"]);

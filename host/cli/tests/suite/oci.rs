@@ -283,12 +283,12 @@ fn a_registry_killed_mid_pull_is_a_clear_error_and_changes_nothing() {
     let host = registry.host();
     let state = used_state();
     let s = state.path();
-    // An 18 MB component (CPython in a component): its layer is the only response that
-    // passes 4 MiB.
-    let big = standard("py-files");
+    // The component's layer (150 KB) is the only response that passes 64 KiB: the
+    // registry dies with part of it sent.
+    let big = standard("wasi-files");
     let digest = digest_file(&big);
     let manifest = publish(s, &big, &format!("oci://{host}/bx/big:1"));
-    let (port, killed) = killing_proxy(&registry, 4 << 20);
+    let (port, killed) = killing_proxy(&registry, 64 << 10);
     let reference = format!("oci://127.0.0.1:{port}/bx/big@{manifest}");
     let r = refused_leaving_state_as_it_was(
         s,

@@ -43,6 +43,25 @@ pub(crate) fn function_docs(wasm: &[u8]) -> BTreeMap<String, String> {
     docs
 }
 
+/// A component's imports and exports by name (interfaces as `ns:pkg/iface@version`,
+/// functions by name), read by wit-parser's decoder without compiling anything; an error
+/// says why the bytes are not a component.
+pub(crate) fn world_of(wasm: &[u8]) -> Result<(Vec<String>, Vec<String>), String> {
+    let (resolve, world) = match decode(wasm) {
+        Ok(DecodedWasm::Component(resolve, world)) => (resolve, world),
+        Ok(DecodedWasm::WitPackage(..)) => return Err("a WIT package, not a component".into()),
+        Err(e) => return Err(format!("not a WebAssembly component: {e}")),
+    };
+    let world = &resolve.worlds[world];
+    let named = |key: &WorldKey, item: &WorldItem| match item {
+        WorldItem::Type { .. } => None,
+        _ => export_name(&resolve, key),
+    };
+    let imports = world.imports.iter().filter_map(|(k, i)| named(k, i)).collect();
+    let exports = world.exports.iter().filter_map(|(k, i)| named(k, i)).collect();
+    Ok((imports, exports))
+}
+
 /// The name an interface is exported under (`ns:pkg/iface@1.0.0`, or a plain name).
 /// `Resolve::name_world_key` would panic on an anonymous interface under an interface
 /// key, which the decoder should never make; a component is no reason to risk it.
