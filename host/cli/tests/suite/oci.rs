@@ -524,3 +524,66 @@ fn a_change_made_while_the_daemon_holds_the_log_is_on_it_before_its_next_call() 
     assert!(!s.join("tools/pending.jsonl").exists());
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// A hostile registry, which no real one can play: it answers every request with
+/// `head` and then `body` repeated until the client hangs up (or `body` once when
+/// `endless` is false).
+fn hostile_registry(head: &'static str, body: &'static [u8], endless: bool) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    request.push(byte[0]);
+                }
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                while stream.write_all(body).is_ok() && endless {}
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_hostile_registry_is_bounded_and_its_words_are_escaped() {
+    let state = used_state();
+    let s = state.path();
+    let d = digest_file(&component("test_notes_v1"));
+    let install = |port: u16| {
+        let reference = format!("oci://127.0.0.1:{port}/bx/notes:1");
+        ["tool".to_owned(), "install".to_owned(), reference, "--digest".to_owned(), d.clone()]
+    };
+    let run = |port: u16, expect: &[&str]| {
+        let args = install(port);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused_leaving_state_as_it_was(s, &args, expect)
+    };
+    // An endless manifest stops at 4 MiB (no Content-Length: read until it is too much).
+    let endless = hostile_registry(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nConnection: close\r\n\r\n",
+        &[b'{'; 64 << 10],
+        true,
+    );
+    run(endless, &["more than 4194304 bytes", "docs/runbook.md#registry-failed"]);
+    // A manifest that says it is 10 GB is refused before a byte of it is read.
+    let huge = hostile_registry(
+        "HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\nConnection: close\r\n\r\n",
+        b"{",
+        false,
+    );
+    run(huge, &["says 10000000000 bytes"]);
+    // What a registry says in its error is cut, and escaped before the terminal.
+    let loud = hostile_registry(
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+        b"{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\",\"message\":\"\\u001b]0;pwned\\u0007\\u001b[2J gone\"}]}",
+        false,
+    );
+    let r = run(loud, &["MANIFEST_UNKNOWN"]);
+    assert!(!r.stderr.contains('\x1b') && !r.stderr.contains('\x07'), "{:?}", r.stderr);
+}
