@@ -192,6 +192,8 @@ fn audit_unavailable_refuses_and_nothing_runs() {
     install(st, "fs_write");
     let out = tempfile::tempdir().unwrap();
     let target = out.path().join("x.txt");
+    // A log that cannot be written from its first record: the install's is gone with it.
+    std::fs::remove_dir_all(st.join("audit")).unwrap();
     std::fs::create_dir_all(st.join("audit")).unwrap();
     let today = bx_audit::day_of(std::time::SystemTime::now());
     std::os::unix::fs::symlink("/dev/full", st.join(format!("audit/{today}.jsonl"))).unwrap();
@@ -298,7 +300,8 @@ fn audit_verify_reports_tampering_and_accepts_a_break() {
     let r = bx(st, &["audit", "verify"]);
     assert_eq!(r.code, 0, "{}", r.stdout);
     assert!(
-        r.stdout.contains("records:   6\n")
+        // The install's record, then two calls of three records each.
+        r.stdout.contains("records:   7\n")
             && r.stdout.contains("ok: the chain is intact, unanchored:"),
         "{}",
         r.stdout
@@ -318,9 +321,9 @@ fn audit_verify_reports_tampering_and_accepts_a_break() {
         // The value no writer makes is a problem of its record, the edit breaks the
         // chain at the next, and the call's result follows no decision verify can read.
         r.stdout.contains("PROBLEMS: 3")
-            && r.stdout.contains(": fields: seq 2:")
-            && r.stdout.contains(": chain: seq 3")
-            && r.stdout.contains(": order: seq 3: the result of call"),
+            && r.stdout.contains(": fields: seq 3:")
+            && r.stdout.contains(": chain: seq 4")
+            && r.stdout.contains(": order: seq 4: the result of call"),
         "{}",
         r.stdout
     );
