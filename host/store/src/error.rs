@@ -70,6 +70,14 @@ pub enum StoreError {
         /// What went wrong, cut.
         message: String,
     },
+    /// A registry refused or failed a publish.
+    #[error("registry {reference}: {message}; nothing was published")]
+    Publish {
+        /// The reference being pushed.
+        reference: String,
+        /// What went wrong, cut.
+        message: String,
+    },
     /// A tag points at a manifest whose component is not the one `--digest` names.
     #[error(
         "{reference} now points at manifest {manifest}, whose component is {actual}, not the {expected} you named; nothing was installed"
@@ -141,9 +149,9 @@ impl StoreError {
             | StoreError::BadDigest { .. }
             | StoreError::Fetch { .. } => Some("docs/runbook.md#install-refused"),
             StoreError::Manifest { .. } => Some("docs/runbook.md#manifest-refused"),
-            StoreError::BadReference { .. } | StoreError::Registry { .. } => {
-                Some("docs/runbook.md#registry-failed")
-            }
+            StoreError::BadReference { .. }
+            | StoreError::Registry { .. }
+            | StoreError::Publish { .. } => Some("docs/runbook.md#registry-failed"),
             StoreError::TagMoved { .. } => Some("docs/runbook.md#tag-moved"),
             StoreError::Signature { .. } => Some("docs/runbook.md#signature-refused"),
             StoreError::TrustedKey { .. } => Some("docs/runbook.md#signature-refused"),
@@ -188,14 +196,20 @@ impl std::fmt::Display for SignatureProblem {
     }
 }
 
-/// `text` cut to at most `max` bytes on a character boundary, with `…` when cut.
+/// Text from outside bx (a registry, a signature, a reference as typed) for a message:
+/// cut to at most `max` bytes on a character boundary, with `…` when cut, and every
+/// control character, newlines included, written as `\u{..}`, so it stays on its line.
 pub(crate) fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
+    let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &text[..end])
+    let mut out: String = text[..end]
+        .chars()
+        .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect();
+    if end < text.len() {
+        out.push('…');
+    }
+    out
 }

@@ -115,11 +115,7 @@ impl Reference {
     /// Whether the registry is this machine (an address in 127.0.0.0/8, `::1` or
     /// `localhost`): the only registries reached over plain http without a flag.
     pub fn is_loopback(&self) -> bool {
-        let host = match self.registry.strip_prefix('[') {
-            Some(v6) => v6.split(']').next().unwrap_or(""),
-            None => self.registry.split(':').next().unwrap_or(""),
-        };
-        host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        split_registry(&self.registry).is_ok_and(|(host, _)| is_loopback_host(host))
     }
 
     /// This reference pinned to manifest `digest`.
@@ -141,11 +137,102 @@ impl std::fmt::Display for Reference {
     }
 }
 
+/// A registry is a lower-case host name, an IPv4 address or a bracketed IPv6 address,
+/// with an optional port written without leading zeros: one spelling per registry, so a
+/// key's scope cannot be stepped around by writing the same one another way.
 fn check_registry(registry: &str) -> Result<(), String> {
-    let ok = !registry.is_empty()
-        && registry.len() <= 255
-        && registry.chars().all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c));
-    if ok { Ok(()) } else { Err(format!("registry {registry:?} is not a host or host:port")) }
+    split_registry(registry).map(drop)
+}
+
+/// `(host, port)` of a registry checked by [`check_registry`].
+fn split_registry(registry: &str) -> Result<(&str, Option<u16>), String> {
+    let bad = || format!("registry {registry:?} is not a lower-case host or host:port");
+    let (host, port) = match registry.strip_prefix('[') {
+        Some(v6) => {
+            let (addr, rest) = v6.split_once(']').ok_or_else(bad)?;
+            addr.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?;
+            let port = match rest {
+                "" => None,
+                r => Some(r.strip_prefix(':').ok_or_else(bad)?),
+            };
+            (&registry[..addr.len() + 2], port)
+        }
+        None => match registry.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (registry, None),
+        },
+    };
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let host_ok = host.starts_with('[') || (host.len() <= 253 && host.split('.').all(label_ok));
+    if !host_ok {
+        return Err(bad());
+    }
+    let port = match port {
+        None => None,
+        Some(p) if p.is_empty() || p.starts_with('0') => return Err(bad()),
+        Some(p) => Some(p.parse::<u16>().map_err(|_| bad())?),
+    };
+    Ok((host, port))
+}
+
+/// Whether `host` (a name, or an address in brackets or not) is this machine.
+fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// One name for every name of this machine; other hosts as written (lower case).
+fn canonical_host(host: &str) -> String {
+    if is_loopback_host(host) { "localhost".to_owned() } else { host.to_owned() }
+}
+
+/// A trusted key's scope: a registry (every port of it when the scope names none) or a
+/// repository and what is under it, matched on the registry's canonical name: every
+/// name of this machine (`localhost`, `127.0.0.1`, `[::1]`) is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    host: String,
+    port: Option<u16>,
+    repository: Option<String>,
+}
+
+impl Scope {
+    /// Parses `REGISTRY` or `REGISTRY/REPOSITORY` as a reference writes them: no scheme,
+    /// tag, digest or pattern.
+    pub fn parse(text: &str) -> Result<Scope, String> {
+        let shown = crate::error::cut(text, 200);
+        let trimmed = text.strip_suffix('/').unwrap_or(text);
+        let (registry, repository) = match trimmed.split_once('/') {
+            Some((r, repo)) => (r, Some(repo)),
+            None => (trimmed, None),
+        };
+        let (host, port) = split_registry(registry).map_err(|e| {
+            format!("scope {shown:?}: {e}; a scope is REGISTRY or REGISTRY/REPOSITORY")
+        })?;
+        if let Some(repo) = repository {
+            check_repository(repo)
+                .map_err(|e| format!("scope {shown:?}: {e}, with no tag, digest or pattern"))?;
+        }
+        Ok(Scope { host: canonical_host(host), port, repository: repository.map(str::to_owned) })
+    }
+
+    /// Whether `reference` is in this scope.
+    pub fn covers(&self, reference: &Reference) -> bool {
+        let Ok((host, port)) = split_registry(&reference.registry) else { return false };
+        let port = port.unwrap_or(if reference.is_loopback() { 80 } else { 443 });
+        let repo = &reference.repository;
+        canonical_host(host) == self.host
+            && self.port.is_none_or(|p| p == port)
+            && self.repository.as_ref().is_none_or(|prefix| {
+                repo == prefix
+                    || repo.strip_prefix(prefix.as_str()).is_some_and(|r| r.starts_with('/'))
+            })
+    }
 }
 
 /// The distribution spec's repository grammar: components of `[a-z0-9]` joined by `.`,
@@ -214,6 +301,20 @@ pub struct ImageManifest {
 impl ImageManifest {
     /// Reads manifest bytes; refuses anything but a schema-2 image manifest.
     pub fn parse(bytes: &[u8]) -> Result<ImageManifest, String> {
+        // What it says it is first, so an index is called an index.
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Kind {
+            media_type: Option<String>,
+        }
+        if let Ok(Kind { media_type: Some(t) }) = serde_json::from_slice::<Kind>(bytes)
+            && ![OCI_MANIFEST_TYPE, DOCKER_MANIFEST_TYPE].contains(&t.as_str())
+        {
+            return Err(format!(
+                "media type {:?} is not an image manifest (an index of several is not installed)",
+                crate::error::cut(&t, 100)
+            ));
+        }
         let m: ImageManifest = serde_json::from_slice(bytes).map_err(|e| {
             format!("not an OCI image manifest: {}", crate::error::cut(&e.to_string(), 200))
         })?;
@@ -320,6 +421,8 @@ pub struct Registry {
     credentials: Option<Credentials>,
     /// The `Authorization` value that worked last (a bearer token or basic).
     authorization: std::sync::Mutex<Option<String>>,
+    /// Whether this connection publishes (its errors say so).
+    publishing: bool,
 }
 
 /// What [`Registry::pull_component`] got.
@@ -337,12 +440,15 @@ impl Registry {
     pub fn connect(reference: &Reference, plain_http: bool) -> Result<Registry, StoreError> {
         let scheme = if plain_http || reference.is_loopback() { "http" } else { "https" };
         let https = scheme == "https";
-        // A redirect (registries send blobs from a storage host) may not leave https.
+        // A redirect (registries send blobs from a storage host) may not leave https, and
+        // a plain-http one stays on this machine unless the owner said --plain-http.
         let redirect = reqwest::redirect::Policy::custom(move |attempt| {
+            let url = attempt.url();
+            let local = url.host_str().is_some_and(is_loopback_host);
             if attempt.previous().len() >= 5 {
                 attempt.error("more than 5 redirects")
-            } else if https && attempt.url().scheme() != "https" {
-                attempt.error("a redirect from https to plain http")
+            } else if url.scheme() != "https" && (https || !(plain_http || local)) {
+                attempt.error("a redirect to plain http off this machine")
             } else {
                 attempt.follow()
             }
@@ -360,11 +466,25 @@ impl Registry {
             reference: reference.clone(),
             credentials: credentials_for(&reference.registry),
             authorization: std::sync::Mutex::new(None),
+            publishing: false,
         })
     }
 
     fn err(&self, message: &str) -> StoreError {
-        registry_err(&self.reference, message)
+        match registry_err(&self.reference, message) {
+            StoreError::Registry { reference, message } if self.publishing => {
+                StoreError::Publish { reference, message }
+            }
+            e => e,
+        }
+    }
+
+    /// [`Registry::connect`], for a publish: its errors say nothing was published.
+    pub fn connect_to_publish(
+        reference: &Reference,
+        plain_http: bool,
+    ) -> Result<Registry, StoreError> {
+        Ok(Registry { publishing: true, ..Registry::connect(reference, plain_http)? })
     }
 
     fn url(&self, tail: &str) -> String {
@@ -429,10 +549,10 @@ impl Registry {
         let realm_url = url::Url::parse(&realm).map_err(|_| {
             self.err(&format!("token realm {:?} is not a URL", crate::error::cut(&realm, 100)))
         })?;
+        // Over https; or over plain http on this machine, for a registry on this machine
+        // (a remote registry cannot aim the owner's credentials at a local port).
         let realm_is_safe = realm_url.scheme() == "https"
-            || realm_url.host_str().is_some_and(|h| {
-                h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-            });
+            || (self.reference.is_loopback() && realm_url.host_str().is_some_and(is_loopback_host));
         let action = if push { "pull,push" } else { "pull" };
         let scope = format!("repository:{}:{action}", self.reference.repository);
         let mut request = self.client.get(realm_url.as_str()).query(&[("scope", scope.as_str())]);
@@ -509,7 +629,10 @@ impl Registry {
         let url = self.url(&format!("blobs/{digest}"));
         let response = self.send(false, &|c| c.get(&url))?;
         let response = self.check(response, &format!("blob {digest}"))?;
-        let deadline = Instant::now() + TRANSFER_DEADLINE;
+        // A component may take minutes; a signature payload or a config, no more than a
+        // manifest.
+        let deadline = Instant::now()
+            + if max > MAX_MANIFEST_BYTES { TRANSFER_DEADLINE } else { SMALL_DEADLINE };
         let bytes = read_bounded(response, descriptor.size, deadline, progress)
             .map_err(|e| self.err(&format!("blob {digest}: {e}")))?;
         if bytes.len() as u64 != descriptor.size {
@@ -797,8 +920,44 @@ mod tests {
             "oci://ghcr.io/acme/weather@sha256:abc",
             "oci://ghcr.io:1/",
             "oci://gh cr.io/acme/w:1",
+            "oci://127.0.0.1:05055/acme/w:1",
+            "oci://LOCALHOST:5000/acme/w:1",
+            "oci://ghcr.io:99999/acme/w:1",
+            "oci://[::1/acme/w:1",
         ] {
             assert!(Reference::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// Every name of this machine is one registry to a scope; a port leading zero or an
+    /// upper-case host is no way around one, and a malformed scope is an error.
+    #[test]
+    fn scopes_match_the_registry_however_it_is_named() {
+        let r = |t: &str| Reference::parse(t).unwrap();
+        let scope = Scope::parse("127.0.0.1:5055/acme").unwrap();
+        assert!(scope.covers(&r("oci://127.0.0.1:5055/acme/evil:v1")));
+        assert!(scope.covers(&r("oci://localhost:5055/acme/evil:v1")));
+        assert!(scope.covers(&r("oci://[::1]:5055/acme:v1")));
+        assert!(scope.covers(&r("oci://127.0.0.2:5055/acme/x/y:v1")));
+        assert!(!scope.covers(&r("oci://127.0.0.1:5056/acme/evil:v1")));
+        assert!(!scope.covers(&r("oci://127.0.0.1:5055/acme-evil/x:v1")));
+        let any_port = Scope::parse("ghcr.io").unwrap();
+        assert!(any_port.covers(&r("oci://ghcr.io/acme/w:1")));
+        assert!(any_port.covers(&r("oci://ghcr.io:443/acme/w:1")));
+        assert!(any_port.covers(&r("oci://ghcr.io:5000/acme/w:1")));
+        let on_443 = Scope::parse("ghcr.io:443/acme").unwrap();
+        assert!(on_443.covers(&r("oci://ghcr.io/acme/w:1")));
+        for bad in [
+            "127.0.0.1:5055/ACME",
+            "oci://127.0.0.1:5055/acme",
+            "127.0.0.1:5055/acme/*",
+            "127.0.0.1:5055/acme/evil:v1",
+            "127.0.0.1:5055/acme/evil@sha256:abc",
+            "127.0.0.1:05055/acme",
+            "GHCR.io/acme",
+            "",
+        ] {
+            assert!(Scope::parse(bad).is_err(), "{bad}");
         }
     }
 

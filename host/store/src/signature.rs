@@ -18,7 +18,7 @@ use p256::pkcs8::DecodePublicKey as _;
 
 use crate::digest::Digest;
 use crate::error::{SignatureProblem, StoreError};
-use crate::oci::{ImageManifest, Reference, Registry};
+use crate::oci::{ImageManifest, Reference, Registry, Scope};
 
 /// A signature layer's media type.
 pub const SIMPLE_SIGNING_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
@@ -39,18 +39,14 @@ pub struct PinnedKey {
     /// `sha256:` of its SubjectPublicKeyInfo, the first 16 hex digits.
     pub fingerprint: String,
     /// What it signs for.
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Scope>,
     key: p256::ecdsa::VerifyingKey,
 }
 
 impl PinnedKey {
-    /// Whether `name` (`REGISTRY/REPOSITORY`) is in one of this key's scopes: the
-    /// registry itself, or a repository path at a `/` boundary.
-    pub fn covers(&self, name: &str) -> bool {
-        self.scopes.iter().any(|s| {
-            let s = s.trim_end_matches('/');
-            name == s || name.strip_prefix(s).is_some_and(|rest| rest.starts_with('/'))
-        })
+    /// Whether `reference` is in one of this key's scopes ([`Scope::covers`]).
+    pub fn covers(&self, reference: &Reference) -> bool {
+        self.scopes.iter().any(|s| s.covers(reference))
     }
 
     /// `name (sha256:0123…)`: how a signer is shown and recorded.
@@ -76,6 +72,14 @@ pub fn load_keys(
             if k.name.is_empty() || k.scopes.is_empty() {
                 return Err(bad("needs a name and at least one scope".into()));
             }
+            // A scope that cannot be read refuses every registry install: one that matched
+            // nothing would turn the check off without a word.
+            let scopes = k
+                .scopes
+                .iter()
+                .map(|s| Scope::parse(s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(bad)?;
             let pem = if k.key.trim_start().starts_with("-----BEGIN") {
                 k.key.clone()
             } else {
@@ -91,7 +95,7 @@ pub fn load_keys(
             let der =
                 p256::PublicKey::from(&key).to_public_key_der().map_err(|e| bad(e.to_string()))?;
             let fingerprint = format!("sha256:{}", &Digest::of(der.as_bytes()).hex()[..16]);
-            Ok(PinnedKey { name: k.name.clone(), fingerprint, scopes: k.scopes.clone(), key })
+            Ok(PinnedKey { name: k.name.clone(), fingerprint, scopes, key })
         })
         .collect()
 }
@@ -132,17 +136,14 @@ pub fn verify(
     };
     let signatures = ImageManifest::parse(&bytes)
         .map_err(|e| refuse(SignatureProblem::Malformed, format!("{tag}: {e}")))?;
-    let layers: Vec<_> = signatures
-        .layers
-        .iter()
-        .filter(|l| l.media_type == SIMPLE_SIGNING_TYPE)
-        .take(MAX_SIGNATURES)
-        .collect();
+    let all: Vec<_> =
+        signatures.layers.iter().filter(|l| l.media_type == SIMPLE_SIGNING_TYPE).collect();
+    let layers = &all[..all.len().min(MAX_SIGNATURES)];
     if layers.is_empty() {
         return Err(refuse(SignatureProblem::Malformed, format!("{tag} has no signature layer")));
     }
     let mut verdicts = Vec::new();
-    for layer in layers {
+    for layer in layers.iter().copied() {
         let payload = registry
             .blob(layer, MAX_PAYLOAD_BYTES, None)
             .map_err(|e| refuse(SignatureProblem::Malformed, format!("its payload: {e}")))?;
@@ -169,7 +170,14 @@ pub fn verify(
     if verdicts.iter().any(|v| matches!(v, Verdict::Unverified)) {
         return Err(refuse(
             SignatureProblem::NotPinned,
-            format!("{} signature(s), none of them verifies", verdicts.len()),
+            if all.len() > layers.len() {
+                format!(
+                    "{} signatures; the first {MAX_SIGNATURES} were read and none verifies",
+                    all.len()
+                )
+            } else {
+                format!("{} signature(s), none of them verifies", all.len())
+            },
         ));
     }
     let why = verdicts
@@ -249,16 +257,21 @@ mod tests {
         let key = PinnedKey {
             name: "acme".into(),
             fingerprint: String::new(),
-            scopes: vec!["ghcr.io/acme".into(), "127.0.0.1:5000".into()],
+            scopes: vec![
+                Scope::parse("ghcr.io/acme").unwrap(),
+                Scope::parse("127.0.0.1:5000").unwrap(),
+            ],
             key: p256::ecdsa::VerifyingKey::from(
                 &p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).unwrap(),
             ),
         };
-        assert!(key.covers("ghcr.io/acme/weather"));
-        assert!(key.covers("ghcr.io/acme"));
-        assert!(key.covers("127.0.0.1:5000/anything/here"));
-        assert!(!key.covers("ghcr.io/acme-evil/weather"));
-        assert!(!key.covers("ghcr.io/other/acme"));
-        assert!(!key.covers("127.0.0.1:50001/x"));
+        let r = |t: &str| Reference::parse(&format!("oci://{t}:1")).unwrap();
+        assert!(key.covers(&r("ghcr.io/acme/weather")));
+        assert!(key.covers(&r("ghcr.io/acme")));
+        assert!(key.covers(&r("127.0.0.1:5000/anything/here")));
+        assert!(key.covers(&r("localhost:5000/anything/here")));
+        assert!(!key.covers(&r("ghcr.io/acme-evil/weather")));
+        assert!(!key.covers(&r("ghcr.io/other/acme")));
+        assert!(!key.covers(&r("127.0.0.1:50001/x")));
     }
 }

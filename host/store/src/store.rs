@@ -96,26 +96,34 @@ pub struct Store {
     mirrors: Vec<String>,
     trusted: Vec<bx_state::TrustedKey>,
     state_root: PathBuf,
-    cache: ComponentCache,
+    native: PathBuf,
+    /// The precompiled cache, made (with its key) the first time it is used: reading
+    /// the store writes nothing.
+    cache: std::sync::OnceLock<ComponentCache>,
 }
 
 impl Store {
     /// Opens (creating if needed) the store under `state`, with the mirrors `config`
     /// names.
     pub fn open(state: &StateDir, config: &Config) -> Result<Store, StoreError> {
-        let tools = state.tools_dir();
-        for dir in [state.blobs_dir(), state.native_dir()] {
-            std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-        }
-        let cache = ComponentCache::new(state.native_dir())?;
         Ok(Store {
-            root: tools,
+            root: state.tools_dir(),
             blobs: state.blobs_dir(),
             mirrors: config.tools.mirrors.clone(),
             trusted: config.tools.trusted_keys.clone(),
             state_root: state.root().to_path_buf(),
-            cache,
+            native: state.native_dir(),
+            cache: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The precompiled cache, made with its directory and key on first use.
+    fn cache(&self) -> Result<&ComponentCache, StoreError> {
+        if let Some(cache) = self.cache.get() {
+            return Ok(cache);
+        }
+        let made = ComponentCache::new(&self.native)?;
+        Ok(self.cache.get_or_init(|| made))
     }
 
     fn installed_path(&self) -> PathBuf {
@@ -127,16 +135,35 @@ impl Store {
     }
 
     /// Takes `tools/.lock` exclusively; held until the returned file is closed.
+    /// Waits up to [`LOCK_WAIT`] for another command's change to finish.
     fn lock(&self) -> Result<std::fs::File, StoreError> {
         let path = self.root.join(".lock");
+        std::fs::create_dir_all(&self.root).map_err(|e| StoreError::io(&self.root, e))?;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
             .map_err(|e| StoreError::io(&path, e))?;
-        file.lock().map_err(|e| StoreError::io(&path, e))?;
-        Ok(file)
+        let give_up = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < give_up => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(StoreError::io(
+                        &path,
+                        format!(
+                            "another bx command has held the tool store's lock for {} s; nothing was changed",
+                            LOCK_WAIT.as_secs()
+                        ),
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io(&path, e)),
+            }
+        }
     }
 
     fn pending_path(&self) -> PathBuf {
@@ -176,8 +203,11 @@ impl Store {
         locked: bool,
         write: &mut dyn FnMut(&str) -> Result<(), String>,
     ) -> Result<usize, StoreError> {
-        let _lock = if locked { None } else { Some(self.lock()?) };
         let path = self.pending_path();
+        if !path.exists() {
+            return Ok(0);
+        }
+        let _lock = if locked { None } else { Some(self.lock()?) };
         let Some(bytes) = bx_state::read_own(&path, bx_state::MAX_OWN_FILE_BYTES)? else {
             return Ok(0);
         };
@@ -227,7 +257,7 @@ impl Store {
     ) -> Result<Fetched, StoreError> {
         let keys = crate::signature::load_keys(&self.trusted, &self.state_root)?;
         let pinned: Vec<&crate::signature::PinnedKey> =
-            keys.iter().filter(|k| k.covers(&reference.name())).collect();
+            keys.iter().filter(|k| k.covers(reference)).collect();
         let registry = Registry::connect(reference, plain_http)?;
         let mut signer = None;
         let mut check = |manifest: &Digest, layer: &crate::oci::Descriptor| {
@@ -354,8 +384,8 @@ impl Store {
         let _lock = self.lock()?;
         let mut installed = self.installed()?;
         let same = |t: &InstalledTool| t.digest == digest.to_string();
-        let mut previous = None;
-        for (tool, _) in &entries.tools {
+        let mut entries = entries;
+        for (tool, entry) in &mut entries.tools {
             match installed.tools.get(tool) {
                 Some(t) if !same(t) && !options.replace => {
                     return Err(StoreError::NameClash {
@@ -363,7 +393,12 @@ impl Store {
                         installed: t.digest.clone(),
                     });
                 }
-                Some(t) if !same(t) => previous = Some(t.digest.clone()),
+                // The same bytes again, from a file or an unsigned copy: they keep the
+                // provenance they were installed with (a signature holds for the bytes).
+                Some(t) if same(t) && entry.signer.is_none() && t.signer.is_some() => {
+                    entry.source.clone_from(&t.source);
+                    entry.signer.clone_from(&t.signer);
+                }
                 _ => {}
             }
         }
@@ -405,29 +440,21 @@ impl Store {
             });
         }
         // The capability lock: what the tools it replaces declared, against what these
-        // declare. More needs the owner's --accept-widening, whatever the digests.
+        // declare. More needs the owner's --accept-widening, whatever the digests. A first
+        // install's difference is all it declares, recorded and shown, never refused.
         let old: std::collections::BTreeMap<String, InstalledTool> = (entries.tools.iter())
             .map(|(n, _)| n)
             .chain(&stale)
             .filter_map(|n| Some((n.clone(), installed.tools.get(n)?.clone())))
             .collect();
-        let difference = if old.is_empty() {
-            Difference::default()
-        } else {
-            Difference::between(&old, &entries.tools.iter().cloned().collect())
-        };
-        if !difference.added.is_empty() && !options.accept_widening {
+        let difference = Difference::between(&old, &entries.tools.iter().cloned().collect());
+        if !old.is_empty() && !difference.added.is_empty() && !options.accept_widening {
             return Err(StoreError::Widening { name, lines: difference.lines() });
         }
-        let blob = self.blob_path(digest);
-        if !blob.exists() {
-            write_atomically(&blob, &bytes)?;
-        }
-        self.cache.compile(runtime, &digest.hex(), &bytes)?;
+        let replaced = old.values().map(|t| t.digest.clone()).find(|d| *d != digest.to_string());
+        let replaced = replaced.or_else(|| old.values().next().map(|t| t.digest.clone()));
         for n in &stale {
-            if let Some(t) = installed.tools.remove(n) {
-                previous.get_or_insert(t.digest);
-            }
+            installed.tools.remove(n);
         }
         for (n, entry) in entries.tools {
             installed.tools.insert(n, entry);
@@ -436,7 +463,7 @@ impl Store {
         let outcome = InstallOutcome {
             name,
             digest: digest.clone(),
-            replaced: previous,
+            replaced,
             changed: true,
             epoch: installed.epoch,
             tools,
@@ -445,11 +472,17 @@ impl Store {
             signer,
             difference: difference.lines(),
         };
-        // On the log before the installed set changes: a change that cannot be recorded
-        // is not made.
+        // On the log before anything is written: a change that cannot be recorded is not
+        // made, and leaves the state directory as it was.
         if let Some(record) = options.record {
             record(&Change::Install(&outcome)).map_err(StoreError::Unrecorded)?;
         }
+        let blob = self.blob_path(digest);
+        if !blob.exists() {
+            std::fs::create_dir_all(&self.blobs).map_err(|e| StoreError::io(&self.blobs, e))?;
+            write_atomically(&blob, &bytes)?;
+        }
+        self.cache()?.compile(runtime, &digest.hex(), &bytes)?;
         installed.save(&self.installed_path())?;
         Ok(outcome)
     }
@@ -593,7 +626,7 @@ impl Store {
             installed.tools.get(name).ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
         let digest = Digest::parse(&entry.digest)?;
         let blob = self.blob_path(&digest);
-        let (component, outcome) = self.cache.load(runtime, &digest.hex(), || {
+        let (component, outcome) = self.cache()?.load(runtime, &digest.hex(), || {
             let bytes = fetch::read_file(&blob)
                 .map_err(|e| bx_runtime::RunError::Invalid(e.to_string()))?;
             verify(&digest, &bytes).map_err(|e| bx_runtime::RunError::Invalid(e.to_string()))?;
@@ -671,6 +704,9 @@ struct Planned {
     /// Functions not installed, and why.
     skipped: Vec<String>,
 }
+
+/// How long a change waits for another command's to finish.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Bytes of one change record waiting for the log, at most.
 const MAX_PENDING_RECORD_BYTES: usize = 64 << 10;

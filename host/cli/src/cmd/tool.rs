@@ -202,7 +202,11 @@ fn install(
         outln!("signed by {}", term::one_line(signer));
     }
     if !outcome.difference.is_empty() {
-        outln!("what it declares, against what it replaced:");
+        if outcome.replaced.is_some() {
+            outln!("what it declares, against what it replaced:");
+        } else {
+            outln!("what it declares:");
+        }
         for line in &outcome.difference {
             outln!("  {}", term::one_line(line));
         }
@@ -235,6 +239,7 @@ impl Recorder<'_> {
                 signer: o.signer.clone().unwrap_or_default(),
                 difference: o.difference.iter().take(256).map(item).collect(),
                 widening_accepted: self.widening_accepted
+                    && o.replaced.is_some()
                     && o.difference.iter().any(|l| l.starts_with('+')),
             },
             bx_store::Change::Remove(name, tool) => ToolChange {
@@ -295,7 +300,7 @@ fn publish(args: &PublishArgs) -> anyhow::Result<u8> {
     // Only a component is published: its world is read (not compiled) first, and named
     // in the artifact's config.
     let world = bx_runtime::world_of(&bytes)?;
-    let registry = bx_store::oci::Registry::connect(&reference, args.plain_http)?;
+    let registry = bx_store::oci::Registry::connect_to_publish(&reference, args.plain_http)?;
     let published = registry.publish(&bytes, &world.imports, &world.exports)?;
     let pinned = bx_store::oci::Reference { tag: None, ..reference.at(&published.manifest) };
     outln!("published {pinned}");

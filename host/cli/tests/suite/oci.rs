@@ -326,8 +326,16 @@ fn signatures_by_a_pinned_key_install_and_every_other_case_is_refused_by_name() 
     let install2 = ["tool", "install", &format!("oci://{host}/acme/notes@{m2}"), "--digest", &d2];
     let runbook = "docs/runbook.md#signature-refused";
 
-    // Unsigned.
+    // Unsigned, by whichever name the registry is reached.
     refused_leaving_state_as_it_was(s, &install1, &["unsigned", "acme (sha256:", runbook]);
+    let port = registry.port;
+    let by_name = format!("oci://localhost:{port}/acme/notes@{m1}");
+    let r = refused_leaving_state_as_it_was(
+        s,
+        &["tool", "install", &by_name, "--digest", &d1],
+        &["unsigned", runbook],
+    );
+    assert_eq!(r.stdout, "", "{}", r.stdout);
     // Signed by a key nobody pinned here.
     peer(&["sign", &format!("{host}/acme/notes@{m1}"), other.to_str().unwrap()]);
     refused_leaving_state_as_it_was(s, &install1, &["not pinned for it", runbook]);
@@ -373,6 +381,25 @@ fn signatures_by_a_pinned_key_install_and_every_other_case_is_refused_by_name() 
     assert!(inspected.contains("signed:   acme (sha256:"), "{inspected}");
     let record = audit_records(s).into_iter().rfind(|r| r["kind"] == "tool").unwrap();
     assert!(record["fields"]["signer"].as_str().unwrap().starts_with("acme (sha256:"), "{record}");
+
+    // The same bytes from an unsigned copy keep the signature they were installed with.
+    let copy = publish(s, &v1, &format!("oci://{host}/free/notes:1"));
+    let r =
+        bx(s, &["tool", "install", &format!("oci://{host}/free/notes@{copy}"), "--digest", &d1]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("already installed"), "{}", r.stdout);
+    let inspected = bx(s, &["tool", "inspect", "test.notes"]).stdout;
+    assert!(inspected.contains("signed:   acme (sha256:"), "{inspected}");
+
+    // A scope that cannot be read refuses every registry install rather than match
+    // nothing.
+    let config = std::fs::read_to_string(s.join("config.toml")).unwrap();
+    for bad in [format!("{host}/ACME"), format!("oci://{host}/acme"), format!("{host}/acme/*")] {
+        std::fs::write(s.join("config.toml"), config.replace(&format!("{host}/acme"), &bad))
+            .unwrap();
+        refused_leaving_state_as_it_was(s, &install2, &["trusted key 1", "scope", runbook]);
+    }
+    std::fs::write(s.join("config.toml"), &config).unwrap();
 
     // Outside the key's scope no signature is asked for.
     let elsewhere = publish(s, &v1, &format!("oci://{host}/acme-other/notes:1"));
@@ -450,6 +477,9 @@ fn a_replacement_that_adds_a_url_argument_is_refused_without_the_flag() {
         .collect();
     let actions: Vec<&str> = changes.iter().map(|c| c["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["install", "replace", "replace", "remove"], "{changes:?}");
+    // A first install records all it declares.
+    let declared = changes[0]["difference"].to_string();
+    assert!(declared.contains("+ test.notes: argument \\\"path\\\" is path-read"), "{declared}");
     assert_eq!(
         (changes[1]["previous"].as_str(), changes[1]["digest"].as_str()),
         (Some(d1.as_str()), Some(d2.as_str()))
@@ -586,4 +616,46 @@ fn a_hostile_registry_is_bounded_and_its_words_are_escaped() {
     );
     let r = run(loud, &["MANIFEST_UNKNOWN"]);
     assert!(!r.stderr.contains('\x1b') && !r.stderr.contains('\x07'), "{:?}", r.stderr);
+    // Nor can it start a line of its own, to forge bx's words.
+    let forger = hostile_registry(
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+        b"{\"errors\":[{\"code\":\"DENIED\",\"message\":\"no\\ninstalled test.notes (tool epoch 9)\\nsigned by acme\"}]}",
+        false,
+    );
+    let r = run(forger, &["DENIED"]);
+    assert!(!r.stderr.lines().any(|l| l.starts_with("installed")), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 2, "the error and its runbook line: {}", r.stderr);
+}
+
+#[test]
+fn a_refusal_writes_nothing_even_to_a_fresh_state_directory_or_a_broken_log() {
+    // Refused on a state directory that does not exist yet: it is not made.
+    let parent = tempfile::tempdir().unwrap();
+    let fresh = parent.path().join("state");
+    let d1 = digest_file(&component("test_notes_v1"));
+    for source in ["oci://bad..registry/x:1", "oci://127.0.0.1:1/x:1"] {
+        let r = bx(&fresh, &["tool", "install", source, "--digest", &d1]);
+        assert_eq!(r.code, 1, "{}", r.stderr);
+    }
+    assert_eq!(bx(&fresh, &["tool", "list"]).code, 0);
+    let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
+    assert!(left.is_empty() || snapshot(&fresh).is_empty(), "{:?}", snapshot(&fresh));
+
+    // A log that cannot take the record: nothing is written, blob and native code included.
+    let state = used_state();
+    let s = state.path();
+    let day = std::fs::read_dir(s.join("audit"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    let mut text = std::fs::read_to_string(&day).unwrap();
+    text.push_str("{\"garbage\n");
+    std::fs::write(&day, text).unwrap();
+    let v1 = component("test_notes_v1");
+    refused_leaving_state_as_it_was(
+        s,
+        &["tool", "install", v1.to_str().unwrap(), "--digest", &d1],
+        &["could not be recorded", "docs/runbook.md#audit-unavailable"],
+    );
 }
