@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::*;
 
 /// A standard component's path; fails (never skips) when `make components` has not run.
-fn standard(name: &str) -> PathBuf {
+pub(super) fn standard(name: &str) -> PathBuf {
     let path = repo().join(format!("tools/target/components/{name}.wasm"));
     assert!(path.exists(), "{} is missing; run `make components` first", path.display());
     path

@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sha2::Digest as _;
 
+use super::components::standard;
 use super::*;
 
 /// A registry on 127.0.0.1 in a temporary directory, killed on drop.
@@ -102,12 +103,6 @@ fn peer(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn standard(name: &str) -> PathBuf {
-    let path = repo().join(format!("tools/target/components/{name}.wasm"));
-    assert!(path.exists(), "{} is missing; run `make components` first", path.display());
-    path
-}
-
 /// `bx tool publish`: the manifest digest it printed.
 fn publish(s: &Path, file: &Path, reference: &str) -> String {
     let r = bx(s, &["tool", "publish", file.to_str().unwrap(), reference]);
@@ -142,19 +137,19 @@ fn publish_then_install_by_manifest_digest_and_by_tag_with_oras_on_either_side()
     let state = tempfile::tempdir().unwrap();
     let s = state.path();
     let files = standard("wasi-files");
-    let component = digest_file(&files);
+    let files_digest = digest_file(&files);
     let manifest = publish(s, &files, &format!("oci://{host}/bx/files:1.0"));
 
     // By manifest digest.
     let by_digest = format!("oci://{host}/bx/files@{manifest}");
-    let r = bx(s, &["tool", "install", &by_digest, "--digest", &component]);
+    let r = bx(s, &["tool", "install", &by_digest, "--digest", &files_digest]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains(&format!("from {by_digest}")), "{}", r.stdout);
     // By tag, into another state directory; the installed set records the manifest.
     let other = tempfile::tempdir().unwrap();
     let r = bx(
         other.path(),
-        &["tool", "install", &format!("oci://{host}/bx/files:1.0"), "--digest", &component],
+        &["tool", "install", &format!("oci://{host}/bx/files:1.0"), "--digest", &files_digest],
     );
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     let listed: Value =
@@ -168,11 +163,11 @@ fn publish_then_install_by_manifest_digest_and_by_tag_with_oras_on_either_side()
     let pulled = out.path().join("pulled.wasm");
     let got = peer(&["oras-pull", &format!("{host}/bx/files:1.0"), pulled.to_str().unwrap()]);
     assert_eq!(got["manifest_digest"], manifest.as_str(), "{got}");
-    assert_eq!(got["layer_digest"], component.as_str(), "{got}");
+    assert_eq!(got["layer_digest"], files_digest.as_str(), "{got}");
     assert_eq!(std::fs::read(&pulled).unwrap(), std::fs::read(&files).unwrap());
 
     // What oras pushed, bx installs.
-    let notes = component_path("test_notes_v1");
+    let notes = component("test_notes_v1");
     let pushed = peer(&["oras-push", &format!("{host}/peer/notes:v1"), notes.to_str().unwrap()]);
     let layer = pushed["layer_digest"].as_str().unwrap();
     assert_eq!(layer, digest_file(&notes));
@@ -188,10 +183,6 @@ fn publish_then_install_by_manifest_digest_and_by_tag_with_oras_on_either_side()
     assert_eq!(installs[0]["fields"]["source"], by_digest.as_str());
     assert_eq!(installs[1]["fields"]["digest"], layer);
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
-}
-
-fn component_path(crate_name: &str) -> PathBuf {
-    component(crate_name)
 }
 
 #[test]
