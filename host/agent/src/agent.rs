@@ -301,7 +301,7 @@ impl Owner for Connected<'_> {
 
 /// Writes the tool changes waiting in `store` for the log onto `audit`, its writer.
 fn record_pending(store: &bx_store::Store, audit: &AuditLog) -> Result<usize, AgentError> {
-    Ok(store.drain_pending(false, &mut |line| {
+    Ok(store.drain_pending(&mut |line| {
         let change: bx_audit::ToolChange = serde_json::from_str(line)
             .map_err(|e| format!("a waiting tool change record is malformed: {e}"))?;
         audit.append(&bx_audit::Entry::Tool(change)).map(drop).map_err(|e| e.to_string())

@@ -318,6 +318,9 @@ pub struct ToolChange {
     /// Whether the owner accepted a widening (`--accept-widening`).
     #[serde(default)]
     pub widening_accepted: bool,
+    /// The tool epoch the change made.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// What one record says happened, typed by its kind.

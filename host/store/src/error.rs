@@ -128,6 +128,11 @@ pub enum StoreError {
     /// The change could not be recorded on the audit log, so it was not made.
     #[error("the change could not be recorded, so it was not made: {0}")]
     Unrecorded(String),
+    /// Tool changes waiting in `tools/pending.jsonl` could not be put on the audit log.
+    #[error(
+        "tool changes waiting in tools/pending.jsonl could not be written to the audit log: {0}"
+    )]
+    Pending(String),
     /// No tool by this name.
     #[error("no tool named {0} is installed (see `bx tool list`)")]
     NotInstalled(String),
@@ -156,7 +161,9 @@ impl StoreError {
             StoreError::Signature { .. } => Some("docs/runbook.md#signature-refused"),
             StoreError::TrustedKey { .. } => Some("docs/runbook.md#signature-refused"),
             StoreError::Widening { .. } => Some("docs/runbook.md#capabilities-widened"),
-            StoreError::Unrecorded(_) => Some("docs/runbook.md#audit-unavailable"),
+            StoreError::Unrecorded(_) | StoreError::Pending(_) => {
+                Some("docs/runbook.md#audit-unavailable")
+            }
             // A limit the component hit while it described itself is the more specific.
             StoreError::Component(e) => e.runbook().or(Some("docs/runbook.md#install-refused")),
             StoreError::State(e) => e.runbook(),

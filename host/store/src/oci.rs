@@ -150,7 +150,12 @@ fn split_registry(registry: &str) -> Result<(&str, Option<u16>), String> {
     let (host, port) = match registry.strip_prefix('[') {
         Some(v6) => {
             let (addr, rest) = v6.split_once(']').ok_or_else(bad)?;
-            addr.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?;
+            // An address is written as Rust writes it back: `[fd00::2]`, never `[FD00::2]`
+            // or `[fd00:0::2]`, so one address has one spelling.
+            let ip = addr.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?;
+            if ip.to_string() != addr || ip.to_ipv4_mapped().is_some() || ip.is_unspecified() {
+                return Err(bad());
+            }
             let port = match rest {
                 "" => None,
                 r => Some(r.strip_prefix(':').ok_or_else(bad)?),
@@ -171,6 +176,17 @@ fn split_registry(registry: &str) -> Result<(&str, Option<u16>), String> {
     let host_ok = host.starts_with('[') || (host.len() <= 253 && host.split('.').all(label_ok));
     if !host_ok {
         return Err(bad());
+    }
+    // A URL reads a host whose last label is a number as an IPv4 address, in decimal,
+    // octal or hex and with parts left out (`127.1`, `2130706433`, `0x7f000001`): such a
+    // host must be a dotted quad written plainly, and not 0.0.0.0.
+    let last = host.rsplit('.').next().unwrap_or("");
+    let numeric = last.chars().all(|c| c.is_ascii_digit()) || last.starts_with("0x");
+    if !host.starts_with('[') && numeric {
+        let ip = host.parse::<std::net::Ipv4Addr>().map_err(|_| bad())?;
+        if ip.to_string() != host || ip.is_unspecified() {
+            return Err(bad());
+        }
     }
     let port = match port {
         None => None,
@@ -423,6 +439,8 @@ pub struct Registry {
     authorization: std::sync::Mutex<Option<String>>,
     /// Whether this connection publishes (its errors say so).
     publishing: bool,
+    /// Whether the owner allowed plain http off this machine (`--plain-http`).
+    plain_http: bool,
 }
 
 /// What [`Registry::pull_component`] got.
@@ -467,6 +485,7 @@ impl Registry {
             credentials: credentials_for(&reference.registry),
             authorization: std::sync::Mutex::new(None),
             publishing: false,
+            plain_http,
         })
     }
 
@@ -551,8 +570,15 @@ impl Registry {
         })?;
         // Over https; or over plain http on this machine, for a registry on this machine
         // (a remote registry cannot aim the owner's credentials at a local port).
-        let realm_is_safe = realm_url.scheme() == "https"
-            || (self.reference.is_loopback() && realm_url.host_str().is_some_and(is_loopback_host));
+        let realm_local = realm_url.host_str().is_some_and(is_loopback_host);
+        let realm_is_safe =
+            realm_url.scheme() == "https" || (self.reference.is_loopback() && realm_local);
+        if realm_url.scheme() != "https" && !realm_local && !self.plain_http {
+            return Err(self.err(&format!(
+                "the token realm {} is plain http off this machine (pass --plain-http to allow it)",
+                crate::error::cut(realm_url.as_str(), 200)
+            )));
+        }
         let action = if push { "pull,push" } else { "pull" };
         let scope = format!("repository:{}:{action}", self.reference.repository);
         let mut request = self.client.get(realm_url.as_str()).query(&[("scope", scope.as_str())]);
@@ -922,6 +948,17 @@ mod tests {
             "oci://gh cr.io/acme/w:1",
             "oci://127.0.0.1:05055/acme/w:1",
             "oci://LOCALHOST:5000/acme/w:1",
+            "oci://127.1:5000/acme/w:1",
+            "oci://2130706433:5000/acme/w:1",
+            "oci://0x7f000001:5000/acme/w:1",
+            "oci://0177.0.0.1:5000/acme/w:1",
+            "oci://127.000.000.001:5000/acme/w:1",
+            "oci://192.0x0.2.2:5000/acme/w:1",
+            "oci://0.0.0.0:5000/acme/w:1",
+            "oci://[::ffff:127.0.0.1]:5000/acme/w:1",
+            "oci://[fd00:0::2]:5000/acme/w:1",
+            "oci://[FD00::2]:5000/acme/w:1",
+            "oci://[::]:5000/acme/w:1",
             "oci://ghcr.io:99999/acme/w:1",
             "oci://[::1/acme/w:1",
         ] {

@@ -170,54 +170,112 @@ impl Store {
         self.root.join("pending.jsonl")
     }
 
-    /// Keeps one change record (JSON, one line) for the audit log while another process
-    /// (a running `bx serve`) holds the log; that process writes it before its tools
-    /// change ([`Store::drain_pending`]). Only from a record hook, which runs under the
-    /// store's lock.
-    pub fn keep_pending(&self, record: &str) -> Result<(), StoreError> {
-        use std::io::Write as _;
+    /// Writes one change record (JSON, one line, with the `epoch` the change makes)
+    /// ahead of the change, under the store's lock: the journal the audit log is fed
+    /// from. Records of changes that never completed (the process died, a write failed)
+    /// are dropped first: their epoch is past the installed set's, which only a
+    /// completed change raises.
+    fn journal(&self, installed_epoch: u64, record: &str) -> Result<(), StoreError> {
         let path = self.pending_path();
         if record.contains('\n') || record.len() > MAX_PENDING_RECORD_BYTES {
             return Err(StoreError::Unrecorded(format!(
-                "a change record of {} bytes cannot wait for the log",
+                "a change record of {} bytes cannot be kept",
                 record.len()
             )));
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| StoreError::io(&path, e))?;
-        let mut line = record.to_owned();
-        line.push('\n');
-        file.write_all(line.as_bytes()).map_err(|e| StoreError::io(&path, e))?;
-        file.sync_all().map_err(|e| StoreError::io(&path, e))
+        let (kept, _) = self.read_journal(installed_epoch)?;
+        let mut text: String = kept.iter().map(|l| format!("{l}\n")).collect();
+        text.push_str(record);
+        text.push('\n');
+        // Whole or not at all: the records before this one may not be on the log yet.
+        Ok(write_atomically(&path, text.as_bytes())?)
     }
 
-    /// Hands every change record waiting for the log to `write`, in order, and empties
-    /// the file once all are written: at most once each (a failure leaves the file as it
-    /// was, and the caller's calls stop). `locked` says the caller holds the store's lock
-    /// already (a record hook); otherwise it is taken here.
+    /// The journal's records of completed changes (epoch at most `installed_epoch`), in
+    /// order, and how many lines were dropped: records of changes that never completed,
+    /// and lines that are not a record (a torn write), which are moved to
+    /// `tools/pending.rejected` for the owner.
+    fn read_journal(&self, installed_epoch: u64) -> Result<(Vec<String>, usize), StoreError> {
+        let path = self.pending_path();
+        let Some(bytes) = bx_state::read_own(&path, bx_state::MAX_OWN_FILE_BYTES)? else {
+            return Ok((Vec::new(), 0));
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let mut kept = Vec::new();
+        let mut rejected = String::new();
+        let mut dropped = 0;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            #[derive(serde::Deserialize)]
+            struct Epoch {
+                epoch: u64,
+            }
+            match serde_json::from_str::<Epoch>(line) {
+                Ok(e) if e.epoch <= installed_epoch => kept.push(line.to_owned()),
+                Ok(_) => dropped += 1,
+                Err(_) => {
+                    dropped += 1;
+                    rejected.push_str(line);
+                    rejected.push('\n');
+                }
+            }
+        }
+        if !rejected.is_empty() {
+            use std::io::Write as _;
+            let bad = self.root.join("pending.rejected");
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&bad)
+                .map_err(|e| StoreError::io(&bad, e))?;
+            file.write_all(rejected.as_bytes()).map_err(|e| StoreError::io(&bad, e))?;
+        }
+        Ok((kept, dropped))
+    }
+
+    /// Hands the journal's records of completed changes to `write` (bx puts each on the
+    /// audit log), in order, and empties it once all are written; records of changes
+    /// that never completed are dropped. A failure leaves the journal as it was, and the
+    /// caller's calls stop (`docs/runbook.md#audit-unavailable`).
     pub fn drain_pending(
         &self,
-        locked: bool,
         write: &mut dyn FnMut(&str) -> Result<(), String>,
     ) -> Result<usize, StoreError> {
         let path = self.pending_path();
         if !path.exists() {
             return Ok(0);
         }
-        let _lock = if locked { None } else { Some(self.lock()?) };
-        let Some(bytes) = bx_state::read_own(&path, bx_state::MAX_OWN_FILE_BYTES)? else {
-            return Ok(0);
-        };
-        let text = String::from_utf8_lossy(&bytes);
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        for line in &lines {
-            write(line).map_err(StoreError::Unrecorded)?;
+        let _lock = self.lock()?;
+        let epoch = self.installed()?.epoch;
+        let (kept, _) = self.read_journal(epoch)?;
+        for line in &kept {
+            write(line).map_err(StoreError::Pending)?;
         }
         std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
-        Ok(lines.len())
+        Ok(kept.len())
+    }
+
+    /// How many records wait in the journal for the log (read without the lock, for
+    /// `bx audit verify`).
+    pub fn pending_count(&self) -> usize {
+        let epoch = self.installed().map(|i| i.epoch).unwrap_or(u64::MAX);
+        self.read_journal_unlocked(epoch)
+    }
+
+    fn read_journal_unlocked(&self, epoch: u64) -> usize {
+        let Ok(Some(bytes)) =
+            bx_state::read_own(&self.pending_path(), bx_state::MAX_OWN_FILE_BYTES)
+        else {
+            return 0;
+        };
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .ok()
+                    .and_then(|v| v["epoch"].as_u64())
+                    .is_some_and(|e| e <= epoch)
+            })
+            .count()
     }
 
     /// The installed set as it is on disk now.
@@ -472,10 +530,11 @@ impl Store {
             signer,
             difference: difference.lines(),
         };
-        // On the log before anything is written: a change that cannot be recorded is not
-        // made, and leaves the state directory as it was.
+        // In the journal before anything is written: a change that cannot be recorded is
+        // not made, and leaves the state directory as it was.
         if let Some(record) = options.record {
-            record(&Change::Install(&outcome)).map_err(StoreError::Unrecorded)?;
+            let line = record(&Change::Install(&outcome)).map_err(StoreError::Unrecorded)?;
+            self.journal(installed.epoch - 1, &line)?;
         }
         let blob = self.blob_path(digest);
         if !blob.exists() {
@@ -606,7 +665,9 @@ impl Store {
             .ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
         installed.epoch += 1;
         if let Some(record) = record {
-            record(&Change::Remove(name, &removed)).map_err(StoreError::Unrecorded)?;
+            let line = record(&Change::Remove(name, &removed, installed.epoch))
+                .map_err(StoreError::Unrecorded)?;
+            self.journal(installed.epoch - 1, &line)?;
         }
         installed.save(&self.installed_path())?;
         Ok(removed)
@@ -650,13 +711,15 @@ pub type StaticCheck<'a> =
 pub enum Change<'a> {
     /// An install or a replacement.
     Install(&'a InstallOutcome),
-    /// The removal of one tool.
-    Remove(&'a str, &'a InstalledTool),
+    /// The removal of one tool, and the epoch it makes.
+    Remove(&'a str, &'a InstalledTool, u64),
 }
 
-/// Asked to record a change after every check and before it is made (bx puts it on the
-/// audit log); an error stops the change.
-pub type RecordHook<'a> = dyn Fn(&Change<'_>) -> Result<(), String> + 'a;
+/// Asked, after every check and before anything is written, for the change's record: a
+/// JSON object on one line with the `epoch` the change makes. The store journals it
+/// ahead of the change ([`Store::drain_pending`] feeds the audit log from the journal);
+/// an error stops the change.
+pub type RecordHook<'a> = dyn Fn(&Change<'_>) -> Result<String, String> + 'a;
 
 /// How an install names a standard component's tools, and what they may reach.
 #[derive(Default)]

@@ -256,9 +256,10 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                 }
                 outln!("accepted breaks: {}", report.breaks.len());
                 // Tool changes made while a daemon held the log, not on it yet.
-                let pending = std::fs::read(state.tools_dir().join("pending.jsonl"))
-                    .map(|b| b.iter().filter(|&&c| c == b'\n').count())
-                    .unwrap_or(0);
+                let pending = bx_daemon::load_config(state)
+                    .ok()
+                    .and_then(|c| bx_store::Store::open(state, &c).ok())
+                    .map_or(0, |store| store.pending_count());
                 if pending > 0 {
                     outln!(
                         "tool changes waiting for the log: {pending} (in tools/pending.jsonl; the daemon, or the next bx command that writes the log, records them)"

@@ -96,10 +96,10 @@ pub(crate) fn run(state: &StateDir, command: ToolCommand) -> anyhow::Result<u8> 
         ToolCommand::List(args) => list(&store, &args),
         ToolCommand::Inspect { name } => inspect(&store, &name),
         ToolCommand::Remove { name } => {
-            let recorder =
-                Recorder { state, config: &config, store: &store, widening_accepted: false };
+            let recorder = Recorder::new(state, &config, &store, false);
             let record = |change: &bx_store::Change<'_>| recorder.record(change);
             let removed = store.remove(&name, Some(&record))?;
+            recorder.finish()?;
             outln!("removed {name} ({})", removed.digest);
             Ok(EXIT_OK)
         }
@@ -160,7 +160,7 @@ fn install(
         Some(policy) => check_statics(policy, tool, &digest.to_string(), statics),
         None => Ok(()),
     };
-    let recorder = Recorder { state, config, store, widening_accepted: args.accept_widening };
+    let recorder = Recorder::new(state, config, store, args.accept_widening);
     let record = |change: &bx_store::Change<'_>| recorder.record(change);
     let options = bx_store::InstallOptions {
         replace: args.replace,
@@ -175,6 +175,7 @@ fn install(
     let outcome = store.install(&runtime, &source, &digest, &options, &mut progress);
     bar.finish_and_clear();
     let outcome = outcome?;
+    recorder.finish()?;
     for why in &outcome.skipped {
         errln!("bx: not installed: {}", term::one_line(why));
     }
@@ -214,19 +215,40 @@ fn install(
     Ok(EXIT_OK)
 }
 
-/// Puts a change of the installed set on the audit log, holding the log's lock (as a
-/// one-shot `bx tool run` does) for the one record; while a running `bx serve` holds the
-/// log, keeps it in the store for the daemon, which writes it before its tools change.
+/// Makes the record of a change of the installed set, for the store's journal, and puts
+/// the journal on the audit log once the change is made. The log is opened (its lock
+/// taken, as a one-shot `bx tool run` does) when the first record is asked for: a log
+/// that cannot be written refuses the change before anything is; while a running
+/// `bx serve` holds it, the daemon writes the journal before its tools change.
 struct Recorder<'a> {
     state: &'a StateDir,
     config: &'a bx_state::Config,
     store: &'a Store,
     widening_accepted: bool,
+    /// The log once opened; `None` inside when the daemon holds it.
+    log: std::cell::OnceCell<Option<bx_audit::AuditLog>>,
 }
 
-impl Recorder<'_> {
-    fn record(&self, change: &bx_store::Change<'_>) -> Result<(), String> {
-        use bx_audit::{Entry, MAX_ITEM_BYTES, ToolChange, bounded};
+impl<'a> Recorder<'a> {
+    fn new(
+        state: &'a StateDir,
+        config: &'a bx_state::Config,
+        store: &'a Store,
+        widening_accepted: bool,
+    ) -> Recorder<'a> {
+        Recorder { state, config, store, widening_accepted, log: std::cell::OnceCell::new() }
+    }
+
+    fn record(&self, change: &bx_store::Change<'_>) -> Result<String, String> {
+        use bx_audit::{MAX_ITEM_BYTES, ToolChange, bounded};
+        if self.log.get().is_none() {
+            let log = match bx_daemon::open_audit(self.state, self.config, LOG_LOCK_WAIT) {
+                Ok(log) => Some(log),
+                Err(bx_audit::AuditError::Locked(_)) => None,
+                Err(e) => return Err(e.to_string()),
+            };
+            let _ = self.log.set(log);
+        }
         let item = |s: &String| bounded(s, MAX_ITEM_BYTES);
         let entry = match change {
             bx_store::Change::Install(o) => ToolChange {
@@ -237,12 +259,13 @@ impl Recorder<'_> {
                 previous: o.replaced.clone().unwrap_or_default(),
                 source: o.source.clone().unwrap_or_default(),
                 signer: o.signer.clone().unwrap_or_default(),
-                difference: o.difference.iter().take(256).map(item).collect(),
+                difference: bounded_lines(&o.difference, item),
                 widening_accepted: self.widening_accepted
                     && o.replaced.is_some()
                     && o.difference.iter().any(|l| l.starts_with('+')),
+                epoch: o.epoch,
             },
-            bx_store::Change::Remove(name, tool) => ToolChange {
+            bx_store::Change::Remove(name, tool, epoch) => ToolChange {
                 action: "remove".to_owned(),
                 name: (*name).to_owned(),
                 tools: vec![(*name).to_owned()],
@@ -252,38 +275,49 @@ impl Recorder<'_> {
                 signer: tool.signer.clone().unwrap_or_default(),
                 difference: Vec::new(),
                 widening_accepted: false,
+                epoch: *epoch,
             },
         };
-        let log = match bx_daemon::open_audit(self.state, self.config, LOG_LOCK_WAIT) {
-            Ok(log) => log,
-            Err(bx_audit::AuditError::Locked(_)) => {
-                let line = serde_json::to_string(&entry).map_err(|e| e.to_string())?;
-                self.store.keep_pending(&line).map_err(|e| e.to_string())?;
-                errln!(
-                    "bx: the audit log is held by a running bx serve; it records this change before its next call"
-                );
-                return Ok(());
-            }
-            Err(e) => return Err(e.to_string()),
-        };
-        write_pending(self.store, &log, true).map_err(|e| e.to_string())?;
-        log.append(&Entry::Tool(entry)).map_err(|e| e.to_string())?;
-        log.checkpoint().map_err(|e| e.to_string())
+        serde_json::to_string(&entry).map_err(|e| e.to_string())
     }
+
+    /// After the change: the journal onto the log, or a word that the daemon will.
+    fn finish(&self) -> anyhow::Result<()> {
+        match self.log.get() {
+            Some(Some(log)) => {
+                write_pending(self.store, log)?;
+                log.checkpoint()?;
+            }
+            Some(None) => errln!(
+                "bx: the audit log is held by a running bx serve; it records this change before its next call"
+            ),
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+/// At most 256 lines of a difference, each cut at `item`, and a last line saying how many
+/// more there were.
+fn bounded_lines(lines: &[String], item: impl Fn(&String) -> String) -> Vec<String> {
+    const MAX_LINES: usize = 256;
+    let mut out: Vec<String> = lines.iter().take(MAX_LINES).map(item).collect();
+    if lines.len() > MAX_LINES {
+        out.push(format!("… and {} more lines ({} in all)", lines.len() - MAX_LINES, lines.len()));
+    }
+    out
 }
 
 /// How long a tool change waits for the audit log's lock (another command's call) before
 /// it leaves its record for the daemon that holds it.
 const LOG_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Writes the tool changes that waited for the log onto `log` (`locked`: the caller holds
-/// the store's lock).
+/// Writes the tool changes waiting in the store's journal onto `log`.
 pub(crate) fn write_pending(
     store: &Store,
     log: &bx_audit::AuditLog,
-    locked: bool,
 ) -> Result<usize, bx_store::StoreError> {
-    store.drain_pending(locked, &mut |line| {
+    store.drain_pending(&mut |line| {
         let change: bx_audit::ToolChange = serde_json::from_str(line)
             .map_err(|e| format!("a waiting tool change record is malformed: {e}"))?;
         log.append(&bx_audit::Entry::Tool(change)).map(drop).map_err(|e| e.to_string())

@@ -650,3 +650,58 @@ fn a_refusal_writes_nothing_even_to_a_fresh_state_directory_or_a_broken_log() {
         &["could not be recorded", "docs/runbook.md#audit-unavailable"],
     );
 }
+
+#[test]
+fn the_journal_drops_a_change_that_never_completed_and_a_torn_line() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let d1 = install(s, "test_notes_v1");
+    install(s, "fs_read");
+    // What a process killed between its record and its change leaves (the epoch it
+    // would have made is past the installed set's), then a torn line.
+    let never = serde_json::json!({
+        "action": "install", "name": "ghost", "tools": ["ghost"], "digest": d1,
+        "epoch": 99,
+    });
+    std::fs::write(s.join("tools/pending.jsonl"), format!("{never}\n{{\"action\":\"ins")).unwrap();
+    let r = bx(s, &["tool", "remove", "fs.read"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let changes: Vec<Value> = audit_records(s)
+        .into_iter()
+        .filter(|r| r["kind"] == "tool")
+        .map(|r| r["fields"].clone())
+        .collect();
+    let names: Vec<&str> = changes.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["test.notes", "fs.read", "fs.read"], "{changes:?}");
+    assert_eq!(changes[2]["action"], "remove");
+    assert_eq!(changes[2]["epoch"], 3);
+    assert!(!s.join("tools/pending.jsonl").exists());
+    let rejected = std::fs::read_to_string(s.join("tools/pending.rejected")).unwrap();
+    assert!(rejected.starts_with("{\"action\":\"ins"), "{rejected}");
+    // Calls go on.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("n.txt"), "note").unwrap();
+    let args = format!("{{\"path\": \"{}\"}}", dir.path().join("n.txt").display());
+    let allow = dir.path().to_str().unwrap();
+    let r = bx(s, &["tool", "run", "test.notes", "--allow-read", allow, "--args", &args]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
+
+#[test]
+fn a_token_realm_off_this_machine_over_plain_http_is_refused() {
+    let state = used_state();
+    let s = state.path();
+    let d = digest_file(&component("test_notes_v1"));
+    let challenger = hostile_registry(
+        "HTTP/1.1 401 Unauthorized\r\nWww-Authenticate: Bearer realm=\"http://192.0.2.1:9/token\",service=\"x\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        b"",
+        false,
+    );
+    let reference = format!("oci://127.0.0.1:{challenger}/bx/notes:1");
+    refused_leaving_state_as_it_was(
+        s,
+        &["tool", "install", &reference, "--digest", &d],
+        &["plain http off this machine", "--plain-http"],
+    );
+}
