@@ -84,6 +84,8 @@ impl Difference {
         let mut other = Vec::new();
         for (name, tool) in new {
             match old.get(name) {
+                // Only beside tools it replaces is a tool "new".
+                None if old.is_empty() => {}
                 None => other.push(format!("{name}: a new tool")),
                 Some(was) if was.declared.schema != tool.declared.schema => {
                     other.push(format!("{name}: its argument schema changed"))

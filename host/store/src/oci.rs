@@ -428,7 +428,6 @@ fn credentials_for(registry: &str) -> Option<Credentials> {
 }
 
 /// A connection to one repository of one registry.
-#[derive(Debug)]
 pub struct Registry {
     client: reqwest::blocking::Client,
     /// `http://host:port` or `https://host`.
@@ -441,6 +440,16 @@ pub struct Registry {
     publishing: bool,
     /// Whether the owner allowed plain http off this machine (`--plain-http`).
     plain_http: bool,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the credentials nor the token it holds, not even in a debug print.
+        f.debug_struct("Registry")
+            .field("base", &self.base)
+            .field("reference", &self.reference.to_string())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What [`Registry::pull_component`] got.

@@ -70,7 +70,12 @@ fn install_list_inspect_remove_and_reinstall_by_digest() {
     // The bytes stayed in the store: the digest alone reinstalls it, offline.
     let r = bx(st, &["tool", "install", &digest]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout, format!("installed fs.read {digest} (tool epoch 3)\n"));
+    assert_eq!(
+        r.stdout,
+        format!(
+            "installed fs.read {digest} (tool epoch 3)\nwhat it declares:\n  + fs.read: argument \"path\" is path-read\n"
+        )
+    );
 }
 
 #[test]
@@ -89,7 +94,12 @@ fn installs_by_digest_from_a_directory_mirror() {
     .unwrap();
     let r = bx(state.path(), &["tool", "install", &digest]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout, format!("installed fs.list {digest} (tool epoch 1)\n"));
+    assert_eq!(
+        r.stdout,
+        format!(
+            "installed fs.list {digest} (tool epoch 1)\nwhat it declares:\n  + fs.list: argument \"path\" is path-read\n"
+        )
+    );
 
     // A digest nobody has is refused, naming every place tried.
     let missing = format!("sha256:{}", "0".repeat(64));
