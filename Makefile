@@ -163,7 +163,10 @@ verify-device: tools
 # record, or a log that does not verify fails it. The JSON report is target/eval/report.json.
 MODEL ?=
 eval: tools
-	$(CARGO) build --locked -p bx-cli -p bx-eval
+	# The workspace's tests and binaries: the feature set `make test` built with, so its
+	# artifacts are reused (`-p bx-cli -p bx-eval` alone resolves other features and
+	# rebuilt most of the dependency graph, wasmtime included, a second time).
+	$(CARGO) build --locked --workspace --tests --bins
 	target/debug/bx-eval $(if $(MODEL),--model $(MODEL),$(if $(BX_INFER_URL),--model $(BX_INFER_URL)))
 
 # The real daemon, release build, against the scripted model (4 slots): calls/s, turn
