@@ -299,8 +299,9 @@ impl Owner for Connected<'_> {
     }
 }
 
-/// Writes the tool changes waiting in `store` for the log onto `audit`, its writer.
-fn record_pending(store: &bx_store::Store, audit: &AuditLog) -> Result<usize, AgentError> {
+/// Writes the tool changes waiting in `store`'s journal onto `audit`, its writer: the
+/// daemon before its tools change, and a one-shot command that holds the log.
+pub fn record_pending(store: &bx_store::Store, audit: &AuditLog) -> Result<usize, AgentError> {
     Ok(store.drain_pending(&mut |line| {
         let change: bx_audit::ToolChange = serde_json::from_str(line)
             .map_err(|e| format!("a waiting tool change record is malformed: {e}"))?;

@@ -17,7 +17,7 @@ mod transcript;
 mod turn;
 mod usage;
 
-pub use agent::{Agent, AgentParts, Events};
+pub use agent::{Agent, AgentParts, Events, record_pending};
 pub use approvals::{Approvals, Waiting, now_ms};
 pub use baseline::{Baseline, SYSTEM_PROMPT};
 pub use call::{Decided, Overlay, Trust, check_workspace};

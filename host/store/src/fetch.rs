@@ -78,12 +78,16 @@ pub(crate) fn download(url: &str, progress: Progress<'_>) -> Result<Vec<u8>, Sto
     Ok(data)
 }
 
-fn error_chain(err: &dyn std::error::Error) -> String {
+/// An error and its sources, one after another, each said once.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut out = err.to_string();
     let mut cur = err.source();
     while let Some(e) = cur {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
         cur = e.source();
     }
     out

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::digest::Digest;
 use crate::error::StoreError;
-use crate::fetch::Progress;
+use crate::fetch::{Progress, error_chain};
 use crate::store::MAX_COMPONENT_BYTES;
 
 /// The config media type of a Wasm OCI artifact.
@@ -910,20 +910,6 @@ fn auth_params(text: &str) -> BTreeMap<String, String> {
         };
         out.insert(key, value);
         rest = next.trim_start_matches(',').trim();
-    }
-    out
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cur = e.source();
     }
     out
 }

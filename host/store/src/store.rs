@@ -183,42 +183,29 @@ impl Store {
                 record.len()
             )));
         }
-        let (kept, _) = self.read_journal(installed_epoch)?;
+        let kept = self.read_journal(installed_epoch)?;
         let mut text: String = kept.iter().map(|l| format!("{l}\n")).collect();
         text.push_str(record);
         text.push('\n');
+        if text.len() as u64 > MAX_JOURNAL_BYTES {
+            return Err(StoreError::Unrecorded(format!(
+                "{} earlier tool changes wait in tools/pending.jsonl for the daemon that holds the audit log; make one call through it (or stop it) so it writes them, then change the tools again",
+                kept.len()
+            )));
+        }
         // Whole or not at all: the records before this one may not be on the log yet.
         Ok(write_atomically(&path, text.as_bytes())?)
     }
 
     /// The journal's records of completed changes (epoch at most `installed_epoch`), in
-    /// order, and how many lines were dropped: records of changes that never completed,
-    /// and lines that are not a record (a torn write), which are moved to
-    /// `tools/pending.rejected` for the owner.
-    fn read_journal(&self, installed_epoch: u64) -> Result<(Vec<String>, usize), StoreError> {
-        let path = self.pending_path();
-        let Some(bytes) = bx_state::read_own(&path, bx_state::MAX_OWN_FILE_BYTES)? else {
-            return Ok((Vec::new(), 0));
+    /// order; lines that are not a record (a torn write) are moved to
+    /// `tools/pending.rejected` for the owner. Records of changes that never completed are
+    /// left out.
+    fn read_journal(&self, installed_epoch: u64) -> Result<Vec<String>, StoreError> {
+        let Some(bytes) = bx_state::read_own(&self.pending_path(), MAX_JOURNAL_BYTES)? else {
+            return Ok(Vec::new());
         };
-        let text = String::from_utf8_lossy(&bytes);
-        let mut kept = Vec::new();
-        let mut rejected = String::new();
-        let mut dropped = 0;
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            #[derive(serde::Deserialize)]
-            struct Epoch {
-                epoch: u64,
-            }
-            match serde_json::from_str::<Epoch>(line) {
-                Ok(e) if e.epoch <= installed_epoch => kept.push(line.to_owned()),
-                Ok(_) => dropped += 1,
-                Err(_) => {
-                    dropped += 1;
-                    rejected.push_str(line);
-                    rejected.push('\n');
-                }
-            }
-        }
+        let (kept, rejected) = parse_journal(&String::from_utf8_lossy(&bytes), installed_epoch);
         if !rejected.is_empty() {
             use std::io::Write as _;
             let bad = self.root.join("pending.rejected");
@@ -227,9 +214,10 @@ impl Store {
                 .append(true)
                 .open(&bad)
                 .map_err(|e| StoreError::io(&bad, e))?;
-            file.write_all(rejected.as_bytes()).map_err(|e| StoreError::io(&bad, e))?;
+            let text: String = rejected.iter().map(|l| format!("{l}\n")).collect();
+            file.write_all(text.as_bytes()).map_err(|e| StoreError::io(&bad, e))?;
         }
-        Ok((kept, dropped))
+        Ok(kept)
     }
 
     /// Hands the journal's records of completed changes to `write` (bx puts each on the
@@ -246,7 +234,7 @@ impl Store {
         }
         let _lock = self.lock()?;
         let epoch = self.installed()?.epoch;
-        let (kept, _) = self.read_journal(epoch)?;
+        let kept = self.read_journal(epoch)?;
         for line in &kept {
             write(line).map_err(StoreError::Pending)?;
         }
@@ -254,28 +242,14 @@ impl Store {
         Ok(kept.len())
     }
 
-    /// How many records wait in the journal for the log (read without the lock, for
-    /// `bx audit verify`).
+    /// How many records wait in the journal for the log (read without the lock, and
+    /// writing nothing, for `bx audit verify`).
     pub fn pending_count(&self) -> usize {
-        let epoch = self.installed().map(|i| i.epoch).unwrap_or(u64::MAX);
-        self.read_journal_unlocked(epoch)
-    }
-
-    fn read_journal_unlocked(&self, epoch: u64) -> usize {
-        let Ok(Some(bytes)) =
-            bx_state::read_own(&self.pending_path(), bx_state::MAX_OWN_FILE_BYTES)
-        else {
-            return 0;
-        };
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<serde_json::Value>(l)
-                    .ok()
-                    .and_then(|v| v["epoch"].as_u64())
-                    .is_some_and(|e| e <= epoch)
-            })
-            .count()
+        let epoch = self.installed().map_or(u64::MAX, |i| i.epoch);
+        match bx_state::read_own(&self.pending_path(), MAX_JOURNAL_BYTES) {
+            Ok(Some(bytes)) => parse_journal(&String::from_utf8_lossy(&bytes), epoch).0.len(),
+            _ => 0,
+        }
     }
 
     /// The installed set as it is on disk now.
@@ -770,6 +744,31 @@ struct Planned {
 
 /// How long a change waits for another command's to finish.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Bytes of the journal of tool changes, at most: room for 64 records of the largest
+/// size. Past it a change is refused (the daemon has not taken the waiting ones), rather
+/// than grow a file the daemon must read whole before its next call.
+const MAX_JOURNAL_BYTES: u64 = 64 * MAX_PENDING_RECORD_BYTES as u64;
+
+/// The journal's lines: the records of completed changes (epoch at most
+/// `installed_epoch`), in order, and the lines that are not a record. Records of changes
+/// that never completed (their epoch is past it) are in neither.
+fn parse_journal(text: &str, installed_epoch: u64) -> (Vec<String>, Vec<String>) {
+    #[derive(serde::Deserialize)]
+    struct Epoch {
+        epoch: u64,
+    }
+    let mut kept = Vec::new();
+    let mut rejected = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<Epoch>(line) {
+            Ok(e) if e.epoch <= installed_epoch => kept.push(line.to_owned()),
+            Ok(_) => {}
+            Err(_) => rejected.push(line.to_owned()),
+        }
+    }
+    (kept, rejected)
+}
 
 /// Bytes of one change record waiting for the log, at most.
 const MAX_PENDING_RECORD_BYTES: usize = 64 << 10;

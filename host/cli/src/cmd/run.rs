@@ -347,7 +347,7 @@ fn here(
     let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config));
     let store = Store::open(state, &config)?;
     // Tool changes made while a daemon held the log go on it before this call.
-    super::tool::write_pending(&store, &log)?;
+    bx_agent::record_pending(&store, &log)?;
     let runtime = Runtime::new(Limits::default())?;
     let tool = match store.open_tool(&runtime, &args.name) {
         Ok((tool, outcome)) => {

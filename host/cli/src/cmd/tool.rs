@@ -285,7 +285,7 @@ impl<'a> Recorder<'a> {
     fn finish(&self) -> anyhow::Result<()> {
         match self.log.get() {
             Some(Some(log)) => {
-                write_pending(self.store, log)?;
+                bx_agent::record_pending(self.store, log)?;
                 log.checkpoint()?;
             }
             Some(None) => errln!(
@@ -311,18 +311,6 @@ fn bounded_lines(lines: &[String], item: impl Fn(&String) -> String) -> Vec<Stri
 /// How long a tool change waits for the audit log's lock (another command's call) before
 /// it leaves its record for the daemon that holds it.
 const LOG_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Writes the tool changes waiting in the store's journal onto `log`.
-pub(crate) fn write_pending(
-    store: &Store,
-    log: &bx_audit::AuditLog,
-) -> Result<usize, bx_store::StoreError> {
-    store.drain_pending(&mut |line| {
-        let change: bx_audit::ToolChange = serde_json::from_str(line)
-            .map_err(|e| format!("a waiting tool change record is malformed: {e}"))?;
-        log.append(&bx_audit::Entry::Tool(change)).map(drop).map_err(|e| e.to_string())
-    })
-}
 
 fn publish(args: &PublishArgs) -> anyhow::Result<u8> {
     let reference = bx_store::oci::Reference::parse(&args.reference)?;

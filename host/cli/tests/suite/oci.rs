@@ -705,3 +705,30 @@ fn a_token_realm_off_this_machine_over_plain_http_is_refused() {
         &["plain http off this machine", "--plain-http"],
     );
 }
+
+#[test]
+fn a_full_journal_refuses_the_next_change_and_writes_nothing() {
+    let state = used_state();
+    let s = state.path();
+    // 64 waiting records of 64 KiB: the next record would pass the journal's
+    // 4 MiB bound (what a daemon that never takes them would let pile up).
+    let record = |name: &str| {
+        format!(
+            "{{\"action\":\"install\",\"name\":\"{name}\",\"tools\":[],\"digest\":\"\",\"epoch\":1}}"
+        )
+    };
+    let pad = "x".repeat(65_535 - record("").len());
+    let line = format!("{}\n", record(&pad));
+    assert_eq!(line.len(), 65_536);
+    std::fs::write(s.join("tools/pending.jsonl"), line.repeat(64)).unwrap();
+    let v1 = component("test_notes_v1");
+    let d1 = digest_file(&v1);
+    refused_leaving_state_as_it_was(
+        s,
+        &["tool", "install", v1.to_str().unwrap(), "--digest", &d1],
+        &[
+            "64 earlier tool changes wait in tools/pending.jsonl",
+            "docs/runbook.md#audit-unavailable",
+        ],
+    );
+}
