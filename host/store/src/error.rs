@@ -205,16 +205,14 @@ impl std::fmt::Display for SignatureProblem {
 
 /// Text from outside bx (a registry, a signature, a reference as typed) for a message:
 /// cut to at most `max` bytes on a character boundary, with `…` when cut, and every
-/// control character, newlines included, written as `\u{..}`, so it stays on its line.
+/// hidden character, tab and newline written as `\u{..}` (`bx_broker::escape_untrusted`),
+/// so it stays on its line.
 pub(crate) fn cut(text: &str, max: usize) -> String {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let mut out: String = text[..end]
-        .chars()
-        .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
-        .collect();
+    let mut out = bx_broker::escape_untrusted(&text[..end], false);
     if end < text.len() {
         out.push('…');
     }

@@ -30,6 +30,8 @@ const PAYLOAD_TYPE: &str = "cosign container image signature";
 const MAX_PAYLOAD_BYTES: u64 = 64 << 10;
 /// Signature layers read, at most.
 const MAX_SIGNATURES: usize = 16;
+/// How long reading every signature may take, past the one payload being read then.
+const SIGNATURES_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A key the owner pinned, ready to verify with.
 #[derive(Debug, Clone)]
@@ -143,7 +145,19 @@ pub fn verify(
         return Err(refuse(SignatureProblem::Malformed, format!("{tag} has no signature layer")));
     }
     let mut verdicts = Vec::new();
+    // One deadline for all of them: each payload has its own, and 16 slow ones would
+    // otherwise add up to a quarter of an hour.
+    let give_up = std::time::Instant::now() + SIGNATURES_DEADLINE;
     for layer in layers.iter().copied() {
+        if std::time::Instant::now() > give_up {
+            return Err(refuse(
+                SignatureProblem::Malformed,
+                format!(
+                    "the registry took over {} s to send the signatures",
+                    SIGNATURES_DEADLINE.as_secs()
+                ),
+            ));
+        }
         let payload = registry
             .blob(layer, MAX_PAYLOAD_BYTES, None)
             .map_err(|e| refuse(SignatureProblem::Malformed, format!("its payload: {e}")))?;
