@@ -48,7 +48,8 @@ fn workspace() -> (tempfile::TempDir, PathBuf) {
     (tmp, ws)
 }
 
-fn verify_clean(s: &Path) {
+/// `bx audit verify` finds the log clean.
+pub(super) fn verify_clean(s: &Path) {
     let r = bx(s, &["audit", "verify", "--json"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }

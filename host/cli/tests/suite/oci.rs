@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sha2::Digest as _;
 
-use super::components::standard;
+use super::components::{standard, verify_clean};
 use super::*;
 
 /// A registry on 127.0.0.1 in a temporary directory, killed on drop.
@@ -182,7 +182,7 @@ fn publish_then_install_by_manifest_digest_and_by_tag_with_oras_on_either_side()
     assert_eq!(installs[0]["fields"]["action"], "install");
     assert_eq!(installs[0]["fields"]["source"], by_digest.as_str());
     assert_eq!(installs[1]["fields"]["digest"], layer);
-    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+    verify_clean(s);
 }
 
 #[test]
@@ -479,8 +479,7 @@ fn a_replacement_that_adds_a_url_argument_is_refused_without_the_flag() {
     assert!(changes[1]["difference"].to_string().contains("url-fetch"), "{changes:?}");
     assert_eq!(changes[2]["widening_accepted"], false);
     assert_eq!(changes[3]["previous"], d1.as_str());
-    let r = bx(s, &["audit", "verify", "--json"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    verify_clean(s);
 }
 
 #[test]
@@ -543,7 +542,7 @@ fn a_change_made_while_the_daemon_holds_the_log_is_on_it_before_its_next_call() 
     assert!(change < request, "{records:?}");
     assert_eq!(records[change]["fields"]["digest"], d1.as_str());
     assert!(!s.join("tools/pending.jsonl").exists());
-    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+    verify_clean(s);
 }
 
 /// A hostile registry, which no real one can play: it answers every request with
@@ -685,7 +684,7 @@ fn the_journal_drops_a_change_that_never_completed_and_a_torn_line() {
     let allow = dir.path().to_str().unwrap();
     let r = bx(s, &["tool", "run", "test.notes", "--allow-read", allow, "--args", &args]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+    verify_clean(s);
 }
 
 #[test]
