@@ -380,6 +380,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         own: policy.own.clone(),
         labels: std::sync::Arc::clone(&policy.labels),
         hosts,
+        secrets: policy.secrets.iter().filter(|s| s.tool.matches(&call.tool)).cloned().collect(),
     };
     let ask = (!reasons.is_empty()).then(|| AskRequest {
         call: call.clone(),

@@ -180,6 +180,9 @@ pub struct Grant {
     /// copy per call); filtered by the tool when read.
     pub(crate) labels: std::sync::Arc<[LabelRule]>,
     pub(crate) hosts: Vec<(HostRule, Label)>,
+    /// The policy's `[[secret]]` bindings for this tool: which secrets its requests may
+    /// carry, to which hosts (no values: the runtime puts those in).
+    pub(crate) secrets: Vec<crate::SecretBinding>,
 }
 
 impl Grant {
@@ -191,6 +194,11 @@ impl Grant {
     /// The `sha256:` digest of the component this grant is for.
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// The secret bindings that apply to this tool's requests.
+    pub fn secrets(&self) -> &[crate::SecretBinding] {
+        &self.secrets
     }
 
     /// The granted roots, normalised, with how each was granted.
@@ -386,6 +394,7 @@ mod tests {
             ]
             .into(),
             hosts: vec![(HostRule::parse("example.com").unwrap(), Label::TOP)],
+            secrets: Vec::new(),
         }
     }
 

@@ -15,6 +15,7 @@ mod name;
 mod net;
 mod path;
 mod policy;
+mod secret;
 mod snippet;
 pub mod toml_shape;
 
@@ -36,6 +37,7 @@ pub use policy::{
     AskRule, DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError,
     PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
+pub use secret::{MAX_SECRET_NAME, SecretBinding, placeholder, valid_secret_name};
 pub use snippet::{Located, SourceLines};
 
 /// The commented example policy that `bx policy init` writes (also a test fixture, so it

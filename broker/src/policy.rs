@@ -245,6 +245,8 @@ pub struct Policy {
     pub(crate) denies: Vec<DenyRule>,
     pub(crate) asks: Vec<AskRule>,
     pub(crate) examples: Vec<Example>,
+    /// The `[[secret]]` bindings, in file order.
+    pub(crate) secrets: Vec<crate::SecretBinding>,
     /// bx's own state: no call reaches it, whatever the grants say. Not a policy line:
     /// the host sets it from the state directory's layout.
     pub(crate) own: Vec<PathBuf>,
@@ -419,6 +421,11 @@ impl Policy {
     /// The ask rules, in file order.
     pub fn asks(&self) -> &[AskRule] {
         &self.asks
+    }
+
+    /// The secret bindings, in file order.
+    pub fn secrets(&self) -> &[crate::SecretBinding] {
+        &self.secrets
     }
 
     /// The examples, in file order.

@@ -55,6 +55,22 @@ struct RawPolicy {
     ask: Vec<Spanned<RawAsk>>,
     #[serde(default)]
     example: Vec<Spanned<RawExample>>,
+    #[serde(default)]
+    secret: Vec<Spanned<RawSecret>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecret {
+    name: Spanned<String>,
+    tool: Spanned<String>,
+    host: Spanned<RawNames>,
+    #[serde(default)]
+    header: Option<std::collections::BTreeMap<String, Spanned<String>>>,
+    #[serde(default)]
+    query: Option<std::collections::BTreeMap<String, Spanned<String>>>,
+    #[serde(default)]
+    env: Option<Spanned<RawNames>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -304,6 +320,94 @@ fn one_of<T: Copy>(
     None
 }
 
+/// Each name of a `RawNames` with its span.
+fn each_name(raw: &Spanned<RawNames>) -> Vec<(String, std::ops::Range<usize>)> {
+    match raw.get_ref() {
+        RawNames::One(text) => vec![(text.clone(), raw.span())],
+        RawNames::Many(list) => list.iter().map(|n| (n.get_ref().clone(), n.span())).collect(),
+    }
+}
+
+/// One `[[secret]]`: every field checked at its own span. `None` when any is invalid.
+fn secret_rule(
+    src: &Source<'_>,
+    s: &RawSecret,
+    index: usize,
+    rule: &str,
+    errors: &mut Vec<PolicyError>,
+) -> Option<crate::SecretBinding> {
+    let before = errors.len();
+    let name = s.name.get_ref().clone();
+    if !crate::valid_secret_name(&name) {
+        errors.push(src.error(
+            s.name.span(),
+            &format!("{rule}.name"),
+            "a secret name: 1 to 64 of a-z, 0-9, _ and -, starting with a letter or digit",
+        ));
+    }
+    let tool = tool_match(src, &s.tool, rule, errors);
+    let mut hosts = Vec::new();
+    let host_list = each_name(&s.host);
+    if host_list.is_empty() {
+        errors.push(src.error(s.host.span(), &format!("{rule}.host"), "names no host"));
+    }
+    for (text, span) in host_list {
+        match HostRule::parse(&text) {
+            Ok(HostRule::AnyName) => errors.push(src.error(
+                span,
+                &format!("{rule}.host"),
+                "a secret goes to hosts named one by one, never to \"*\"",
+            )),
+            Ok(h) => hosts.push(h),
+            Err(e) => errors.push(src.error(span, &format!("{rule}.host"), e.to_string())),
+        }
+    }
+    let mut places = |table: &Option<std::collections::BTreeMap<String, Spanned<String>>>,
+                      what: &str,
+                      check_key: fn(&str) -> Result<(), String>,
+                      lower: bool|
+     -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let Some(table) = table else { return out };
+        for (key, value) in table {
+            let at = format!("{rule}.{what}.{key}");
+            if let Err(why) = check_key(key) {
+                errors.push(src.error(value.span(), &at, why));
+            }
+            if let Err(why) = crate::secret::check_template(&name, value.get_ref()) {
+                errors.push(src.error(value.span(), &at, why));
+            }
+            let key = if lower { key.to_ascii_lowercase() } else { key.clone() };
+            out.push((key, value.get_ref().clone()));
+        }
+        out
+    };
+    // Header names are compared ignoring case; query names keep theirs (servers read
+    // them as written).
+    let headers = places(&s.header, "header", crate::secret::check_header_name, true);
+    let query = places(&s.query, "query", crate::secret::check_query_name, false);
+    let mut env = Vec::new();
+    if let Some(raw_env) = &s.env {
+        for (var, span) in each_name(raw_env) {
+            match crate::secret::check_env_name(&var) {
+                Ok(()) => env.push(var),
+                Err(why) => errors.push(src.error(span, &format!("{rule}.env"), why)),
+            }
+        }
+    }
+    let tool = tool?;
+    (errors.len() == before).then_some(crate::SecretBinding {
+        index,
+        line: 0,
+        name,
+        tool,
+        hosts,
+        headers,
+        query,
+        env,
+    })
+}
+
 impl Policy {
     /// Parses and validates policy text read from `file` (the name is only for errors).
     /// Returns every error found; the examples are checked last, against the policy.
@@ -464,6 +568,27 @@ impl Policy {
             if let (Some(tool), Some(names), Some(mode)) = (tool, names, mode) {
                 let line = src.line_of(whole.start.min(text.len()));
                 policy.asks.push(AskRule { index, line, tool, names, mode });
+            }
+        }
+        let mut bound: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for (index, raw_secret) in raw.secret.iter().enumerate() {
+            let rule = format!("secret[{index}]");
+            let whole = raw_secret.span();
+            if let Some(binding) =
+                secret_rule(&src, raw_secret.get_ref(), index, &rule, &mut errors)
+            {
+                let key = format!("{}\0{}", binding.name, binding.tool);
+                if let Some(dup) = bound.get(&key) {
+                    errors.push(src.error(
+                        whole,
+                        &rule,
+                        format!("duplicates secret[{dup}] (same secret and tool)"),
+                    ));
+                    continue;
+                }
+                bound.insert(key, index);
+                let line = src.line_of(whole.start.min(text.len()));
+                policy.secrets.push(crate::SecretBinding { line, ..binding });
             }
         }
         for (index, e) in raw.example.iter().enumerate() {

@@ -143,3 +143,48 @@ fn grant_and_deny_lines_read_like_the_file() {
     );
     assert_eq!(lines.len(), 6);
 }
+
+#[test]
+fn secret_bindings_parse_with_hosts_places_and_tools() {
+    let policy = Policy::parse("secrets.toml", &read_fixture("policy/secrets.toml")).unwrap();
+    let shown: Vec<String> = policy.secrets().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        vec![
+            "secret[0] (line 8): github for tool http.fetch to api.github.com as header authorization",
+            "secret[1] (line 14): weather for tool * to api.weather.example, 127.0.0.1:8080 as query appid, env WEATHER_KEY",
+        ]
+    );
+    assert_eq!(
+        policy.secrets()[0].headers,
+        vec![("authorization".to_owned(), "Bearer {secret:github}".to_owned())]
+    );
+}
+
+#[test]
+fn refuses_secret_bindings_that_could_send_a_value_astray() {
+    let err =
+        Policy::parse("broken.toml", &read_fixture("policy/secrets-broken.toml")).unwrap_err();
+    let found: Vec<(&str, usize)> = err.0.iter().map(|e| (e.rule.as_str(), e.line)).collect();
+    assert_eq!(
+        found,
+        vec![
+            ("secret[0].name", 2),
+            ("secret[0].host", 4),
+            ("secret[0].header.authorization", 5),
+            ("secret[1].host", 10),
+            ("secret[1].header.host", 11),
+            ("secret[1].query.a&b", 12),
+            ("secret[1].query.a&b", 12),
+            ("secret[1].env", 13),
+        ],
+        "{err}"
+    );
+    let dup = "[[secret]]\nname = \"x\"\ntool = \"*\"\nhost = \"a.org\"\n\
+               [[secret]]\nname = \"x\"\ntool = \"*\"\nhost = \"b.org\"\n";
+    let err = Policy::parse("p.toml", dup).unwrap_err();
+    assert!(err.0[0].message.contains("duplicates secret[0]"), "{err}");
+    let unknown = "[[secret]]\nname = \"x\"\ntool = \"*\"\nhost = \"a.org\"\nvalue = \"hunter2\"\n";
+    let err = Policy::parse("p.toml", unknown).unwrap_err();
+    assert!(err.to_string().contains("unknown field `value`"), "{err}");
+}

@@ -43,7 +43,8 @@ fn trust(s: &Setup, state: &Path) -> Trust {
     let audit = state.join("audit");
     let log = Arc::new(AuditLog::open(&audit).unwrap());
     let ledger = Ledger::open(Sessions::open(&state.join("sessions")).unwrap(), &audit).unwrap();
-    Trust::new(log, ledger, PolicyFile::open(&state.join("policy.toml"), vec![]))
+    let secrets = bx_state::SecretStore::at(state.join("secrets"));
+    Trust::new(log, ledger, PolicyFile::open(&state.join("policy.toml"), vec![]), secrets)
 }
 
 /// One call the way the agent makes it.

@@ -82,7 +82,7 @@ impl Agent {
         }
         let ledger = Ledger::open(files, &parts.state.audit_dir(&parts.config))?;
         let policy = parts.state.watch_policy(&parts.config);
-        let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy);
+        let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy, parts.state.secrets());
         record_pending(&parts.store, &parts.audit)?;
         let toolset = Toolset::load(&parts.store, &parts.runtime)?;
         Ok(Agent {

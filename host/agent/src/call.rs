@@ -16,7 +16,9 @@ use bx_broker::{
     AllowList, Answer, AskRequest, CallRequest, Decision, DenyReason, Grant, Label, Policy,
     Resource,
 };
-use bx_runtime::{CallError, CallReport, LoadedTool, Output, ResourceKind, RunError, Runtime};
+use bx_runtime::{
+    CallError, CallReport, LoadedTool, Output, ResourceKind, RunError, Runtime, SecretActivity,
+};
 use bx_state::{PolicyFile, PolicyStatus};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -268,12 +270,24 @@ pub struct Trust {
     audit: Arc<AuditLog>,
     ledger: Ledger,
     policy: Mutex<PolicyFile>,
+    secrets: crate::SecretSource,
 }
 
 impl Trust {
-    /// The trust path over `audit`, `ledger` and `policy`.
-    pub fn new(audit: Arc<AuditLog>, ledger: Ledger, policy: PolicyFile) -> Trust {
-        Trust { audit, ledger, policy: Mutex::new(policy) }
+    /// The trust path over `audit`, `ledger`, `policy` and the secret store `secrets`.
+    pub fn new(
+        audit: Arc<AuditLog>,
+        ledger: Ledger,
+        policy: PolicyFile,
+        secrets: bx_state::SecretStore,
+    ) -> Trust {
+        let secrets = crate::SecretSource::new(secrets);
+        Trust { audit, ledger, policy: Mutex::new(policy), secrets }
+    }
+
+    /// The secret store, as calls read it.
+    pub fn secrets(&self) -> &crate::SecretSource {
+        &self.secrets
     }
 
     /// The audit log.
@@ -659,6 +673,8 @@ pub struct Finished {
     pub bytes: u64,
     /// The runtime's report, or why the call stopped.
     pub outcome: Result<CallReport, RunError>,
+    /// The secrets put into its requests, and what the leak guard found.
+    pub secrets: SecretActivity,
 }
 
 impl Allowed<'_> {
@@ -682,7 +698,10 @@ impl Allowed<'_> {
         let tool =
             r.tool.ok_or_else(|| AgentError::Internal("an allowed call has no tool".into()))?;
         let reach = self.grant.reach_label();
-        let outcome = runtime.call(tool, self.grant, &r.args).await;
+        let (outcome, activity) = match trust.secrets.for_call(&self.grant) {
+            Ok(secrets) => runtime.call_with(tool, self.grant, &r.args, &secrets).await,
+            Err(refused) => (Err(refused), SecretActivity::default()),
+        };
         let (status, label, for_model, output) = match &outcome {
             Ok(report) => {
                 let (status, text, output) = match &report.result {
@@ -692,6 +711,10 @@ impl Allowed<'_> {
                     Err(e) => (bx_audit::CallStatus::Error, call_error_text(e), None),
                 };
                 (status, report.label, text, output)
+            }
+            // Not started: it read nothing.
+            Err(e @ RunError::Secrets { .. }) => {
+                (bx_audit::CallStatus::Stopped, Label::CLEAN, format!("error: {e}"), None)
             }
             // A call stopped part-way may have read anything its grant reaches.
             Err(e) => (
@@ -733,6 +756,24 @@ impl Allowed<'_> {
             output_bytes,
             error,
             refused,
+            secrets: activity
+                .used
+                .iter()
+                .map(|(name, host)| bx_audit::SecretUse {
+                    name: name.clone(),
+                    host: bounded(host, bx_audit::MAX_ITEM_BYTES),
+                })
+                .collect(),
+            leaks: activity
+                .leaks
+                .iter()
+                .map(|l| bx_audit::LeakFound {
+                    name: l.name.clone(),
+                    direction: l.direction.to_string(),
+                    host: bounded(&l.host, bx_audit::MAX_ITEM_BYTES),
+                    encoding: l.encoding.to_string(),
+                })
+                .collect(),
         });
         // The taint rises first: a call that ran has been seen, even if its record then
         // cannot be written (and then nobody sees its output).
@@ -741,8 +782,11 @@ impl Allowed<'_> {
             trust.audit.append(&record)?;
             Ok(taint)
         })?;
+        trust
+            .secrets
+            .note_uses(&activity.used, &bx_audit::format_rfc3339(std::time::SystemTime::now()));
         let bytes = output.map_or(0, |t| t.len() as u64);
-        Ok(Finished { status, label, taint, for_model, bytes, outcome })
+        Ok(Finished { status, label, taint, for_model, bytes, outcome, secrets: activity })
     }
 }
 
@@ -800,6 +844,14 @@ pub fn output_of(call: &str, settled: &Result<Finished, Refused>) -> bx_protocol
         Err(e @ RunError::Limit { .. }) => (O::Limit, e.to_string(), String::new()),
         Err(e) => (O::Stopped, e.to_string(), String::new()),
     };
+    // What the host did with secrets, for the owner (names and hosts, never a value).
+    let mut stderr = stderr;
+    for (name, host) in &finished.secrets.used {
+        stderr.push_str(&format!("bx: secret {name} was put into a request to {host}\n"));
+    }
+    for leak in &finished.secrets.leaks {
+        stderr.push_str(&format!("bx: {leak}\n"));
+    }
     bx_protocol::Body::ToolOutput { call: call.to_owned(), outcome, label, text, stderr }
 }
 

@@ -225,6 +225,39 @@ pub struct Outcome {
     /// well.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<String>,
+    /// The secrets the host put into the call's requests, and where each went: never a
+    /// value (docs/runtime.md#secrets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretUse>,
+    /// What the leak guard found: a value in a request to a host it is not bound to
+    /// (refused), or in a response or the tool's output (redacted). At most 32.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaks: Vec<LeakFound>,
+}
+
+/// A secret the host put into a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretUse {
+    /// The secret's name.
+    pub name: String,
+    /// The host it went to.
+    pub host: String,
+}
+
+/// A secret's value the leak guard found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeakFound {
+    /// The secret's name.
+    pub name: String,
+    /// `request` (refused), `response` or `output` (redacted).
+    pub direction: String,
+    /// The host of the request or response; absent for the output.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
+    /// How it was spelled: `as it is`, `hex`, `base64 at offset 1`, ….
+    pub encoding: String,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -35,9 +35,9 @@ pub use anchor::{
 };
 pub use anchored::{Against, AnchorReport};
 pub use entry::{
-    Approval, Break as BreakEntry, CallStatus, Decision, Entry, ExportFailed, MAX_FIELD_BYTES,
-    MAX_ITEM_BYTES, MAX_RECORD_BYTES, Outcome, OwnerAnswer, Recovered, Request, Session, Settled,
-    ToolChange, Verdict, bounded, sha256_hex,
+    Approval, Break as BreakEntry, CallStatus, Decision, Entry, ExportFailed, LeakFound,
+    MAX_FIELD_BYTES, MAX_ITEM_BYTES, MAX_RECORD_BYTES, Outcome, OwnerAnswer, Recovered, Request,
+    SecretUse, Session, Settled, ToolChange, Verdict, bounded, sha256_hex,
 };
 pub use error::AuditError;
 pub use log::{AuditLog, CHECKPOINT_EVERY, Clock, Exported, Receipt, SystemClock, day_files};

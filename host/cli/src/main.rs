@@ -35,6 +35,9 @@ enum Command {
     /// Verify and read the audit log.
     #[command(subcommand)]
     Audit(cmd::audit::AuditCommand),
+    /// Set, list and remove the secrets the host puts into tools' requests.
+    #[command(subcommand)]
+    Secret(cmd::secret::SecretCommand),
     /// Show and rebuild session state.
     #[command(subcommand)]
     Session(cmd::session::SessionCommand),
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Policy(command) => cmd::policy::run(&state_dir, command),
         Command::Audit(command) => cmd::audit::run(&state_dir, command),
         Command::Session(command) => cmd::session::run(&state_dir, command),
+        Command::Secret(command) => cmd::secret::run(&state_dir, command),
         Command::Serve(args) => cmd::serve::run(&state_dir, &args),
         Command::Chat(args) => cmd::chat::run(&state_dir, &args),
         Command::Approvals(args) => cmd::approvals::list(&state_dir, &args),

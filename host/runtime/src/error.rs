@@ -66,6 +66,16 @@ pub enum RunError {
         /// What went wrong.
         message: String,
     },
+    /// The call needs the secret store and it cannot be used: unreadable (every call
+    /// is refused, since the leak guard cannot know what to look for), or readable by
+    /// other users (calls that need a secret are refused). Nothing ran.
+    #[error("the call was not started: {why} (see docs/runbook.md#{entry})")]
+    Secrets {
+        /// Why.
+        why: String,
+        /// The runbook entry: `secrets-unreadable` or `secrets-exposed`.
+        entry: &'static str,
+    },
     /// The engine itself could not be built or failed.
     #[error("engine: {0}")]
     Engine(String),
@@ -77,6 +87,10 @@ impl RunError {
         match self {
             RunError::Limit { .. } => Some("docs/runbook.md#tool-limit"),
             RunError::Cache { .. } => Some("docs/runbook.md#precompiled-cache"),
+            RunError::Secrets { entry: "secrets-exposed", .. } => {
+                Some("docs/runbook.md#secrets-exposed")
+            }
+            RunError::Secrets { .. } => Some("docs/runbook.md#secrets-unreadable"),
             _ => None,
         }
     }

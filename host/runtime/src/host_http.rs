@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::bindings::bx::host::http::{Header, Host, Request, Response};
 use crate::bindings::bx::host::types::Error;
+use crate::secrets::{Direction, Leak, Secrets};
 use crate::state::CallState;
 use crate::tool::Touched;
 
@@ -98,6 +99,7 @@ pub(crate) struct Fetcher {
     grant: Arc<bx_broker::Grant>,
     limits: crate::limits::Limits,
     deadline: Instant,
+    secrets: Secrets,
     pub(crate) sink: Arc<parking_lot::Mutex<Reached>>,
 }
 
@@ -117,9 +119,19 @@ pub(crate) struct Reached {
     /// Why requests past the cap were refused: said once, whatever the bound on the
     /// other reasons.
     pub(crate) capped: Option<String>,
+    /// Secrets the host put into requests, and the hosts they went to.
+    pub(crate) used: std::collections::BTreeSet<(String, String)>,
+    /// What the leak guard found, at most [`crate::secrets::MAX_LEAKS`].
+    pub(crate) leaks: Vec<Leak>,
 }
 
 impl Reached {
+    pub(crate) fn leaked(&mut self, leak: Leak) {
+        if self.leaks.len() < crate::secrets::MAX_LEAKS && !self.leaks.contains(&leak) {
+            self.leaks.push(leak);
+        }
+    }
+
     fn refused(&mut self, why: &str) {
         if self.refusals.len() < crate::wasi_fs::MAX_REFUSALS {
             self.refusals.push(crate::tool::bounded(why.to_owned(), 512));
@@ -132,13 +144,38 @@ impl Fetcher {
         grant: &bx_broker::Grant,
         limits: &crate::limits::Limits,
         deadline: Instant,
+        secrets: &Secrets,
     ) -> Fetcher {
         Fetcher {
             grant: Arc::new(grant.clone()),
             limits: limits.clone(),
             deadline,
+            secrets: secrets.clone(),
             sink: Arc::default(),
         }
+    }
+
+    /// Sends one request ([`Fetcher::send_checked`]) and passes every error text through
+    /// the leak guard: a server's answer or a redirect's URL can hold a value.
+    pub(crate) async fn fetch(
+        &self,
+        method: reqwest::Method,
+        raw_url: &str,
+        headers: reqwest::header::HeaderMap,
+        body: Option<Vec<u8>>,
+    ) -> Result<Response, Error> {
+        let result = self.send_checked(method, raw_url, headers, body).await;
+        result.map_err(|e| {
+            let clean = |m: String| self.secrets.redact_text(&m).0;
+            match e {
+                Error::Denied(m) => Error::Denied(clean(m)),
+                Error::Invalid(m) => Error::Invalid(clean(m)),
+                Error::TooLarge(m) => Error::TooLarge(clean(m)),
+                Error::NotFound(m) => Error::NotFound(clean(m)),
+                Error::AlreadyExists(m) => Error::AlreadyExists(clean(m)),
+                Error::Failed(m) => Error::Failed(clean(m)),
+            }
+        })
     }
 
     /// When the call's deadline falls.
@@ -176,8 +213,9 @@ impl Fetcher {
     }
 
     /// Sends one request, checked against the grant before it is sent and again at every
-    /// redirect, with one deadline over every hop and the body, the response bounded.
-    pub(crate) async fn fetch(
+    /// redirect, with one deadline over every hop and the body, the response bounded;
+    /// each hop's secrets put in by [`Fetcher::with_secrets`], the response redacted.
+    async fn send_checked(
         &self,
         method: reqwest::Method,
         raw_url: &str,
@@ -215,15 +253,18 @@ impl Fetcher {
         let mut body = body;
         let mut hops = 0;
         loop {
+            let (sent_url, sent_headers) =
+                self.with_secrets(&url, &headers, body.as_deref()).map_err(refused)?;
             self.touch(url.host_str().unwrap_or_default().to_owned());
-            let mut builder = client.request(method.clone(), url.clone()).headers(headers.clone());
+            let mut builder = client.request(method.clone(), sent_url).headers(sent_headers);
             if let Some(b) = &body {
                 builder = builder.body(b.clone());
             }
             let sent = tokio::time::timeout_at(deadline, builder.send()).await;
             let response = sent.map_err(|_| late(&url))?.map_err(|e| match non_public(&e) {
                 Some(why) => refused(Error::Denied(why)),
-                None => Error::Failed(format!("{url}: {e}")),
+                // (Its own text would show the URL sent, with any secret put in.)
+                None => Error::Failed(format!("{url}: {}", e.without_url())),
             })?;
             let status = response.status();
             if status.is_redirection()
@@ -258,14 +299,17 @@ impl Fetcher {
                 url = next;
                 continue;
             }
-            let final_url = response.url().to_string();
+            let host = url.host_str().unwrap_or_default().to_owned();
+            let final_url = self.clean(response.url().as_str().as_bytes(), &host);
+            let final_url = String::from_utf8_lossy(&final_url).into_owned();
             let resp_headers = response
                 .headers()
                 .iter()
                 .filter_map(|(n, v)| {
-                    v.to_str()
-                        .ok()
-                        .map(|v| Header { name: n.as_str().to_owned(), value: v.to_owned() })
+                    let v =
+                        String::from_utf8_lossy(&self.clean(v.to_str().ok()?.as_bytes(), &host))
+                            .into_owned();
+                    Some(Header { name: n.as_str().to_owned(), value: v })
                 })
                 .collect();
             let cap = self.limits.response_bytes as usize;
@@ -295,11 +339,194 @@ impl Fetcher {
                 status: status.as_u16(),
                 url: final_url,
                 headers: resp_headers,
-                body: data,
+                body: self.clean(&data, &host),
                 truncated,
             });
         }
     }
+}
+
+impl Fetcher {
+    /// `bytes` from `host`'s response with every secret value redacted, each find noted.
+    fn clean(&self, bytes: &[u8], host: &str) -> Vec<u8> {
+        let (out, found) = self.secrets.redact(bytes);
+        if !found.is_empty() {
+            let mut sink = self.sink.lock();
+            for (name, encoding) in found {
+                let host = host.to_owned();
+                sink.leaked(Leak { name, direction: Direction::Response, host, encoding });
+            }
+        }
+        out
+    }
+
+    /// The URL and headers one hop is sent with: the guest's request checked by the leak
+    /// guard, then the secrets bound to this host put in (docs/runtime.md#secrets).
+    ///
+    /// Refused: a value (in any spelling the guard knows) going to a host it is not
+    /// bound to; a placeholder of a stored secret going to such a host, or anywhere but
+    /// a header or the query; a secret going over plain http to anything but a loopback
+    /// address; a bound secret that the store does not hold.
+    fn with_secrets(
+        &self,
+        url: &url::Url,
+        headers: &reqwest::header::HeaderMap,
+        body: Option<&[u8]>,
+    ) -> Result<(url::Url, reqwest::header::HeaderMap), Error> {
+        let host_text = url.host_str().unwrap_or_default().to_owned();
+        let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {
+            return Ok((url.clone(), headers.clone()));
+        };
+        let bindings: Vec<&bx_broker::SecretBinding> =
+            self.grant.secrets().iter().filter(|b| b.covers(&host, port)).collect();
+        let bound_here = |name: &str| bindings.iter().any(|b| b.name == name);
+        // The guest's own bytes: a value it should never hold, in any spelling.
+        let mut pieces: Vec<&[u8]> = vec![url.as_str().as_bytes()];
+        for (n, v) in headers {
+            pieces.push(n.as_str().as_bytes());
+            pieces.push(v.as_bytes());
+        }
+        pieces.extend(body);
+        for piece in &pieces {
+            if let Some((name, encoding)) =
+                self.secrets.find(piece).into_iter().find(|(n, _)| !bound_here(n))
+            {
+                let leak = Leak {
+                    name: name.to_owned(),
+                    direction: Direction::Request,
+                    host: host_text.clone(),
+                    encoding,
+                };
+                let why = leak.to_string();
+                self.sink.lock().leaked(leak);
+                return Err(Error::Denied(why));
+            }
+        }
+        // Placeholders: of the tool's bindings, and of every stored secret.
+        let mut names: Vec<&str> = self.grant.secrets().iter().map(|b| b.name.as_str()).collect();
+        names.extend(self.secrets.names());
+        names.sort_unstable();
+        names.dedup();
+        let mut used: Vec<&str> = bindings
+            .iter()
+            .filter(|b| !b.headers.is_empty() || !b.query.is_empty())
+            .map(|b| b.name.as_str())
+            .collect();
+        for name in names {
+            let ph = bx_broker::placeholder(name);
+            let misplaced = body.is_some_and(|b| contains(b, ph.as_bytes()))
+                || url.path().contains(&ph)
+                || url.fragment().is_some_and(|f| f.contains(&ph));
+            if misplaced {
+                return Err(Error::Denied(format!(
+                    "{ph} in a request's path or body: a secret goes only in a header or the query (see docs/runbook.md#secret-misplaced)"
+                )));
+            }
+            let in_headers = headers.values().any(|v| contains(v.as_bytes(), ph.as_bytes()));
+            let in_query = url.query().is_some_and(|q| q.contains(&ph));
+            if !(in_headers || in_query) {
+                continue;
+            }
+            if !bound_here(name) {
+                return Err(Error::Denied(format!(
+                    "{ph} in a request to {host_text}, which secret {name} is not bound to for this tool (see docs/runbook.md#secret-unbound)"
+                )));
+            }
+            used.push(name);
+        }
+        if used.is_empty() {
+            return Ok((url.clone(), headers.clone()));
+        }
+        let loopback = match host {
+            url::Host::Ipv4(a) => a.is_loopback(),
+            url::Host::Ipv6(a) => a.is_loopback(),
+            url::Host::Domain(_) => false,
+        };
+        if url.scheme() != "https" && !loopback {
+            return Err(Error::Denied(format!(
+                "secret {} goes to {host_text} only over https, and this request is plain {} (see docs/runbook.md#secret-plain-http)",
+                used[0],
+                url.scheme()
+            )));
+        }
+        let value = |name: &str| {
+            self.secrets.value(name).ok_or_else(|| {
+                Error::Denied(format!(
+                    "secret {name} is bound to {host_text} but not set: `bx secret set {name}` (see docs/runbook.md#secret-missing)"
+                ))
+            })
+        };
+        // Placeholders the guest put in headers and the query.
+        let mut out_headers = reqwest::header::HeaderMap::new();
+        for (n, v) in headers {
+            let mut text = String::from_utf8_lossy(v.as_bytes()).into_owned();
+            for name in &used {
+                let ph = bx_broker::placeholder(name);
+                if text.contains(&ph) {
+                    text = text.replace(&ph, value(name)?);
+                }
+            }
+            let v = reqwest::header::HeaderValue::from_str(&text)
+                .map_err(|_| Error::Invalid(format!("header value for {n:?}")))?;
+            out_headers.append(n.clone(), v);
+        }
+        let mut out_url = url.clone();
+        if let Some(query) = url.query() {
+            let mut q = query.to_owned();
+            for name in &used {
+                let ph = bx_broker::placeholder(name);
+                if q.contains(&ph) {
+                    q = q.replace(&ph, &encode_query(value(name)?));
+                }
+            }
+            out_url.set_query(Some(&q));
+        }
+        // What the bindings put in themselves.
+        for b in &bindings {
+            for (header, template) in &b.headers {
+                let text = template.replace(&b.placeholder(), value(&b.name)?);
+                let name = reqwest::header::HeaderName::from_bytes(header.as_bytes())
+                    .map_err(|_| Error::Invalid(format!("header name {header:?}")))?;
+                let v = reqwest::header::HeaderValue::from_str(&text)
+                    .map_err(|_| Error::Invalid(format!("header value for {header:?}")))?;
+                out_headers.insert(name, v);
+            }
+            for (param, template) in &b.query {
+                let text = template.replace(&b.placeholder(), value(&b.name)?);
+                let kept: Vec<&str> = out_url
+                    .query()
+                    .unwrap_or("")
+                    .split('&')
+                    .filter(|p| !p.is_empty() && p.split('=').next() != Some(param.as_str()))
+                    .collect();
+                let mut q = kept.join("&");
+                if !q.is_empty() {
+                    q.push('&');
+                }
+                q.push_str(&format!("{param}={}", encode_query(&text)));
+                out_url.set_query(Some(&q));
+            }
+        }
+        let mut sink = self.sink.lock();
+        for name in used {
+            sink.used.insert((name.to_owned(), host_text.clone()));
+        }
+        Ok((out_url, out_headers))
+    }
+}
+
+/// Whether `needle` occurs in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// What a query value keeps as it is: RFC 3986's unreserved characters.
+const QUERY_VALUE: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// `text` percent-encoded for a query value.
+fn encode_query(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, QUERY_VALUE).to_string()
 }
 
 impl CallState {
@@ -317,6 +544,10 @@ impl CallState {
         }
         if let Some(why) = reached.capped {
             self.fs.refusals.push(why);
+        }
+        self.secrets_used.extend(reached.used);
+        for leak in reached.leaks {
+            self.leaked(leak);
         }
     }
 
@@ -340,7 +571,7 @@ impl CallState {
                 .map_err(|_| Error::Invalid(format!("header value for {:?}", h.name)))?;
             headers.append(name, value);
         }
-        let fetcher = Fetcher::new(&self.grant, &self.limits, self.deadline);
+        let fetcher = Fetcher::new(&self.grant, &self.limits, self.deadline, &self.secrets);
         let result = fetcher.fetch(method, &req.url, headers, req.body).await;
         self.gather_http(&fetcher);
         result

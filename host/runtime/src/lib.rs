@@ -17,6 +17,7 @@ mod error;
 mod host_fs;
 mod host_http;
 mod limits;
+mod secrets;
 mod state;
 mod tool;
 mod wasi_fs;
@@ -53,7 +54,8 @@ pub fn world_of(wasm: &[u8]) -> Result<WorldCheck, RunError> {
 }
 pub use error::{Limit, RunError};
 pub use limits::Limits;
+pub use secrets::{Direction, Encoding, Leak, Secrets};
 pub use tool::{
-    CallReport, FunctionInfo, FunctionSpec, LoadedTool, Shape, Touched, WorldCheck, block_on,
-    check_world,
+    CallReport, FunctionInfo, FunctionSpec, LoadedTool, SecretActivity, Shape, Touched, WorldCheck,
+    block_on, check_world,
 };

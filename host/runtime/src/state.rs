@@ -56,10 +56,21 @@ pub(crate) struct CallState {
     pub(crate) fs: crate::wasi_fs::WasiFs,
     /// A standard WASI guest's `wasi:http` state, made at its first request.
     pub(crate) http: Option<crate::wasi_http::WasiHttp>,
+    /// The values the host may put into this call's requests, and the leak guard.
+    pub(crate) secrets: crate::secrets::Secrets,
+    /// Secrets put into requests, with the host each went to.
+    pub(crate) secrets_used: BTreeSet<(String, String)>,
+    /// What the leak guard found, at most [`crate::secrets::MAX_LEAKS`].
+    pub(crate) leaks: Vec<crate::secrets::Leak>,
 }
 
 impl CallState {
-    pub(crate) fn new(grant: Grant, limits: Limits, deadline: Instant) -> CallState {
+    pub(crate) fn new(
+        grant: Grant,
+        limits: Limits,
+        deadline: Instant,
+        secrets: crate::secrets::Secrets,
+    ) -> CallState {
         let stdout = MemoryOutputPipe::new(limits.stdio_bytes);
         let stderr = MemoryOutputPipe::new(limits.stdio_bytes);
         // Defaults of the builder, restated: stdin closed, no environment, no arguments,
@@ -71,6 +82,13 @@ impl CallState {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
+        // The one exception to "no environment": a binding's variables, each holding its
+        // placeholder, never a value (docs/runtime.md#secrets).
+        for binding in grant.secrets() {
+            for var in &binding.env {
+                builder.env(var, binding.placeholder());
+            }
+        }
         let roots = Roots::new(&grant);
         CallState {
             wasi: builder.build(),
@@ -88,6 +106,16 @@ impl CallState {
             stderr,
             fs: crate::wasi_fs::WasiFs::default(),
             http: None,
+            secrets,
+            secrets_used: BTreeSet::new(),
+            leaks: Vec::new(),
+        }
+    }
+
+    /// Notes what the leak guard found (once each, at most [`crate::secrets::MAX_LEAKS`]).
+    pub(crate) fn leaked(&mut self, leak: crate::secrets::Leak) {
+        if self.leaks.len() < crate::secrets::MAX_LEAKS && !self.leaks.contains(&leak) {
+            self.leaks.push(leak);
         }
     }
 

@@ -15,6 +15,7 @@ use crate::bindings::ToolPre;
 use crate::bindings::bx::tool::types::{CallError, Description, Output, ResourceArg, ResourceKind};
 use crate::engine::Runtime;
 use crate::error::{Limit, RunError, chain};
+use crate::secrets::{Direction, Leak, Secrets};
 use crate::state::{CallState, LimitTrap};
 use crate::wit_json::{self, ExportedFn};
 
@@ -119,6 +120,16 @@ pub struct CallReport {
     /// What the host refused while the call ran, and why (at most 16; a standard WASI
     /// component hears only an error code, and may go on as if nothing happened).
     pub refused: Vec<String>,
+}
+
+/// What a call did with secrets: the names the host put into requests and the hosts
+/// they went to, and what the leak guard found. Never a value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecretActivity {
+    /// `(secret, host)`, sorted, once each.
+    pub used: Vec<(String, String)>,
+    /// What the guard found, in order, once each (at most 32).
+    pub leaks: Vec<Leak>,
 }
 
 /// The imports and exports of a component, by name.
@@ -284,7 +295,7 @@ impl Runtime {
             self.linker.instantiate_pre(component).map_err(|e| RunError::WrongWorld(chain(&e)))?;
         let pre = ToolPre::new(instance_pre).map_err(|e| RunError::WrongWorld(chain(&e)))?;
         let deadline = Instant::now() + self.limits.deadline;
-        let mut store = self.store(empty_grant(digest)?, deadline);
+        let mut store = self.store(empty_grant(digest)?, deadline, Secrets::none());
         let run = async {
             let instance = pre.instantiate_async(&mut store).await?;
             instance.call_describe(&mut store).await
@@ -407,7 +418,7 @@ impl Runtime {
     /// the raw cost every call pays, for benchmarks and warm-up.
     pub async fn instantiate_only(&self, tool: &LoadedTool) -> Result<(), RunError> {
         let deadline = Instant::now() + self.limits.deadline;
-        let mut store = self.store(empty_grant(&tool.digest)?, deadline);
+        let mut store = self.store(empty_grant(&tool.digest)?, deadline, Secrets::none());
         let made = match &tool.kind {
             Kind::Bx(pre) => pre.instantiate_async(&mut store).await.map(drop),
             Kind::Function { pre, .. } => pre.instantiate_async(&mut store).await.map(drop),
@@ -415,9 +426,9 @@ impl Runtime {
         made.map_err(|e| self.classify(e, &store))
     }
 
-    fn store(&self, grant: Grant, deadline: Instant) -> Store<CallState> {
-        let mut store =
-            Store::new(&self.engine, CallState::new(grant, self.limits.clone(), deadline));
+    fn store(&self, grant: Grant, deadline: Instant, secrets: Secrets) -> Store<CallState> {
+        let state = CallState::new(grant, self.limits.clone(), deadline, secrets);
+        let mut store = Store::new(&self.engine, state);
         store.limiter(|state| state as &mut dyn wasmtime::ResourceLimiter);
         // The guest yields to the executor at every epoch tick, so the deadline (a timer
         // around the whole call) is checked while wasm runs, not only in host calls.
@@ -448,45 +459,83 @@ impl Runtime {
         format!("stdout or stderr reached {} bytes", self.limits.stdio_bytes)
     }
 
-    /// Runs one call of `tool` with JSON `args` under `grant`, in a fresh instance.
-    ///
-    /// The grant must be for this tool's digest. The whole call, host calls included,
-    /// ends by the deadline. A limit stops the call with [`RunError::Limit`]; the runtime
-    /// is unaffected and the next call starts clean.
+    /// Runs one call of `tool` with JSON `args` under `grant`, in a fresh instance, with
+    /// no secrets: [`Runtime::call_with`] with [`Secrets::none`].
     pub async fn call(
         &self,
         tool: &LoadedTool,
         grant: Grant,
         args: &str,
     ) -> Result<CallReport, RunError> {
+        self.call_with(tool, grant, args, &Secrets::none()).await.0
+    }
+
+    /// Runs one call of `tool` with JSON `args` under `grant`, in a fresh instance.
+    ///
+    /// The grant must be for this tool's digest. The whole call, host calls included,
+    /// ends by the deadline. A limit stops the call with [`RunError::Limit`]; the runtime
+    /// is unaffected and the next call starts clean.
+    ///
+    /// `secrets` holds the store's values: the host puts those the grant binds into the
+    /// call's requests, and the leak guard looks for every value in what goes out and
+    /// comes back, and in the output, stdout, stderr and error text, which come back
+    /// redacted. What it did with secrets comes back whether or not the call finished.
+    pub async fn call_with(
+        &self,
+        tool: &LoadedTool,
+        grant: Grant,
+        args: &str,
+        secrets: &Secrets,
+    ) -> (Result<CallReport, RunError>, SecretActivity) {
         if grant.digest() != tool.digest {
-            return Err(RunError::GrantMismatch {
+            let mismatch = RunError::GrantMismatch {
                 granted: grant.digest().to_owned(),
                 actual: tool.digest.clone(),
-            });
+            };
+            return (Err(mismatch), SecretActivity::default());
         }
         let deadline = Instant::now() + self.limits.deadline;
-        let mut store = self.store(grant, deadline);
+        let mut store = self.store(grant, deadline, secrets.clone());
+        let result = self.run_call(tool, &mut store, args, deadline).await;
+        let state = store.data_mut();
+        let result = match result {
+            Ok(report) => Ok(redact_report(report, state)),
+            Err(e) => Err(redact_stop(e, state)),
+        };
+        let activity = SecretActivity {
+            used: std::mem::take(&mut state.secrets_used).into_iter().collect(),
+            leaks: std::mem::take(&mut state.leaks),
+        };
+        (result, activity)
+    }
+
+    async fn run_call(
+        &self,
+        tool: &LoadedTool,
+        store: &mut Store<CallState>,
+        args: &str,
+        deadline: Instant,
+    ) -> Result<CallReport, RunError> {
         let result = match &tool.kind {
             Kind::Bx(pre) => {
                 let run = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    instance.call_call(&mut store, args).await
+                    let instance = pre.instantiate_async(&mut *store).await?;
+                    instance.call_call(&mut *store, args).await
                 };
                 match tokio::time::timeout_at(deadline, run).await {
-                    Ok(result) => result.map_err(|e| self.classify(e, &store))?,
+                    Ok(result) => result.map_err(|e| self.classify(e, store))?,
                     Err(_) => return Err(self.past_deadline()),
                 }
             }
             Kind::Function { pre, function } => {
                 store.data_mut().fs.preopens = true;
-                match self.call_function(pre, function, &mut store, args, deadline).await? {
+                match self.call_function(pre, function, store, args, deadline).await? {
                     Ok(output) => Ok(output),
                     Err(e) => Err(with_refusals(e, &store.data().fs)),
                 }
             }
         };
-        if stdio_full(&store) {
+        if stdio_full(store) {
             return Err(RunError::Limit { limit: Limit::Stdio, detail: self.stdio_detail() });
         }
         let result = match result {
@@ -569,6 +618,17 @@ impl Runtime {
         })
     }
 
+    /// [`Runtime::call_with`] for callers outside an async runtime (see [`block_on`]).
+    pub fn call_with_blocking(
+        &self,
+        tool: &LoadedTool,
+        grant: Grant,
+        args: &str,
+        secrets: &Secrets,
+    ) -> Result<(Result<CallReport, RunError>, SecretActivity), RunError> {
+        block_on(self.call_with(tool, grant, args, secrets))
+    }
+
     /// [`Runtime::call`] for callers outside an async runtime (see [`block_on`]).
     pub fn call_blocking(
         &self,
@@ -614,6 +674,57 @@ pub(crate) fn bounded(text: String, max: usize) -> String {
         end -= 1;
     }
     format!("{}… [{} bytes cut]", &text[..end], text.len() - end)
+}
+
+/// A finished call's report with every secret value redacted from its output, error,
+/// stdout and stderr, each find noted as a leak in the call's output.
+fn redact_report(mut report: CallReport, state: &mut CallState) -> CallReport {
+    if state.secrets.is_empty() {
+        return report;
+    }
+    let mut found = Vec::new();
+    let mut text = |t: String| {
+        let (clean, hits) = state.secrets.redact_text(&t);
+        found.extend(hits);
+        clean
+    };
+    report.result = match report.result {
+        Ok(Output::Json(t)) => {
+            let clean = text(t);
+            // A match inside a JSON escape could break the text; then it is text.
+            if serde_json::from_str::<serde_json::Value>(&clean).is_ok() {
+                Ok(Output::Json(clean))
+            } else {
+                Ok(Output::Text(clean))
+            }
+        }
+        Ok(Output::Text(t)) => Ok(Output::Text(text(t))),
+        Err(CallError::InvalidArgs(m)) => Err(CallError::InvalidArgs(text(m))),
+        Err(CallError::Denied(m)) => Err(CallError::Denied(text(m))),
+        Err(CallError::Failed(m)) => Err(CallError::Failed(text(m))),
+        Err(CallError::OutputTooLarge(m)) => Err(CallError::OutputTooLarge(text(m))),
+    };
+    report.refused = report.refused.into_iter().map(&mut text).collect();
+    for stream in [&mut report.stdout, &mut report.stderr] {
+        let (clean, hits) = state.secrets.redact(stream);
+        *stream = clean;
+        found.extend(hits);
+    }
+    for (name, encoding) in found {
+        state.leaked(Leak { name, direction: Direction::Output, host: String::new(), encoding });
+    }
+    report
+}
+
+/// A stopped call's error with every secret value redacted (a trap's text carries the
+/// guest's panic message).
+fn redact_stop(e: RunError, state: &mut CallState) -> RunError {
+    let RunError::Trap(text) = e else { return e };
+    let (clean, hits) = state.secrets.redact_text(&text);
+    for (name, encoding) in hits {
+        state.leaked(Leak { name, direction: Direction::Output, host: String::new(), encoding });
+    }
+    RunError::Trap(clean)
 }
 
 fn bound_error(e: CallError, max: usize) -> CallError {

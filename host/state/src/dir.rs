@@ -90,6 +90,11 @@ impl StateDir {
         self.root.join("sessions")
     }
 
+    /// `secrets/`: the secret store (values mode 0600, never within a tool's reach).
+    pub fn secrets(&self) -> crate::SecretStore {
+        crate::SecretStore::at(self.root.join("secrets"))
+    }
+
     /// `tools/`: the tool store.
     pub fn tools_dir(&self) -> PathBuf {
         self.root.join("tools")

@@ -35,6 +35,20 @@ pub enum StateError {
         "bad session id {0:?}: use 1 to 64 of a-z, A-Z, 0-9, '.', '_', '-', not starting with '.'"
     )]
     BadSession(String),
+    /// The secret store cannot be read or parsed: calls are refused, since the leak
+    /// guard cannot know what to look for.
+    #[error("the secret store {path} cannot be used: {why}")]
+    SecretsUnreadable {
+        /// The store file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// A name that cannot name a secret.
+    #[error(
+        "bad secret name {0:?}: use 1 to 64 of a-z, 0-9, '_' and '-', starting with a letter or digit"
+    )]
+    BadSecretName(String),
     /// No state directory could be found.
     #[error("no state directory: pass --state-dir or set BX_HOME")]
     NoStateDir,
@@ -55,6 +69,7 @@ impl StateError {
             StateError::Parse { .. } | StateError::NotRegular(_) | StateError::TooLarge { .. } => {
                 Some("docs/runbook.md#store-file-invalid")
             }
+            StateError::SecretsUnreadable { .. } => Some("docs/runbook.md#secrets-unreadable"),
             _ => None,
         }
     }

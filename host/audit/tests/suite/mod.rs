@@ -46,6 +46,8 @@ pub fn result(session: &str, call: &str) -> Entry {
         output_bytes: Some(0),
         error: None,
         refused: vec![],
+        secrets: vec![],
+        leaks: vec![],
     })
 }
 

@@ -8,6 +8,7 @@ pub(crate) mod mcp;
 pub(crate) mod outcome;
 pub(crate) mod policy;
 pub(crate) mod run;
+pub(crate) mod secret;
 pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod tool;

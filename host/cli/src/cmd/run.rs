@@ -344,7 +344,7 @@ fn here(
     let _closing = Closing(&log);
     let files = bx_state::Sessions::open(&state.sessions_dir())?;
     let ledger = Ledger::open(files, &audit_dir)?;
-    let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config));
+    let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config), state.secrets());
     let store = Store::open(state, &config)?;
     // Tool changes made while a daemon held the log go on it before this call.
     bx_agent::record_pending(&store, &log)?;

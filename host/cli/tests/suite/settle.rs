@@ -47,7 +47,7 @@ fn settle_directly(state: &Path, args: &Value, owner: &mut Stub) {
     let log = Arc::new(bx_audit::AuditLog::open(&audit).unwrap());
     let ledger =
         Ledger::open(bx_state::Sessions::open(&state.sessions_dir()).unwrap(), &audit).unwrap();
-    let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config));
+    let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config), state.secrets());
     let runtime = Runtime::new(Limits::default()).unwrap();
     let store = Store::open(&state, &config).unwrap();
     let (tool, _) = store.open_tool(&runtime, "fs.read").unwrap();

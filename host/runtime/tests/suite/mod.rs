@@ -6,6 +6,7 @@ mod escape;
 mod http;
 mod limits;
 mod reach;
+mod secrets;
 mod standard;
 mod tools;
 

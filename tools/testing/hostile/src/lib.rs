@@ -40,6 +40,19 @@ enum Args {
     Mkdir { path: String },
     /// Sends a GET through the host.
     Get { url: String },
+    /// Sends a request through the host, and returns the request as the tool built it
+    /// and the response as the tool received it.
+    Send {
+        url: String,
+        #[serde(default)]
+        method: Option<String>,
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+        #[serde(default)]
+        body: Option<String>,
+    },
+    /// The value of an environment variable, or null.
+    Env { name: String },
     /// Reports the ambient authority std can find: environment, arguments, and what
     /// plain `std::fs` reaches at `path`.
     Ambient { path: String },
@@ -136,6 +149,28 @@ impl Tool for Hostile {
                 };
                 json_output(&serde_json::json!({"env": env, "args": args, "fs": fs, "root": dir}))
             }
+            Args::Send { url, method, headers, body } => {
+                let req = http::Request {
+                    method: method.unwrap_or_else(|| "GET".into()),
+                    url: url.clone(),
+                    headers: headers
+                        .iter()
+                        .map(|(name, value)| http::Header { name: name.clone(), value: value.clone() })
+                        .collect(),
+                    body: body.clone().map(String::into_bytes),
+                };
+                let resp = http::send(&req).map_err(|e| host_error(&url, e))?;
+                let seen: Vec<(String, String)> =
+                    resp.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect();
+                json_output(&serde_json::json!({
+                    "sent": {"url": url, "headers": headers, "body": body},
+                    "status": resp.status,
+                    "url": resp.url,
+                    "headers": seen,
+                    "body": String::from_utf8_lossy(&resp.body),
+                }))
+            }
+            Args::Env { name } => json_output(&serde_json::json!({ "value": std::env::var(name).ok() })),
             Args::Get { url } => {
                 let req = http::Request {
                     method: "GET".into(),

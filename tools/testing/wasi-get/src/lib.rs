@@ -16,8 +16,16 @@ const CHUNK_BYTES: u64 = 64 << 10;
 /// Sends `GET url` and returns the body as text (invalid UTF-8 replaced), or an error
 /// text: `status N` for a status other than 2xx, the `wasi:http` error code otherwise.
 pub fn get(url: &str) -> Result<String, String> {
+    get_with(url, &[])
+}
+
+/// [`get`] with request headers `(name, value)`.
+pub fn get_with(url: &str, headers: &[(String, String)]) -> Result<String, String> {
     let (scheme, authority, path) = split_url(url)?;
-    let request = OutgoingRequest::new(Fields::new());
+    let fields: Vec<(String, Vec<u8>)> =
+        headers.iter().map(|(n, v)| (n.clone(), v.clone().into_bytes())).collect();
+    let fields = Fields::from_list(&fields).map_err(|e| format!("headers refused: {e:?}"))?;
+    let request = OutgoingRequest::new(fields);
     request.set_method(&Method::Get).map_err(|()| "method refused".to_string())?;
     request.set_scheme(Some(&scheme)).map_err(|()| "scheme refused".to_string())?;
     request.set_authority(Some(authority)).map_err(|()| "authority refused".to_string())?;

@@ -70,6 +70,14 @@ impl bindings::Guest for Hostile {
         bx_tool_test_wasi_get::get(&url)
     }
 
+    fn fetch_with(url: String, header: String, value: String) -> Result<String, String> {
+        bx_tool_test_wasi_get::get_with(&url, &[(header, value)])
+    }
+
+    fn env_var(name: String) -> Option<String> {
+        std::env::var(name).ok()
+    }
+
     fn spin() -> u32 {
         let mut n: u64 = 0;
         loop {

@@ -1,0 +1,98 @@
+//! The secret store as the trust path reads it: loaded again only when the file
+//! changes, its values turned into the runtime's [`Secrets`] (the injector and the leak
+//! guard), and the uses of each call noted for `bx secret list`.
+
+use bx_broker::Grant;
+use bx_runtime::{RunError, Secrets};
+use bx_state::SecretStore;
+use parking_lot::Mutex;
+use std::os::unix::fs::MetadataExt as _;
+
+/// What identifies one content of the store file: a change of any makes a reload.
+type FileKey = Option<(u64, u64, i64, i64, u64, u32)>;
+
+/// The store, and its last load.
+#[derive(Debug)]
+pub struct SecretSource {
+    store: SecretStore,
+    cached: Mutex<Option<(FileKey, Prepared)>>,
+}
+
+#[derive(Debug, Clone)]
+enum Prepared {
+    /// Loaded: the values, and why other users can read them, if they can.
+    Ready { secrets: Secrets, exposed: Option<String> },
+    /// Could not be loaded, and why.
+    Unreadable(String),
+}
+
+impl SecretSource {
+    /// The trust path's view of `store`.
+    pub fn new(store: SecretStore) -> SecretSource {
+        SecretSource { store, cached: Mutex::new(None) }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &SecretStore {
+        &self.store
+    }
+
+    fn key(&self) -> FileKey {
+        let file = std::fs::metadata(self.store.store_file()).ok()?;
+        let dir = std::fs::metadata(self.store.store_file().parent()?).ok()?;
+        Some((
+            file.dev(),
+            file.ino(),
+            file.mtime(),
+            file.mtime_nsec(),
+            file.len(),
+            file.mode() ^ dir.mode(),
+        ))
+    }
+
+    fn prepared(&self) -> Prepared {
+        let key = self.key();
+        let mut cached = self.cached.lock();
+        if let Some((k, p)) = cached.as_ref()
+            && *k == key
+        {
+            return p.clone();
+        }
+        let prepared = match self.store.load() {
+            Ok(loaded) => {
+                let values =
+                    loaded.secrets.into_iter().map(|(name, s)| (name, s.value.expose().to_owned()));
+                match Secrets::new(values) {
+                    Ok(secrets) => Prepared::Ready { secrets, exposed: loaded.exposed },
+                    Err(why) => Prepared::Unreadable(why),
+                }
+            }
+            Err(e) => Prepared::Unreadable(e.to_string()),
+        };
+        *cached = Some((key, prepared.clone()));
+        prepared
+    }
+
+    /// The secrets a call under `grant` runs with. Refused, with the runbook entry: every
+    /// call while the store cannot be read (the leak guard would not know what to look
+    /// for), and a call whose grant binds a secret while other users can read the store.
+    pub fn for_call(&self, grant: &Grant) -> Result<Secrets, RunError> {
+        match self.prepared() {
+            Prepared::Unreadable(why) => {
+                Err(RunError::Secrets { why, entry: "secrets-unreadable" })
+            }
+            Prepared::Ready { exposed: Some(why), .. } if !grant.secrets().is_empty() => {
+                Err(RunError::Secrets { why, entry: "secrets-exposed" })
+            }
+            Prepared::Ready { secrets, .. } => Ok(secrets),
+        }
+    }
+
+    /// Notes when and where each secret was last sent. A failure is not the call's: the
+    /// audit record already holds the use.
+    pub fn note_uses(&self, used: &[(String, String)], at: &str) {
+        if let Err(e) = self.store.note_uses(used, at) {
+            eprintln!("bx: could not note the secrets' last use: {e}");
+        }
+    }
+}
