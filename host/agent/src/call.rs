@@ -270,7 +270,7 @@ pub struct Trust {
     audit: Arc<AuditLog>,
     ledger: Ledger,
     policy: Mutex<PolicyFile>,
-    secrets: crate::SecretSource,
+    secrets: Arc<crate::SecretSource>,
 }
 
 impl Trust {
@@ -281,7 +281,11 @@ impl Trust {
         policy: PolicyFile,
         secrets: bx_state::SecretStore,
     ) -> Trust {
-        let secrets = crate::SecretSource::new(secrets);
+        let secrets = Arc::new(crate::SecretSource::new(secrets));
+        // No record holds a secret's value: arguments the model wrote, resources, reasons
+        // and errors all pass the leak guard on their way to the log.
+        let guard = Arc::clone(&secrets);
+        audit.set_redactor(Arc::new(move |line: &str| guard.redact_line(line)));
         Trust { audit, ledger, policy: Mutex::new(policy), secrets }
     }
 

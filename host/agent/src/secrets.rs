@@ -88,6 +88,14 @@ impl SecretSource {
         }
     }
 
+    /// `line` with every secret value the guard finds redacted, or `None` when it finds
+    /// none. A store that cannot be read redacts nothing here; its calls are refused.
+    pub fn redact_line(&self, line: &str) -> Option<String> {
+        let Prepared::Ready { secrets, .. } = self.prepared() else { return None };
+        let (clean, found) = secrets.redact_text(line);
+        (!found.is_empty()).then_some(clean)
+    }
+
     /// Notes when and where each secret was last sent. A failure is not the call's: the
     /// audit record already holds the use.
     pub fn note_uses(&self, used: &[(String, String)], at: &str) {

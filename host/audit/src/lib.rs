@@ -40,7 +40,9 @@ pub use entry::{
     SecretUse, Session, Settled, ToolChange, Verdict, bounded, sha256_hex,
 };
 pub use error::AuditError;
-pub use log::{AuditLog, CHECKPOINT_EVERY, Clock, Exported, Receipt, SystemClock, day_files};
+pub use log::{
+    AuditLog, CHECKPOINT_EVERY, Clock, Exported, Receipt, Redactor, SystemClock, day_files,
+};
 pub use prove::{MAX_PROOF_BYTES, Proof, check_proof, prove};
 pub use record::{GENESIS, Kind, Record, line_hash};
 pub use time::{day_of, format_rfc3339, is_valid_day, is_valid_time};

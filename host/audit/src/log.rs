@@ -125,7 +125,14 @@ pub struct AuditLog {
     exporting: Mutex<u64>,
     /// `.lock`, locked exclusively while this writer lives.
     _lock: File,
+    /// Rewrites a record's line before it is hashed and written (the secret guard's
+    /// redaction: no record holds a secret's value), when set.
+    redactor: Mutex<Option<Redactor>>,
 }
+
+/// A function that returns a record line with what must not be kept replaced, or `None`
+/// when there is nothing to replace. It must keep the line valid JSON of the same shape.
+pub type Redactor = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -324,6 +331,7 @@ impl AuditLog {
             anchor: None,
             exporting: Mutex::new(0),
             _lock: lock,
+            redactor: Mutex::new(None),
         };
         if let Some((file, offset, bytes)) = torn {
             log.recover(&file, offset, &bytes)?;
@@ -470,6 +478,12 @@ impl AuditLog {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Sets the function every later record's line passes through before it is hashed
+    /// and written ([`Redactor`]).
+    pub fn set_redactor(&self, redactor: Redactor) {
+        *self.redactor.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(redactor);
+    }
+
     /// Appends one record and returns once it, and every record before it, is on disk.
     /// Concurrent appends share one fdatasync (group commit); none returns early. A
     /// record longer than [`MAX_RECORD_BYTES`] is refused ([`AuditError::TooLarge`]) and
@@ -506,6 +520,10 @@ impl AuditLog {
             fields,
         };
         let mut line = record.to_line();
+        let redactor = self.redactor.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some(clean) = redactor.and_then(|r| r(&line)) {
+            line = clean;
+        }
         if line.len() > MAX_RECORD_BYTES {
             return Err(AuditError::TooLarge { bytes: line.len(), max: MAX_RECORD_BYTES });
         }

@@ -85,6 +85,9 @@ fn main() {
     if wanted("wasi") {
         bench_standard(&rt);
     }
+    if wanted("secrets") {
+        bench_secrets(&rt);
+    }
     println!(
         "\ntargets: fresh instance + trivial call <= 30 µs median; fs.read 1 MiB <= 3× std::fs::read"
     );
@@ -220,4 +223,79 @@ fn bench_standard(rt: &Runtime) {
     let native = measure(300, || assert_eq!(std::fs::read(&file).unwrap().len(), 1 << 20));
     row("1 MiB via wasi:filesystem", &wasi, "via bx:host/fs (fs.read)", &host_fs);
     row("1 MiB via wasi:filesystem", &wasi, "std::fs::read", &native);
+}
+
+/// A loopback server that answers every request with a short 200, for as long as the
+/// bench runs.
+fn tiny_server() -> u16 {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                line.clear();
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+            );
+        }
+    });
+    port
+}
+
+fn bench_secrets(rt: &Runtime) {
+    // 6. A granted fetch to a loopback server with one secret bound (the header put in,
+    //    the request and the response scanned), against the same fetch with none.
+    use bx_broker::{Policy, Resource};
+    use bx_runtime::Secrets;
+    let exec = executor();
+    let port = tiny_server();
+    let hostile = load(rt, "test_hostile");
+    let grant_of = |binding: &str| {
+        let text = format!(
+            "[[grant]]\ntool = \"test.hostile\"\nhost = \"127.0.0.1:{port}\"\nmode = \"fetch\"\nlabel = \"public/untrusted\"\n{binding}"
+        );
+        let call = CallRequest {
+            tool: "test.hostile".into(),
+            digest: hostile.digest().into(),
+            resources: vec![Resource::Url(format!("http://127.0.0.1:{port}/"))],
+        };
+        match bx_broker::decide(&Policy::parse("p.toml", &text).unwrap(), Label::CLEAN, &call) {
+            Decision::Allow(g) => g,
+            other => panic!("{other:?}"),
+        }
+    };
+    let bound = grant_of(&format!(
+        "[[secret]]\nname = \"gh\"\ntool = \"test.hostile\"\nhost = \"127.0.0.1:{port}\"\nheader.authorization = \"Bearer {{secret:gh}}\"\n"
+    ));
+    let plain = grant_of("");
+    let value = "ghp_0123456789abcdefABCDEF0123456789abcd";
+    let secrets = Secrets::new([("gh".to_owned(), value.to_owned())]).unwrap();
+    let args = format!(r#"{{"mode":"send","url":"http://127.0.0.1:{port}/"}}"#);
+    let with = measure(300, || {
+        let (r, used) = exec.block_on(rt.call_with(&hostile, bound.clone(), &args, &secrets));
+        assert!(matches!(r.unwrap().result, Ok(Output::Json(_))));
+        assert_eq!(used.used.len(), 1);
+    });
+    let without = measure(300, || {
+        let (r, _) = exec.block_on(rt.call_with(&hostile, plain.clone(), &args, &Secrets::none()));
+        assert!(matches!(r.unwrap().result, Ok(Output::Json(_))));
+    });
+    row("fetch, one secret bound", &with, "fetch, no secret", &without);
+
+    // 7. The leak guard on one body, each way (scan a request, redact a response),
+    //    against copying the body.
+    for (size, label, n) in [(1 << 10, "1 KiB", 20_000), (1 << 20, "1 MiB", 100)] {
+        let line = "the quick brown fox jumps over the lazy dog 0123456789\n";
+        let body = line.repeat(size / line.len() + 1)[..size].to_owned();
+        let scan = measure(n, || assert!(secrets.find(body.as_bytes()).is_empty()));
+        let redact = measure(n, || assert_eq!(secrets.redact_text(&body).0.len(), size));
+        let copy = measure(n, || assert_eq!(std::hint::black_box(body.as_bytes().to_vec()).len(), size));
+        row(&format!("leak guard, scan a {label} request"), &scan, "copy the body", &copy);
+        row(&format!("leak guard, redact a {label} response"), &redact, "copy the body", &copy);
+    }
 }

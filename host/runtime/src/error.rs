@@ -69,7 +69,7 @@ pub enum RunError {
     /// The call needs the secret store and it cannot be used: unreadable (every call
     /// is refused, since the leak guard cannot know what to look for), or readable by
     /// other users (calls that need a secret are refused). Nothing ran.
-    #[error("the call was not started: {why} (see docs/runbook.md#{entry})")]
+    #[error("the call was not started: {why} (see {})", secrets_runbook(entry))]
     Secrets {
         /// Why.
         why: String,
@@ -87,12 +87,17 @@ impl RunError {
         match self {
             RunError::Limit { .. } => Some("docs/runbook.md#tool-limit"),
             RunError::Cache { .. } => Some("docs/runbook.md#precompiled-cache"),
-            RunError::Secrets { entry: "secrets-exposed", .. } => {
-                Some("docs/runbook.md#secrets-exposed")
-            }
-            RunError::Secrets { .. } => Some("docs/runbook.md#secrets-unreadable"),
+            RunError::Secrets { entry, .. } => Some(secrets_runbook(entry)),
             _ => None,
         }
+    }
+}
+
+/// The runbook entry of a refusal for the secret store's sake.
+fn secrets_runbook(entry: &str) -> &'static str {
+    match entry {
+        "secrets-exposed" => "docs/runbook.md#secrets-exposed",
+        _ => "docs/runbook.md#secrets-unreadable",
     }
 }
 

@@ -208,8 +208,9 @@ impl Secrets {
         (out, found)
     }
 
-    /// [`Secrets::redact`] for text (what is put in stays text).
-    pub(crate) fn redact_text(&self, text: &str) -> (String, Vec<(String, Encoding)>) {
+    /// [`Secrets::redact`] for text (what is put in stays text): every value found
+    /// replaced by `[redacted secret NAME]`, and what was found.
+    pub fn redact_text(&self, text: &str) -> (String, Vec<(String, Encoding)>) {
         if self.is_empty() {
             return (text.to_owned(), Vec::new());
         }

@@ -36,7 +36,7 @@ pub struct SecretValue(String);
 
 impl SecretValue {
     /// Checks `text` as a value: 8 to 4096 bytes of printable ASCII (space included,
-    /// not at either end), what a header or a query can carry as it is.
+    /// not at either end; no `"` or `\`), what a header or a query can carry as it is.
     pub fn new(text: String) -> Result<SecretValue, String> {
         if text.len() < MIN_SECRET_BYTES {
             return Err(format!(
@@ -49,6 +49,11 @@ impl SecretValue {
         }
         if !text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
             return Err("the value must be printable ASCII (what a header can carry)".into());
+        }
+        // JSON writes these escaped, where the guard must still find the value (and
+        // replace it without breaking the escape).
+        if text.contains(['"', '\\']) {
+            return Err("the value holds a quote or a backslash, which no token needs".into());
         }
         if text.starts_with(' ') || text.ends_with(' ') {
             return Err("the value starts or ends with a space".into());

@@ -14,6 +14,7 @@ mod oci;
 mod reach;
 mod run;
 mod runbook;
+mod secrets;
 mod settle;
 mod trust;
 mod workspace;
