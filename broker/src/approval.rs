@@ -285,6 +285,12 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
             m.label
         ));
     }
+    if !r.secrets.is_empty() {
+        out.push_str("  secrets the host puts in (the tool sees placeholders):\n");
+        for binding in &r.secrets {
+            out.push_str(&format!("    - {}\n", e(binding)));
+        }
+    }
     let (pretty, cut) = shown_args(&pending.args);
     out.push_str("  arguments:\n");
     for line in pretty.lines() {
@@ -414,6 +420,7 @@ mod tests {
             asking: vec![Resource::PathWrite("/w/x".into())],
             matched: vec![],
             taint: Label::TOP,
+            secrets: vec![],
         }
     }
 

@@ -83,6 +83,9 @@ pub struct AskRequest {
     pub matched: Vec<Matched>,
     /// The session's taint when it asked.
     pub taint: Label,
+    /// The `[[secret]]` rules that would put a secret into the call's requests (the
+    /// tool's, for a host the call names), as shown: the owner approves those too.
+    pub secrets: Vec<String>,
 }
 
 /// The broker's answer to a call.
@@ -382,12 +385,14 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         hosts,
         secrets: policy.secrets.iter().filter(|s| s.tool.matches(&call.tool)).cloned().collect(),
     };
+    let secrets = secrets_for(&grant, &call.resources);
     let ask = (!reasons.is_empty()).then(|| AskRequest {
         call: call.clone(),
         reasons,
         asking,
         matched,
         taint,
+        secrets,
     });
     Ok((grant, ask))
 }
@@ -413,4 +418,26 @@ pub fn redecide(policy: &Policy, taint: Label, request: &AskRequest, answer: &An
             }
         },
     }
+}
+
+/// The tool's secret bindings that cover a host among `resources`, as shown.
+fn secrets_for(grant: &Grant, resources: &[Resource]) -> Vec<String> {
+    let urls: Vec<url::Url> = resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Url(u) => url::Url::parse(u).ok(),
+            Resource::PathRead(_) | Resource::PathWrite(_) => None,
+        })
+        .collect();
+    grant
+        .secrets()
+        .iter()
+        .filter(|b| {
+            urls.iter().any(|u| match (u.host(), u.port_or_known_default()) {
+                (Some(h), Some(p)) => b.covers(&h, p),
+                _ => false,
+            })
+        })
+        .map(ToString::to_string)
+        .collect()
 }

@@ -102,3 +102,30 @@ fn only_the_id_approves_what_the_owner_types() {
     }
     assert_eq!(typed_answer("k7qm3x", "not that file"), Answer::Refuse("not that file".into()));
 }
+
+/// A call whose request would carry a secret shows the binding in its block, and only
+/// the placeholder among its arguments.
+#[test]
+fn a_block_names_the_secrets_the_host_would_put_in() {
+    let policy = Policy::parse(
+        "p.toml",
+        "[[grant]]\ntool = \"http.fetch\"\nhost = \"api.github.com\"\nmode = \"fetch\"\nlabel = \"public/untrusted\"\nwhen_clean = \"ask\"\n\
+         [[secret]]\nname = \"github\"\ntool = \"http.fetch\"\nhost = \"api.github.com\"\nheader.authorization = \"Bearer {secret:github}\"\n\
+         [[secret]]\nname = \"other\"\ntool = \"http.fetch\"\nhost = \"example.org\"\nquery.k = \"{secret:other}\"\n",
+    )
+    .unwrap();
+    let call = bx_broker::CallRequest {
+        tool: "http.fetch".into(),
+        digest: "sha256:5e".into(),
+        resources: vec![Resource::Url("https://api.github.com/user".into())],
+    };
+    let Decision::Ask(ask) = decide(&policy, Label::CLEAN, &call) else { panic!("should ask") };
+    let mut p = ApprovalTable::new().insert(
+        ask,
+        r#"{"url":"https://api.github.com/user","headers":{"x-t":"{secret:github}"}}"#.into(),
+        1_000,
+        120_000,
+    );
+    p.id = "7kq3mx".into();
+    golden("approval/secret.txt", &render_block(&p, "sha256:5e", 31_000));
+}

@@ -96,6 +96,16 @@ impl SecretSource {
         (!found.is_empty()).then_some(clean)
     }
 
+    /// `message` with every secret value the guard finds redacted: what the owner typed
+    /// or the model wrote goes into the transcript (and the next prompt) without one.
+    pub fn redact_message(&self, message: bx_infer::Message) -> bx_infer::Message {
+        let Ok(line) = serde_json::to_string(&message) else { return message };
+        match self.redact_line(&line).map(|clean| serde_json::from_str(&clean)) {
+            Some(Ok(clean)) => clean,
+            _ => message,
+        }
+    }
+
     /// Notes when and where each secret was last sent. A failure is not the call's: the
     /// audit record already holds the use.
     pub fn note_uses(&self, used: &[(String, String)], at: &str) {

@@ -101,7 +101,7 @@ impl Agent {
         let toolset = self.toolset()?;
         let mut transcript = self.transcript(session)?;
         transcript.close_dangling_calls()?;
-        transcript.append(&[Message::User { content: text.to_owned() }])?;
+        transcript.append(&self.redacted(Message::User { content: text.to_owned() }))?;
         let limits = &self.parts.limits;
         // In constrained mode the server sees no tools array: the system prompt lists them.
         let (defs, system) = if client.constrained() && !toolset.defs().is_empty() {
@@ -172,10 +172,10 @@ impl Agent {
                 thinking_capped: completion.thinking_capped,
                 slot_wait_ms: completion.slot_wait.as_secs_f64() * 1000.0,
             });
-            transcript.append(&[Message::Assistant {
+            transcript.append(&self.redacted(Message::Assistant {
                 content: completion.content.clone(),
                 tool_calls: completion.tool_calls.clone(),
-            }])?;
+            }))?;
             if completion.tool_calls.is_empty() {
                 return Ok(usage);
             }
@@ -217,6 +217,11 @@ impl Agent {
                 )));
             }
         }
+    }
+
+    /// `message` as the transcript keeps it: no secret's value (docs/runtime.md#secrets).
+    fn redacted(&self, message: Message) -> [Message; 1] {
+        [self.trust.secrets().redact_message(message)]
     }
 
     /// The session's transcript for a turn: the one kept from its last turn while its

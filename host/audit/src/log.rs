@@ -520,7 +520,8 @@ impl AuditLog {
             fields,
         };
         let mut line = record.to_line();
-        let redactor = self.redactor.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let redactor =
+            self.redactor.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         if let Some(clean) = redactor.and_then(|r| r(&line)) {
             line = clean;
         }

@@ -239,9 +239,8 @@ fn tiny_server() -> u16 {
             while reader.read_line(&mut line).unwrap_or(0) > 2 {
                 line.clear();
             }
-            let _ = stream.write_all(
-                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
-            );
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
         }
     });
     port
@@ -294,7 +293,8 @@ fn bench_secrets(rt: &Runtime) {
         let body = line.repeat(size / line.len() + 1)[..size].to_owned();
         let scan = measure(n, || assert!(secrets.find(body.as_bytes()).is_empty()));
         let redact = measure(n, || assert_eq!(secrets.redact_text(&body).0.len(), size));
-        let copy = measure(n, || assert_eq!(std::hint::black_box(body.as_bytes().to_vec()).len(), size));
+        let copy =
+            measure(n, || assert_eq!(std::hint::black_box(body.as_bytes().to_vec()).len(), size));
         row(&format!("leak guard, scan a {label} request"), &scan, "copy the body", &copy);
         row(&format!("leak guard, redact a {label} response"), &redact, "copy the body", &copy);
     }

@@ -108,6 +108,40 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
         }
     }
 
+    // The secret store: readable by bx alone, and every bound secret set.
+    match state.secrets().load() {
+        Ok(loaded) => {
+            if let Some(why) = &loaded.exposed {
+                check(
+                    false,
+                    format!(
+                        "secrets: {} (see docs/runbook.md#secrets-exposed)",
+                        term::one_line(why)
+                    ),
+                );
+            } else {
+                check(true, format!("secrets: {} stored, mode 0600", loaded.secrets.len()));
+            }
+            for b in policy.in_force().iter().flat_map(|p| p.secrets().to_vec()) {
+                if !loaded.secrets.contains_key(&b.name) {
+                    outln!(
+                        "warn secrets: {} binds {}, which is not set (bx secret set {}; see docs/runbook.md#secret-missing)",
+                        term::one_line(&b.to_string()),
+                        b.name,
+                        b.name
+                    );
+                }
+            }
+        }
+        Err(e) => check(
+            false,
+            format!(
+                "secrets: {} (see docs/runbook.md#secrets-unreadable)",
+                term::one_line(&e.to_string())
+            ),
+        ),
+    }
+
     let anchor = bx_daemon::audit_anchor(state, &config);
     let against = bx_audit::Against {
         verifier: anchor.as_ref().ok().and_then(Option::as_ref).map(|a| a.verifier().to_owned()),

@@ -217,7 +217,7 @@ fn a_bound_server_gets_the_value_and_nothing_bx_writes_or_prints_holds_it() {
     let r = run("hostile.fetch", json!({"url": bound.url("/wasi")}));
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("authorization: Bearer [redacted secret gh]"), "{}", r.stdout);
-    assert!(bound.seen().contains(&format!("GET /wasi HTTP/1.1")), "{}", bound.seen());
+    assert!(bound.seen().contains("GET /wasi HTTP/1.1"), "{}", bound.seen());
     let r = run("hostile.env-var", json!({"name": "GH_TOKEN"}));
     assert_eq!(r.stdout.trim(), "\"{secret:gh}\"", "{}", r.stderr);
     // A hostile tool's attempts elsewhere: refused, named, on the log.
@@ -238,7 +238,15 @@ fn a_bound_server_gets_the_value_and_nothing_bx_writes_or_prints_holds_it() {
     let w = ws.path().canonicalize().unwrap();
     let r = bx(
         s,
-        &["tool", "run", "fs.read", "--workspace", w.to_str().unwrap(), "--args", r#"{"path":"notes.txt"}"#],
+        &[
+            "tool",
+            "run",
+            "fs.read",
+            "--workspace",
+            w.to_str().unwrap(),
+            "--args",
+            r#"{"path":"notes.txt"}"#,
+        ],
     );
     printed.push_str(&r.stdout);
     printed.push_str(&r.stderr);
@@ -294,10 +302,18 @@ fn a_store_others_can_read_refuses_calls_that_need_it_and_an_unreadable_one_refu
     let args = json!({"url": bound.url("/x")}).to_string();
     let r = bx(s, &["tool", "run", "http.fetch", "--args", &args]);
     assert_ne!(r.code, 0);
-    assert!(r.stdout.contains("#secrets-exposed") || r.stderr.contains("#secrets-exposed"), "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("#secrets-exposed") || r.stderr.contains("#secrets-exposed"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(bound.seen(), "", "a refused call reached the server");
     let r = bx(s, &["secret", "list"]);
     assert!(r.stdout.contains("other users can read it"), "{}", r.stdout);
+    let r = bx(s, &["doctor"]);
+    assert!(r.stdout.contains("mode 644; other users can read it"), "{}", r.stdout);
+    assert!(r.stdout.contains("#secrets-exposed"), "{}", r.stdout);
     // A store bx cannot read: every call, since the guard would not know what to find.
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::write(&store, b"{\"version\": 1, \"secrets\": {\"gh\": 1}}").unwrap();
@@ -307,5 +323,52 @@ fn a_store_others_can_read_refuses_calls_that_need_it_and_an_unreadable_one_refu
     let said = format!("{}{}", r.stdout, r.stderr);
     assert!(said.contains("#secrets-unreadable"), "{said}");
     assert_eq!(other.seen(), "", "a refused call reached the server");
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
+
+/// The loop: the owner pastes the value into a message, the model uses the placeholder;
+/// the transcript, every later prompt and the log hold neither the value nor its echo.
+#[test]
+fn the_loop_keeps_no_value_in_the_transcript_the_prompts_or_the_log() {
+    use bx_eval::model::{Call, Reply, Request, ScriptedModel};
+    let prompts: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&prompts);
+    let (state, bound, _other) = setup();
+    let url = bound.url("/loop");
+    let model = ScriptedModel::start(Arc::new(move |r: &Request| {
+        if r.is_self_test() {
+            return Reply::Text("ok".into());
+        }
+        seen.lock().unwrap().push(serde_json::to_string(r.messages()).unwrap());
+        if r.results_this_turn().is_empty() {
+            let args = json!({"url": url, "headers": {"x-copy": "{secret:gh}"}});
+            Reply::Calls(vec![Call::new("http.fetch", args)])
+        } else {
+            Reply::Text("fetched".into())
+        }
+    }))
+    .unwrap();
+    let s = state.path();
+    std::fs::write(s.join("config.toml"), format!("[inference]\nurl = \"{}\"\n", model.url()))
+        .unwrap();
+    let daemon = Daemon::start(s);
+    let (code, events) = say(s, "loop", &format!("my token is {VALUE}; fetch with it"), &[]);
+    assert_eq!(code, 0, "{events:?}");
+    drop(daemon);
+    assert!(bound.seen().contains(&format!("x-copy: {VALUE}")), "{}", bound.seen());
+    let messages = serde_json::to_string(&transcript(s, "loop")).unwrap();
+    assert!(messages.contains("my token is [redacted secret gh]"), "{messages}");
+    assert!(messages.contains("x-copy: [redacted secret gh]"), "{messages}");
+    // Every prompt is built from the transcript: the model never read the value either.
+    let prompts = prompts.lock().unwrap();
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
+    for prompt in prompts.iter() {
+        assert_eq!(leaks_in(prompt.as_bytes()), Vec::<String>::new(), "{prompt}");
+    }
+    let mut files = Vec::new();
+    files_under(s, &mut files);
+    for (path, bytes) in files {
+        assert_eq!(leaks_in(&bytes), Vec::<String>::new(), "{}", path.display());
+    }
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }

@@ -155,7 +155,10 @@ impl Tool for Hostile {
                     url: url.clone(),
                     headers: headers
                         .iter()
-                        .map(|(name, value)| http::Header { name: name.clone(), value: value.clone() })
+                        .map(|(name, value)| http::Header {
+                            name: name.clone(),
+                            value: value.clone(),
+                        })
                         .collect(),
                     body: body.clone().map(String::into_bytes),
                 };
@@ -170,7 +173,9 @@ impl Tool for Hostile {
                     "body": String::from_utf8_lossy(&resp.body),
                 }))
             }
-            Args::Env { name } => json_output(&serde_json::json!({ "value": std::env::var(name).ok() })),
+            Args::Env { name } => {
+                json_output(&serde_json::json!({ "value": std::env::var(name).ok() }))
+            }
             Args::Get { url } => {
                 let req = http::Request {
                     method: "GET".into(),
