@@ -314,6 +314,56 @@ impl Grant {
         self.own.iter().any(|d| path.starts_with(d))
     }
 
+    /// This grant cut down to exactly the resources a call declared: each declared path
+    /// becomes a root of its own (with the label and access of the root that covered
+    /// it), and each declared URL's host and port the only hosts. Only ever narrower: a
+    /// declared resource this grant does not reach is left out, not added. For code
+    /// whose every access is unknown in advance (`py.run`, a standard component's
+    /// function), so it reaches what its call names and nothing beside it
+    /// (docs/policy.md#how-a-call-is-decided).
+    pub fn narrowed(mut self, declared: &[crate::Resource]) -> Grant {
+        let mut roots: Vec<RootGrant> = Vec::new();
+        let mut hosts: Vec<(HostRule, Label)> = Vec::new();
+        for resource in declared {
+            let (text, access) = match resource {
+                crate::Resource::PathRead(p) => (p, FsAccess::Read),
+                crate::Resource::PathWrite(p) => (p, FsAccess::Write),
+                crate::Resource::Url(u) => {
+                    let Ok(url) = url::Url::parse(u) else { continue };
+                    let (Some(host), Some(port)) = (url.host(), url.port_or_known_default())
+                    else {
+                        continue;
+                    };
+                    let Some((_, label)) = self.hosts.iter().find(|(r, _)| r.matches(&host, port))
+                    else {
+                        continue;
+                    };
+                    let rule = match host {
+                        url::Host::Domain(d) => {
+                            HostRule::Name { name: d.trim_end_matches('.').to_owned(), port: Some(port) }
+                        }
+                        url::Host::Ipv4(a) => HostRule::Addr { addr: a.into(), port: Some(port) },
+                        url::Host::Ipv6(a) => HostRule::Addr { addr: a.into(), port: Some(port) },
+                    };
+                    if !hosts.iter().any(|(r, _)| *r == rule) {
+                        hosts.push((rule, *label));
+                    }
+                    continue;
+                }
+            };
+            let Ok(route) = self.route_path(text, access) else { continue };
+            let Some(covering) = self.roots.get(route.root) else { continue };
+            let Ok(path) = normalize(Path::new(text)) else { continue };
+            let narrowed = RootGrant { path, access, label: covering.label };
+            if !roots.contains(&narrowed) {
+                roots.push(narrowed);
+            }
+        }
+        self.roots = roots;
+        self.hosts = hosts;
+        self
+    }
+
     /// Checks a filesystem operation lexically: the path is normalised, must not lie under
     /// a denied sub-path, and must lie under a root that allows `access`; the longest such
     /// root wins. The runtime repeats the denied check on the object it actually opened.
@@ -439,6 +489,33 @@ mod tests {
         assert_eq!(g.path_label(Path::new("/home/o/out/a")), Label::TOP);
         assert_eq!(g.path_label(Path::new("/elsewhere")), Label::TOP);
         assert_eq!(g.reach_label(), Label::TOP.join(Label::CLEAN));
+    }
+
+    #[test]
+    fn narrowed_reaches_only_what_was_declared() {
+        use crate::Resource;
+        let g = grant().narrowed(&[
+            Resource::PathRead("/home/o/notes/a.csv".into()),
+            Resource::PathWrite("/home/o/out/b.txt".into()),
+            Resource::PathRead("/home/o/.ssh/id".into()),
+            Resource::PathRead("/elsewhere/x".into()),
+            Resource::Url("https://example.com/api".into()),
+            Resource::Url("https://other.org/".into()),
+        ]);
+        assert!(g.route_path("/home/o/notes/a.csv", FsAccess::Read).is_ok());
+        assert!(g.route_path("/home/o/notes/b.csv", FsAccess::Read).is_err());
+        assert!(g.route_path("/home/o/out/b.txt", FsAccess::Write).is_ok());
+        assert!(g.route_path("/home/o/out/c.txt", FsAccess::Write).is_err());
+        assert!(g.route_path("/home/o/.ssh/id", FsAccess::Read).is_err());
+        assert!(g.route_path("/elsewhere/x", FsAccess::Read).is_err());
+        let ok = url::Url::parse("https://example.com/other").unwrap();
+        assert_eq!(g.route_url(&ok), Ok(NetRoute::ByName));
+        let port = url::Url::parse("https://example.com:8443/").unwrap();
+        assert!(g.route_url(&port).is_err());
+        assert!(g.route_url(&url::Url::parse("https://other.org/").unwrap()).is_err());
+        // A write declared under a read-only root is not made writable.
+        let g = grant().narrowed(&[Resource::PathWrite("/home/o/notes/a.csv".into())]);
+        assert!(g.route_path("/home/o/notes/a.csv", FsAccess::Write).is_err());
     }
 
     #[test]
