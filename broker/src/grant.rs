@@ -330,8 +330,7 @@ impl Grant {
                 crate::Resource::PathWrite(p) => (p, FsAccess::Write),
                 crate::Resource::Url(u) => {
                     let Ok(url) = url::Url::parse(u) else { continue };
-                    let (Some(host), Some(port)) = (url.host(), url.port_or_known_default())
-                    else {
+                    let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {
                         continue;
                     };
                     let Some((_, label)) = self.hosts.iter().find(|(r, _)| r.matches(&host, port))
@@ -339,9 +338,10 @@ impl Grant {
                         continue;
                     };
                     let rule = match host {
-                        url::Host::Domain(d) => {
-                            HostRule::Name { name: d.trim_end_matches('.').to_owned(), port: Some(port) }
-                        }
+                        url::Host::Domain(d) => HostRule::Name {
+                            name: d.trim_end_matches('.').to_owned(),
+                            port: Some(port),
+                        },
                         url::Host::Ipv4(a) => HostRule::Addr { addr: a.into(), port: Some(port) },
                         url::Host::Ipv6(a) => HostRule::Addr { addr: a.into(), port: Some(port) },
                     };

@@ -786,9 +786,9 @@ impl Allowed<'_> {
             trust.audit.append(&record)?;
             Ok(taint)
         })?;
-        trust
-            .secrets
-            .note_uses(&activity.used, &bx_audit::format_rfc3339(std::time::SystemTime::now()));
+        let now = bx_audit::format_rfc3339(std::time::SystemTime::now());
+        trust.secrets.note_uses(&activity.used, &now);
+        trust.secrets.quarantine(&activity.leaks, &now);
         let bytes = output.map_or(0, |t| t.len() as u64);
         Ok(Finished { status, label, taint, for_model, bytes, outcome, secrets: activity })
     }

@@ -77,6 +77,30 @@ impl SecretSource {
     /// call while the store cannot be read (the leak guard would not know what to look
     /// for), and a call whose grant binds a secret while other users can read the store.
     pub fn for_call(&self, grant: &Grant) -> Result<Secrets, RunError> {
+        // A secret a tool tried to send elsewhere holds back every call that can send a
+        // request: each refusal would tell the tool one more thing about the value.
+        if grant.hosts().len() > 0 {
+            match self.store.quarantined() {
+                Some(held) if held.is_empty() => {}
+                Some(held) => {
+                    let why = held
+                        .iter()
+                        .map(|(name, u)| {
+                            format!(
+                                "secret {name} is held back since a tool tried to send it to {} at {}; every call that can send a request waits for `bx secret set {name}`",
+                                u.host, u.at
+                            )
+                        })
+                        .next()
+                        .unwrap_or_default();
+                    return Err(RunError::Secrets { why, entry: "secret-quarantined" });
+                }
+                None => {
+                    let why = "the secret store's quarantine file cannot be read".to_owned();
+                    return Err(RunError::Secrets { why, entry: "secret-quarantined" });
+                }
+            }
+        }
         match self.prepared() {
             Prepared::Unreadable(why) => {
                 Err(RunError::Secrets { why, entry: "secrets-unreadable" })
@@ -103,6 +127,15 @@ impl SecretSource {
         match self.redact_line(&line).map(|clean| serde_json::from_str(&clean)) {
             Some(Ok(clean)) => clean,
             _ => message,
+        }
+    }
+
+    /// Holds back each secret a call tried to send to a host it is not bound to.
+    pub fn quarantine(&self, leaks: &[bx_runtime::Leak], at: &str) {
+        for leak in leaks.iter().filter(|l| l.direction == bx_runtime::Direction::Request) {
+            if let Err(e) = self.store.quarantine(&leak.name, &leak.host, at) {
+                eprintln!("bx: could not hold back secret {}: {e}", leak.name);
+            }
         }
     }
 

@@ -97,6 +97,7 @@ impl RunError {
 fn secrets_runbook(entry: &str) -> &'static str {
     match entry {
         "secrets-exposed" => "docs/runbook.md#secrets-exposed",
+        "secret-quarantined" => "docs/runbook.md#secret-quarantined",
         _ => "docs/runbook.md#secrets-unreadable",
     }
 }

@@ -24,6 +24,14 @@ use crate::secrets::{Direction, Leak, Secrets};
 use crate::state::CallState;
 use crate::tool::Touched;
 
+/// Bytes read past the response cap when secrets are guarded: the longest value, so one
+/// across the cut is whole when the guard looks.
+const GUARD_MARGIN: usize = 4096;
+
+/// Why a request is refused after one of the same call tried to send a secret elsewhere:
+/// the guard's refusal must not be asked again and again, one guess at a time.
+const LEAKED_BEFORE: &str = "an earlier request of this call carried a secret to a host it is not bound to; no further request of this call is sent (see docs/runbook.md#secret-leak)";
+
 /// Request headers a tool may send, at most (count).
 pub(crate) const MAX_REQUEST_HEADERS: usize = 64;
 /// Request body a tool may send, at most (bytes).
@@ -253,7 +261,7 @@ impl Fetcher {
         let mut body = body;
         let mut hops = 0;
         loop {
-            let (sent_url, sent_headers) =
+            let (sent_url, sent_headers, carried) =
                 self.with_secrets(&url, &headers, body.as_deref()).map_err(refused)?;
             self.touch(url.host_str().unwrap_or_default().to_owned());
             let mut builder = client.request(method.clone(), sent_url).headers(sent_headers);
@@ -300,6 +308,15 @@ impl Fetcher {
                 continue;
             }
             let host = url.host_str().unwrap_or_default().to_owned();
+            let encoded = response
+                .headers()
+                .get(reqwest::header::CONTENT_ENCODING)
+                .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"));
+            if carried && encoded {
+                return Err(refused(Error::Denied(format!(
+                    "{host} answered a request that carried a secret with a compressed body, which the leak guard cannot look through (see docs/runbook.md#secret-leak)"
+                ))));
+            }
             let final_url = self.clean(response.url().as_str().as_bytes(), &host);
             let final_url = String::from_utf8_lossy(&final_url).into_owned();
             let resp_headers = response
@@ -313,16 +330,17 @@ impl Fetcher {
                 })
                 .collect();
             let cap = self.limits.response_bytes as usize;
+            // Read past the cap by the longest value, and redact before cutting: a value
+            // across the cut would otherwise reach the guest in part.
+            let read_cap = if self.secrets.is_empty() { cap } else { cap + GUARD_MARGIN };
             let mut response = response;
             let mut data = Vec::new();
             let mut truncated = false;
             let read_all = async {
                 while let Some(chunk) = response.chunk().await? {
-                    let room = (cap + 1).saturating_sub(data.len());
+                    let room = (read_cap + 1).saturating_sub(data.len());
                     data.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                    if data.len() > cap {
-                        truncated = true;
-                        data.truncate(cap);
+                    if data.len() > read_cap {
                         break;
                     }
                 }
@@ -335,11 +353,16 @@ impl Fetcher {
                 }
                 Ok(Ok(())) => {}
             }
+            let mut body = self.clean(&data, &host);
+            if data.len() > cap || body.len() > cap {
+                truncated = data.len() > cap;
+                body.truncate(cap);
+            }
             return Ok(Response {
                 status: status.as_u16(),
                 url: final_url,
                 headers: resp_headers,
-                body: self.clean(&data, &host),
+                body,
                 truncated,
             });
         }
@@ -372,10 +395,13 @@ impl Fetcher {
         url: &url::Url,
         headers: &reqwest::header::HeaderMap,
         body: Option<&[u8]>,
-    ) -> Result<(url::Url, reqwest::header::HeaderMap), Error> {
+    ) -> Result<(url::Url, reqwest::header::HeaderMap, bool), Error> {
         let host_text = url.host_str().unwrap_or_default().to_owned();
+        if self.sink.lock().leaks.iter().any(|l| l.direction == Direction::Request) {
+            return Err(Error::Denied(LEAKED_BEFORE.into()));
+        }
         let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {
-            return Ok((url.clone(), headers.clone()));
+            return Ok((url.clone(), headers.clone(), false));
         };
         let bindings: Vec<&bx_broker::SecretBinding> =
             self.grant.secrets().iter().filter(|b| b.covers(&host, port)).collect();
@@ -389,7 +415,7 @@ impl Fetcher {
         pieces.extend(body);
         for piece in &pieces {
             if let Some((name, encoding)) =
-                self.secrets.find(piece).into_iter().find(|(n, _)| !bound_here(n))
+                self.secrets.find_outgoing(piece).into_iter().find(|(n, _)| !bound_here(n))
             {
                 let leak = Leak {
                     name: name.to_owned(),
@@ -435,7 +461,7 @@ impl Fetcher {
             used.push(name);
         }
         if used.is_empty() {
-            return Ok((url.clone(), headers.clone()));
+            return Ok((url.clone(), headers.clone(), false));
         }
         let loopback = match host {
             url::Host::Ipv4(a) => a.is_loopback(),
@@ -507,11 +533,16 @@ impl Fetcher {
                 out_url.set_query(Some(&q));
             }
         }
+        // A compressed answer could carry the value past the guard.
+        out_headers.insert(
+            reqwest::header::ACCEPT_ENCODING,
+            reqwest::header::HeaderValue::from_static("identity"),
+        );
         let mut sink = self.sink.lock();
         for name in used {
             sink.used.insert((name.to_owned(), host_text.clone()));
         }
-        Ok((out_url, out_headers))
+        Ok((out_url, out_headers, true))
     }
 }
 
@@ -570,6 +601,9 @@ impl CallState {
             let value = reqwest::header::HeaderValue::from_str(&h.value)
                 .map_err(|_| Error::Invalid(format!("header value for {:?}", h.name)))?;
             headers.append(name, value);
+        }
+        if self.leaks.iter().any(|l| l.direction == Direction::Request) {
+            return Err(Error::Denied(LEAKED_BEFORE.into()));
         }
         let fetcher = Fetcher::new(&self.grant, &self.limits, self.deadline, &self.secrets);
         let result = fetcher.fetch(method, &req.url, headers, req.body).await;

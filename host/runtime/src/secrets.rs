@@ -153,8 +153,11 @@ impl Secrets {
                 patterns.push(pattern);
             }
         }
+        // ASCII case is ignored: header names travel lower-cased, and hex and percent
+        // escapes come in either case.
         let ac = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
+            .ascii_case_insensitive(true)
             .build(&patterns)
             .map_err(|e| format!("the leak guard could not be built: {e}"))?;
         Ok(Secrets { inner: Some(Arc::new(Guard { names, values, ac, what })) })
@@ -173,6 +176,21 @@ impl Secrets {
     /// The value of `name`, if the store has it.
     pub(crate) fn value(&self, name: &str) -> Option<&str> {
         self.inner.as_ref()?.values.get(name).map(String::as_str)
+    }
+
+    /// Every secret the guard finds in an outgoing `bytes`, looking also through one and
+    /// two rounds of URL-decoding (`%XX` and `+`), so escaping a few of a value's bytes
+    /// hides nothing.
+    pub fn find_outgoing(&self, bytes: &[u8]) -> Vec<(&str, Encoding)> {
+        let mut found = self.find(bytes);
+        if found.is_empty() && !self.is_empty() && bytes.iter().any(|b| *b == b'%' || *b == b'+') {
+            let once = url_decode(bytes);
+            found = self.find(&once);
+            if found.is_empty() && once.contains(&b'%') {
+                found = self.find(&url_decode(&once));
+            }
+        }
+        found
     }
 
     /// Every secret the guard finds in `bytes`, with its encoding, in order (one per
@@ -255,12 +273,37 @@ fn spellings(v: &[u8]) -> Vec<(Vec<u8>, Encoding)> {
         })
         .collect();
     let every: String = v.iter().map(|b| format!("%{b:02X}")).collect();
-    for text in [reserved, unreserved_kept, every] {
+    // A form's spelling: a space is `+`.
+    let form = unreserved_kept.replace("%20", "+");
+    for text in [reserved, unreserved_kept, every, form] {
         add(lower_escapes(&text), Encoding::Url);
         add(text.into_bytes(), Encoding::Url);
     }
     for part in halves(v) {
         add(part.to_vec(), Encoding::Part);
+    }
+    out
+}
+
+/// `bytes` URL-decoded once: `%XX` to its byte, `+` to a space; anything else kept.
+fn url_decode(bytes: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
     }
     out
 }
@@ -359,6 +402,24 @@ mod tests {
             assert_eq!(found.first().map(|(n, e)| (*n, *e)), Some(("gh", expect)), "{text}");
         }
         assert!(s.find(b"nothing of it here, ghp_ alone").is_empty());
+    }
+
+    #[test]
+    fn looks_through_partial_escapes_form_spaces_and_case() {
+        let s = secrets();
+        // A few bytes escaped leave no run of half as it is; decoding finds it whole.
+        let partial = "/c?k=ghp_Zx81t%6FkenVALUE%2Fwith%2Bodd%3Dchars";
+        assert_eq!(s.find(partial.as_bytes()), vec![]);
+        assert_eq!(s.find_outgoing(partial.as_bytes()).first().map(|f| f.0), Some("gh"));
+        let twice = "/c?k=ghp_Zx81t%256FkenVALUE%252Fwith%252Bodd%253Dchars";
+        assert_eq!(s.find_outgoing(twice.as_bytes()).first().map(|f| f.0), Some("gh"));
+        // A header name travels lower-cased.
+        assert_eq!(s.find(VALUE.to_ascii_lowercase().as_bytes()).first().map(|f| f.0), Some("gh"));
+        let spaced =
+            Secrets::new([("sp".to_owned(), "Ab1 Cd2 Ef3 Gh4 Ij5 Kl6 Mn7".to_owned())]).unwrap();
+        let form = "k=Ab1+Cd2+Ef3+Gh4+Ij5+Kl6+Mn7";
+        assert_eq!(spaced.find(form.as_bytes()).first().map(|f| f.0), Some("sp"));
+        assert_eq!(spaced.redact_text(form).0, "k=[redacted secret sp]");
     }
 
     #[test]

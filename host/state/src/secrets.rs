@@ -132,6 +132,48 @@ impl SecretStore {
         self.dir.join("uses.json")
     }
 
+    /// `secrets/quarantine.json`: secrets a tool tried to send where they are not bound.
+    pub fn quarantine_file(&self) -> PathBuf {
+        self.dir.join("quarantine.json")
+    }
+
+    /// The secrets held back since a tool tried to send them to a host they are not bound
+    /// to, with when and where (`docs/runbook.md#secret-quarantined`). A file that cannot
+    /// be read holds back every secret: `None`, and the caller refuses.
+    pub fn quarantined(&self) -> Option<BTreeMap<String, LastUse>> {
+        match read_own(&self.quarantine_file(), MAX_STORE_BYTES) {
+            Ok(None) => Some(BTreeMap::new()),
+            Ok(Some(data)) => serde_json::from_slice(&data).ok(),
+            Err(_) => None,
+        }
+    }
+
+    /// Holds `name` back: until it is set again or removed, no call that can send a
+    /// request runs. Called by the one writer of the audit log, after the call's record.
+    pub fn quarantine(&self, name: &str, host: &str, at: &str) -> Result<(), StateError> {
+        self.make_dir()?;
+        let _lock = self.lock()?;
+        let mut all = self.quarantined().unwrap_or_default();
+        if all.contains_key(name) {
+            return Ok(());
+        }
+        all.insert(name.to_owned(), LastUse { at: at.to_owned(), host: host.to_owned() });
+        let text = serde_json::to_vec_pretty(&all)
+            .map_err(|e| StateError::io(&self.quarantine_file(), e))?;
+        crate::sessions::write_atomically(&self.quarantine_file(), &text)
+    }
+
+    /// Lets `name` out of quarantine (its value was set again, or it is gone).
+    fn release(&self, name: &str) -> Result<(), StateError> {
+        let Some(mut all) = self.quarantined() else { return Ok(()) };
+        if all.remove(name).is_none() {
+            return Ok(());
+        }
+        let text = serde_json::to_vec_pretty(&all)
+            .map_err(|e| StateError::io(&self.quarantine_file(), e))?;
+        crate::sessions::write_atomically(&self.quarantine_file(), &text)
+    }
+
     /// Reads the store: a missing one is empty. A file that cannot be read or parsed is
     /// [`StateError::SecretsUnreadable`]; one that other users can read is returned
     /// with [`Loaded::exposed`] set.
@@ -173,12 +215,13 @@ impl SecretStore {
         None
     }
 
-    /// Sets `name` to `value`, replacing any value it had; `Ok(true)` when it had one.
+    /// Sets `name` to `value`, replacing any value it had (and letting it out of
+    /// quarantine); `Ok(true)` when it had one.
     pub fn set(&self, name: &str, value: SecretValue, now: String) -> Result<bool, StateError> {
         if !bx_broker::valid_secret_name(name) {
             return Err(StateError::BadSecretName(name.to_owned()));
         }
-        self.change(|file| {
+        self.change(name, |file| {
             if !file.secrets.contains_key(name) && file.secrets.len() >= MAX_SECRETS {
                 return Err(format!("the store holds {MAX_SECRETS} secrets, the most it keeps"));
             }
@@ -188,13 +231,14 @@ impl SecretStore {
 
     /// Removes `name`; `Ok(false)` when there was no such secret.
     pub fn remove(&self, name: &str) -> Result<bool, StateError> {
-        self.change(|file| Ok(file.secrets.remove(name).is_some()))
+        self.change(name, |file| Ok(file.secrets.remove(name).is_some()))
     }
 
     /// Reads, changes and writes the store under its lock; the file is written whole
     /// (mode 0600) and renamed into place.
     fn change<T>(
         &self,
+        name: &str,
         edit: impl FnOnce(&mut StoreFile) -> Result<T, String>,
     ) -> Result<T, StateError> {
         self.make_dir()?;
@@ -207,6 +251,7 @@ impl SecretStore {
         let meta = std::fs::Permissions::from_mode(0o600);
         std::fs::set_permissions(self.store_file(), meta)
             .map_err(|e| StateError::io(&self.store_file(), e))?;
+        self.release(name)?;
         Ok(out)
     }
 

@@ -79,6 +79,14 @@ pub(crate) fn run(state: &StateDir, command: SecretCommand) -> anyhow::Result<u8
                     term::one_line(why)
                 );
             }
+            let held = store.quarantined();
+            if held.is_none() {
+                outln!(
+                    "warning: {} cannot be read: every call that can send a request is refused (see docs/runbook.md#secret-quarantined)",
+                    store.quarantine_file().display()
+                );
+            }
+            let held = held.unwrap_or_default();
             let mut names: Vec<&str> = loaded.secrets.keys().map(String::as_str).collect();
             for (n, _) in &bindings {
                 if !names.contains(&n.as_str()) {
@@ -95,6 +103,13 @@ pub(crate) fn run(state: &StateDir, command: SecretCommand) -> anyhow::Result<u8
                 }
                 for (_, rule) in bindings.iter().filter(|(n, _)| n == name) {
                     outln!("  {}", term::one_line(rule));
+                }
+                if let Some(h) = held.get(name) {
+                    outln!(
+                        "  HELD BACK since {}: a tool tried to send it to {}; no call that can send a request runs until `bx secret set {name}` (see docs/runbook.md#secret-quarantined)",
+                        term::one_line(&h.at),
+                        term::one_line(&h.host)
+                    );
                 }
                 match uses.get(name) {
                     Some(u) => outln!(

@@ -152,7 +152,7 @@ fn setup() -> (tempfile::TempDir, Echo, Echo) {
     let manifest = s.parent().unwrap().join(format!("hostile-{}.toml", bound.port));
     std::fs::write(
         &manifest,
-        "[functions.fetch]\nfetch = [\"url\"]\n\n[functions.fetch-with]\nfetch = [\"url\"]\n",
+        "[functions.fetch]\nfetch = [\"url\"]\n\n[functions.fetch-with]\nfetch = [\"url\"]\n\n[functions.fetch-many]\nfetch = [\"url\"]\n",
     )
     .unwrap();
     let digest = digest_file(&wasm);
@@ -232,6 +232,30 @@ fn a_bound_server_gets_the_value_and_nothing_bx_writes_or_prints_holds_it() {
     assert!(r.stderr.contains("#secret-leak"), "{}{}", r.stdout, r.stderr);
     assert!(!r.stderr.contains(VALUE), "{}", r.stderr);
     assert_eq!(other.seen(), "", "the unbound server was reached");
+    // That attempt holds the secret back: no call that can send a request runs (each
+    // refusal would tell a prober one more thing) until the owner sets it again.
+    let r = run("http.fetch", json!({"url": bound.url("/after")}));
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stdout.contains("#secret-quarantined") || r.stderr.contains("#secret-quarantined"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    let r = bx(s, &["secret", "list"]);
+    assert!(r.stdout.contains("HELD BACK since 20"), "{}", r.stdout);
+    assert!(!bound.seen().contains("/after"), "{}", bound.seen());
+    assert_eq!(set_secret(s, "gh", VALUE).code, 0);
+    // Inside one call, after one refusal no request goes out: a prober gets one answer
+    // per call, and then the secret is held back.
+    let r =
+        run("hostile.fetch-many", json!({"url": other.url(&format!("/?g={VALUE}")), "times": 5}));
+    assert_eq!(r.stdout.trim(), "0", "{}{}", r.stdout, r.stderr);
+    let last = audit_records(s).into_iter().rev().find(|r| r["kind"] == "result").unwrap();
+    let refused = last["fields"]["refused"].to_string();
+    assert!(refused.contains("no further request of this call is sent"), "{last}");
+    assert_eq!(other.seen(), "", "the unbound server was reached");
+    assert_eq!(set_secret(s, "gh", VALUE).code, 0);
     // A file holding the value, read by fs.read: the model and the log get a redaction.
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("notes.txt"), format!("token {VALUE}\n")).unwrap();

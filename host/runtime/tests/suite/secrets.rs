@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use base64::Engine as _;
 use bx_broker::{CallRequest, Decision, Policy, Resource};
 use bx_runtime::{Direction, Encoding, SecretActivity, Secrets};
+use bx_runtime::{Limits, Runtime};
 use serde_json::{Value, json};
 
 use super::*;
@@ -274,4 +275,94 @@ fn plain_http_to_a_named_host_never_carries_a_secret() {
     let why = denied(report);
     assert!(why.contains("#secret-plain-http"), "{why}");
     assert!(activity.used.is_empty());
+}
+
+/// A server that answers every request with `reply(request_head)`.
+fn answering(reply: impl Fn(&str) -> Vec<u8> + Send + 'static) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let _ = stream.write_all(&reply(&head));
+        }
+    });
+    port
+}
+
+fn grant_to(port: u16) -> bx_broker::Grant {
+    let policy = format!(
+        "[[grant]]\ntool = \"test.hostile\"\nhost = \"127.0.0.1:{port}\"\nmode = \"fetch\"\nlabel = \"public/untrusted\"\n\
+         [[secret]]\nname = \"gh\"\ntool = \"test.hostile\"\nhost = \"127.0.0.1:{port}\"\nheader.authorization = \"Bearer {{secret:gh}}\"\n"
+    );
+    let t = tool("test_hostile");
+    let call = CallRequest {
+        tool: "test.hostile".into(),
+        digest: t.digest().into(),
+        resources: vec![Resource::Url(format!("http://127.0.0.1:{port}/"))],
+    };
+    match bx_broker::decide(&Policy::parse("p.toml", &policy).unwrap(), Label::CLEAN, &call) {
+        Decision::Allow(g) => g,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Regression: a value across the response cap reached the guest in part (its first
+/// bytes, under the half the guard looks for), enough to start guessing the rest.
+#[test]
+fn a_value_across_the_response_cap_is_redacted_before_the_cut() {
+    // A small cap, so the guest's answer (the whole body, as JSON) fits its output cap.
+    let cap = 4096;
+    let rt = Runtime::new(Limits { response_bytes: cap as u64, ..test_limits() }).unwrap();
+    let bytes = component_bytes("test_hostile");
+    let t = rt.load_blocking(&rt.compile(&bytes).unwrap(), &digest_of(&bytes)).unwrap();
+    for before in [1, 11, 16, VALUE.len() - 1] {
+        let port = answering(move |_| {
+            let mut body = vec![b'x'; cap - before];
+            body.extend_from_slice(VALUE.as_bytes());
+            body.extend_from_slice(&[b'y'; 100]);
+            let mut out = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            out.extend_from_slice(&body);
+            out
+        });
+        let args = json!({"mode": "send", "url": format!("http://127.0.0.1:{port}/big")});
+        let (report, activity) =
+            rt.call_with_blocking(&t, grant_to(port), &args.to_string(), &secrets()).unwrap();
+        let out: Value = serde_json::from_str(&ok_text(report)).unwrap();
+        let body = out["body"].as_str().unwrap();
+        assert_eq!(body.len(), cap, "cut at the cap");
+        assert_eq!(secrets().find(body.as_bytes()), vec![], "{before}");
+        let tail = (1..=VALUE.len()).find(|k| body.ends_with(&VALUE[..*k]));
+        assert_eq!(tail, None, "{before}: the body ends with the value's first bytes");
+        assert!(!activity.leaks.is_empty(), "{before}");
+    }
+}
+
+/// A server that answers a request carrying a secret with a compressed body is refused:
+/// the guard cannot look through it.
+#[test]
+fn a_compressed_answer_to_a_request_with_a_secret_is_refused() {
+    let port = answering(|head| {
+        // What a server does when asked for identity and compressing anyway.
+        assert!(head.contains("accept-encoding: identity"), "{head}");
+        b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 4\r\nconnection: close\r\n\r\nxxxx"
+            .to_vec()
+    });
+    let url = format!("http://127.0.0.1:{port}/gz");
+    let (report, _) = send(&grant_to(port), json!({"mode": "send", "url": url}));
+    let why = denied(report);
+    assert!(why.contains("compressed body") && why.contains("#secret-leak"), "{why}");
 }
