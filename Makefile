@@ -45,6 +45,9 @@ JCO_PACKAGES := @bytecodealliance/jco@1.34.0 @bytecodealliance/componentize-js@0
   @bytecodealliance/preview2-shim@0.25.0
 JCO := .tools/jco/node_modules/.bin/jco
 COMPONENTIZE_PY := $(VENV)/bin/componentize-py
+# py.run's source and what `make tools` builds from it.
+PY_RUN := tools/py-run
+PY_RUN_OUT := tools/target/py/py_run.wasm
 # Rewritten by every npm install there (npm gives the packages' own files a fixed date).
 JCO_INSTALLED := .tools/jco/node_modules/.package-lock.json
 
@@ -82,9 +85,18 @@ setup:
 build:
 	$(CARGO) build --release --locked -p bx-cli
 
-tools:
+tools: $(PY_RUN_OUT)
 	cd tools && RUSTFLAGS="$(TOOLS_RUSTFLAGS)" $(CARGO) build --release --locked --target $(WASM_TARGET)
 	tools/digests.sh check $(TOOLS_OUT)
+
+# py.run, the first-party tool in Python (componentize-py), rebuilt when its source, WIT
+# or toolchain changes. Its bytes differ from build to build (componentize-py#247: the
+# snapshot of the initialised interpreter is not deterministic), so tools/digests.lock
+# pins its source, and it is installed by the digest of the file at hand.
+$(PY_RUN_OUT): $(PY_RUN)/app.py $(wildcard $(PY_RUN)/wit/*.wit) $(COMPONENTIZE_PY)
+	mkdir -p $(@D)
+	env -u VIRTUAL_ENV $(COMPONENTIZE_PY) -q -d $(PY_RUN)/wit -w py componentize -p $(PY_RUN) app -o $@.tmp
+	mv $@.tmp $@
 
 # Rewrites tools/digests.lock from the current build; commit it with the change.
 tools-lock:

@@ -14,6 +14,9 @@ trap 'rm -f "$current"' EXIT
   for f in "$out"/*.wasm; do
     printf '%s sha256:%s\n' "$(basename "$f" .wasm)" "$(sha256sum "$f" | cut -d' ' -f1)"
   done
+  # py.run's bytes differ per build (componentize-py#247), so its source is what is pinned.
+  py="$(dirname "$0")/py-run"
+  printf 'py_run source sha256:%s\n' "$(cat "$py"/app.py "$py"/manifest.toml "$py"/wit/*.wit | sha256sum | cut -d' ' -f1)"
 } >"$current"
 case "$mode" in
   write) cp "$current" "$lock"; echo "wrote $lock" ;;

@@ -16,6 +16,41 @@ import traceback
 import wit_world
 from componentize_py_types import Err
 
+# The standard library modules code for counting, parsing, converting and computing
+# reaches for. componentize-py keeps only what the module imports while it builds the
+# snapshot, so they are imported here; the code then imports them as usual.
+import base64  # noqa: F401
+import bisect  # noqa: F401
+import calendar  # noqa: F401
+import collections  # noqa: F401
+import csv  # noqa: F401
+import datetime  # noqa: F401
+import decimal  # noqa: F401
+import difflib  # noqa: F401
+import fnmatch  # noqa: F401
+import fractions  # noqa: F401
+import functools  # noqa: F401
+import glob  # noqa: F401
+import hashlib  # noqa: F401
+import heapq  # noqa: F401
+import html  # noqa: F401
+import itertools  # noqa: F401
+import json  # noqa: F401
+import math  # noqa: F401
+import operator  # noqa: F401
+import pathlib  # noqa: F401
+import pprint  # noqa: F401
+import random  # noqa: F401
+import re  # noqa: F401
+import statistics  # noqa: F401
+import string  # noqa: F401
+import struct  # noqa: F401
+import textwrap  # noqa: F401
+import time  # noqa: F401
+import unicodedata  # noqa: F401
+import urllib.parse  # noqa: F401
+import zlib  # noqa: F401
+
 # What the code may print, at most (characters); past it the call fails. The host's
 # output cap stops a larger answer too; this one stops the code early, before memory does.
 MAX_PRINTED = 1 << 20
@@ -45,8 +80,9 @@ class _Printed(io.TextIOBase):
 
 
 def _workdir(paths: list[str]) -> str | None:
-    """The folder the listed paths share, so the code opens them by the names it was
-    given (the host hands them over joined to the workspace)."""
+    """The folder the listed paths share: the code's relative names start there, so it
+    opens them by the names it was given (the host hands them over joined to the
+    workspace)."""
     dirs = [p if os.path.isdir(p) else os.path.dirname(p) for p in paths if os.path.isabs(p)]
     if not dirs:
         return None
@@ -56,6 +92,42 @@ def _workdir(paths: list[str]) -> str | None:
         return None
 
 
+# What takes a path, by module: each gets relative paths joined to the working folder.
+# (`os.chdir` would have to open the folder itself, which the call was not granted.)
+_PATH_TAKERS = {
+    os: ["open", "stat", "lstat", "listdir", "scandir", "remove", "unlink", "rename",
+         "replace", "mkdir", "makedirs", "rmdir", "access", "utime"],
+}
+
+
+def _rooted(where: str) -> None:
+    """Makes relative paths start at `where`, for open(), os and pathlib alike."""
+
+    def fix(path):
+        if isinstance(path, (str, bytes, os.PathLike)):
+            text = os.fsdecode(path)
+            if not os.path.isabs(text):
+                return os.path.normpath(os.path.join(where, text))
+        return path
+
+    def wrap(func, two=False):
+        def wrapped(*args, **kwargs):
+            args = list(args) or ["."]
+            args[0] = fix(args[0])
+            if two and len(args) > 1:
+                args[1] = fix(args[1])
+            return func(*args, **kwargs)
+
+        return wrapped
+
+    for module, names in _PATH_TAKERS.items():
+        for name in names:
+            if hasattr(module, name):
+                setattr(module, name, wrap(getattr(module, name), name in ("rename", "replace")))
+    builtins.open = io.open = wrap(io.open)
+    os.getcwd = lambda: where
+
+
 def _split(code: str) -> tuple[ast.Module, ast.Expression | None]:
     """The code's statements, and its last line apart when that is an expression."""
     tree = ast.parse(code, "<code>", "exec")
@@ -63,6 +135,28 @@ def _split(code: str) -> tuple[ast.Module, ast.Expression | None]:
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
     return tree, last
+
+
+# What a failure's answer keeps of what the code printed before it (its end), in
+# characters: the traceback comes first, so the host's error cap never cuts it.
+PRINTED_ON_FAILURE = 4096
+
+
+def _tail(text: str) -> str:
+    if not text:
+        return ""
+    if len(text) > PRINTED_ON_FAILURE:
+        cut = len(text) - PRINTED_ON_FAILURE
+        text = f"[{cut} characters cut]" + text[cut:]
+    return "printed before it failed:\n" + text
+
+
+def _trace(error: BaseException) -> str:
+    """The traceback of the code's failure: its own frames (`<code>`), not this module's."""
+    shown = traceback.TracebackException.from_exception(error, limit=-TRACEBACK_FRAMES)
+    frames = [f for f in shown.stack if f.filename == "<code>"]
+    shown.stack = traceback.StackSummary.from_list(frames)
+    return "".join(shown.format())
 
 
 class WitWorld(wit_world.WitWorld):
@@ -79,14 +173,13 @@ class WitWorld(wit_world.WitWorld):
         try:
             where = _workdir(list(reads or []) + list(writes or []))
             if where:
-                os.chdir(where)
+                _rooted(where)
             tree, last = _split(code)
             scope = {"__name__": "__main__", "__builtins__": builtins}
             exec(compile(tree, "<code>", "exec"), scope)
             value = eval(compile(last, "<code>", "eval"), scope) if last else None
-        except BaseException:  # the code's failure, whatever it is, is the answer
-            trace = traceback.format_exc(limit=-TRACEBACK_FRAMES)
-            raise Err(printed.text() + trace)
+        except BaseException as e:  # the code's failure, whatever it is, is the answer
+            raise Err(_trace(e) + _tail(printed.text()))
         finally:
             sys.stdout, sys.stderr = saved
         text = printed.text()

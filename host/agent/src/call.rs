@@ -30,8 +30,10 @@ use crate::ledger::Ledger;
 /// with this as its reason (which the model reads).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ArgsError {
-    /// An argument that names a resource is not a string.
-    #[error("argument {arg:?} names a resource and must be a string, not {shown}")]
+    /// An argument that names a resource is not a string (or a list of at most 64).
+    #[error(
+        "argument {arg:?} names resources and must be a string or a list of at most 64 strings, not {shown}"
+    )]
     NotAString {
         /// The argument's name.
         arg: String,
@@ -115,32 +117,53 @@ pub fn resolve_noting(
     }
     for r in &tool.description().resources {
         let Some(value) = args.get(&r.arg) else { continue };
-        let Some(text) = value.as_str() else {
-            let shown = bounded(&value.to_string(), 200);
-            return Err(ArgsError::NotAString { arg: r.arg.clone(), shown });
+        // One string, or a list of them (each one resource); null is an absent option.
+        let texts: Vec<&str> = match value {
+            Value::Null => continue,
+            Value::String(text) => vec![text.as_str()],
+            Value::Array(items) if items.len() <= MAX_LISTED_RESOURCES => {
+                let texts: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+                texts.ok_or_else(|| ArgsError::NotAString {
+                    arg: r.arg.clone(),
+                    shown: bounded(&value.to_string(), 200),
+                })?
+            }
+            other => {
+                let shown = bounded(&other.to_string(), 200);
+                return Err(ArgsError::NotAString { arg: r.arg.clone(), shown });
+            }
         };
         let write = matches!(r.kind, ResourceKind::PathWrite);
-        let mut path = |text: &str| -> Result<String, ArgsError> {
-            let mut joined = resolve_path(text, workspace)?;
+        for (i, text) in texts.into_iter().enumerate() {
+            let mut joined = match r.kind {
+                ResourceKind::UrlFetch => {
+                    out.push(Resource::Url(text.to_owned()));
+                    continue;
+                }
+                ResourceKind::PathRead | ResourceKind::PathWrite => resolve_path(text, workspace)?,
+            };
             if write && let Some(real) = resolve_write_path(&joined) {
                 redirected.push(Redirected { named: joined, resolved: real.clone() });
                 joined = real;
             }
-            if joined != text
-                && let Some(slot) = resolved.get_mut(&r.arg)
-            {
-                *slot = Value::String(joined.clone());
+            if joined != text {
+                let slot = match resolved.get_mut(&r.arg) {
+                    Some(Value::Array(items)) => items.get_mut(i),
+                    other => other,
+                };
+                if let Some(slot) = slot {
+                    *slot = Value::String(joined.clone());
+                }
             }
-            Ok(joined)
-        };
-        out.push(match r.kind {
-            ResourceKind::PathRead => Resource::PathRead(path(text)?),
-            ResourceKind::PathWrite => Resource::PathWrite(path(text)?),
-            ResourceKind::UrlFetch => Resource::Url(text.to_owned()),
-        });
+            out.push(if write { Resource::PathWrite(joined) } else { Resource::PathRead(joined) });
+        }
     }
     Ok((out, resolved, redirected))
 }
+
+/// The most resources one list argument names (`py.run`'s `reads`, say): each is decided
+/// and shown, and a grant holds each as a root of its own.
+const MAX_LISTED_RESOURCES: usize = 64;
 
 /// The longest write path [`resolve_write_path`] resolves: Linux's `PATH_MAX`.
 const MAX_RESOLVED_PATH: usize = 4096;
@@ -701,9 +724,15 @@ impl Allowed<'_> {
         let trust = r.trust;
         let tool =
             r.tool.ok_or_else(|| AgentError::Internal("an allowed call has no tool".into()))?;
-        let reach = self.grant.reach_label();
-        let (outcome, activity) = match trust.secrets.for_call(&self.grant) {
-            Ok(secrets) => runtime.call_with(tool, self.grant, &r.args, &secrets).await,
+        // A standard component's code is not the owner's to read: it reaches exactly what
+        // its call declared (the grant's roots cut down to those paths and hosts).
+        let grant = match (tool.export(), &r.resources) {
+            (Some(_), Ok(declared)) => self.grant.narrowed(declared),
+            _ => self.grant,
+        };
+        let reach = grant.reach_label();
+        let (outcome, activity) = match trust.secrets.for_call(&grant) {
+            Ok(secrets) => runtime.call_with(tool, grant, &r.args, &secrets).await,
             Err(refused) => (Err(refused), SecretActivity::default()),
         };
         let (status, label, for_model, output) = match &outcome {

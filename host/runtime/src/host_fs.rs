@@ -345,9 +345,15 @@ impl CallState {
 
     fn open_root(logical: &Path) -> Result<OpenRoot, Error> {
         let shown = logical.display().to_string();
-        let meta = std::fs::metadata(logical).map_err(|e| io_error(&shown, &e))?;
+        // A root that does not exist yet is a file a call declared it writes (a
+        // narrowed grant's root): reached through its directory, like a file root.
+        let meta = match std::fs::metadata(logical) {
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error(&shown, &e)),
+        };
         let auth = cap_std::ambient_authority();
-        if meta.is_dir() {
+        if meta.as_ref().is_some_and(std::fs::Metadata::is_dir) {
             let dir = Dir::open_ambient_dir(logical, auth).map_err(|e| io_error(&shown, &e))?;
             let real = real_path(&dir)?;
             return Ok(OpenRoot { dir, real, file: None });
@@ -356,7 +362,11 @@ impl CallState {
             return Err(Error::Invalid(format!("{shown}: not a directory or file root")));
         };
         let dir = Dir::open_ambient_dir(parent, auth).map_err(|e| io_error(&shown, &e))?;
-        let real = std::fs::canonicalize(logical).map_err(|e| io_error(&shown, &e))?;
+        let real = match meta {
+            Some(_) => std::fs::canonicalize(logical),
+            None => std::fs::canonicalize(parent).map(|p| p.join(name)),
+        }
+        .map_err(|e| io_error(&shown, &e))?;
         let name = name.to_str().ok_or_else(|| Error::Invalid(format!("{shown}: not UTF-8")))?;
         Ok(OpenRoot { dir, real, file: Some(name.to_owned()) })
     }

@@ -205,8 +205,8 @@ pub struct FunctionInfo {
     /// The JSON Schema of its arguments object, or why bx cannot call it (a resource
     /// type, say).
     pub schema: Result<String, String>,
-    /// Its parameters whose type is a string: the ones a manifest may name as paths or
-    /// URLs.
+    /// Its parameters whose type is a string or a list of strings (either optional):
+    /// the ones a manifest may name as paths or URLs (each string of a list is one).
     pub string_params: Vec<String>,
     /// All its parameters.
     pub params: Vec<String>,
@@ -799,8 +799,16 @@ fn function_info(f: &ExportedFn) -> FunctionInfo {
         Ok(schema) => Ok(schema.args.to_string()),
         Err(why) => Err(why.to_string()),
     };
-    let is_string =
-        |ty: &wasmtime::component::Type| matches!(ty, wasmtime::component::Type::String);
+    use wasmtime::component::Type;
+    let strings = |ty: &Type| match ty {
+        Type::String => true,
+        Type::List(l) => matches!(l.ty(), Type::String),
+        _ => false,
+    };
+    let is_string = |ty: &Type| match ty {
+        Type::Option(o) => strings(&o.ty()),
+        other => strings(other),
+    };
     FunctionInfo {
         export: f.qualified_name(),
         tool_suffix,

@@ -76,6 +76,10 @@ pub struct ParamReach {
     /// Parameters whose values are URLs it fetches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fetch: Vec<String>,
+    /// What the function is for, as the model reads it: used when the component carries
+    /// no doc comment for it (componentize-py and jco drop them), else the doc comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// A standard component's manifest, in bx's form.

@@ -579,7 +579,7 @@ impl Store {
             let function = InstalledFunction {
                 component: name.clone(),
                 export: f.export.clone(),
-                summary: summary_of(&docs, &f.export),
+                summary: summary_of(&docs, &f.export, params.description.as_deref()),
                 params,
                 reach: manifest.reach.clone(),
             };
@@ -781,10 +781,15 @@ const MAX_SCHEMAS_PER_COMPONENT: usize = 256 << 10;
 /// Bytes of a summary taken from a component's doc comment.
 const MAX_SUMMARY_BYTES: usize = 1024;
 
-/// A function's summary: the component's doc comment for it, on one line and cut to
-/// [`MAX_SUMMARY_BYTES`], or a line saying which function it is.
-fn summary_of(docs: &std::collections::BTreeMap<String, String>, export: &str) -> String {
-    match docs.get(export) {
+/// A function's summary: the component's doc comment for it, else the manifest's
+/// description, on one line and cut to [`MAX_SUMMARY_BYTES`], or a line saying which
+/// function it is.
+fn summary_of(
+    docs: &std::collections::BTreeMap<String, String>,
+    export: &str,
+    described: Option<&str>,
+) -> String {
+    match docs.get(export).filter(|d| !d.trim().is_empty()).map(String::as_str).or(described) {
         Some(doc) if !doc.trim().is_empty() => {
             let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
             let mut end = doc.len().min(MAX_SUMMARY_BYTES);

@@ -55,7 +55,10 @@ pub(super) fn requests_verified(s: &Path) -> Vec<Value> {
 }
 
 /// Approves every call that waits, from another process (`bx approve`), until `done`.
-fn approver(state: PathBuf, done: std::sync::mpsc::Receiver<()>) -> std::thread::JoinHandle<usize> {
+pub(super) fn approver(
+    state: PathBuf,
+    done: std::sync::mpsc::Receiver<()>,
+) -> std::thread::JoinHandle<usize> {
     std::thread::spawn(move || {
         let mut approved = 0;
         while done.try_recv().is_err() {

@@ -11,6 +11,7 @@ mod install;
 mod layering;
 mod mcp;
 mod oci;
+mod py_run;
 mod reach;
 mod run;
 mod runbook;

@@ -1,0 +1,258 @@
+//! `py.run` (issue 28): the model's own Python, built by componentize-py from
+//! `tools/py-run/`, run as a standard WASI component whose grant is cut down to exactly
+//! the paths and URLs its call lists. By hand, in the loop with a scripted model, and
+//! through `bx mcp` with the official Python SDK; hostile code is refused or limited and
+//! every attempt is on the log.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::sync::Arc;
+
+use bx_eval::model::{Call, Reply, Request, ScriptedModel};
+use serde_json::{Value, json};
+
+use super::*;
+
+/// The built py.run; fails (never skips) when `make tools` has not run.
+fn py_run() -> PathBuf {
+    let path = repo().join("tools/target/py/py_run.wasm");
+    assert!(path.exists(), "{} is missing; run `make tools` first", path.display());
+    path
+}
+
+/// Installs py.run into `s` with its manifest, as `py.run`.
+fn install_py(s: &Path) {
+    let wasm = py_run();
+    let digest = digest_file(&wasm);
+    let manifest = repo().join("tools/py-run/manifest.toml");
+    let r = bx(
+        s,
+        &[
+            "tool",
+            "install",
+            wasm.to_str().unwrap(),
+            "--digest",
+            &digest,
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--name",
+            "py",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}
+
+/// A state directory with the default policy and py.run, and a workspace holding a CSV,
+/// a secret note, a `.env`, a symlink out of it and a folder of its own.
+fn setup() -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
+    let state = tempfile::tempdir().unwrap();
+    assert_eq!(bx(state.path(), &["policy", "init"]).code, 0);
+    install_py(state.path());
+    let ws_dir = tempfile::tempdir().unwrap();
+    let ws = ws_dir.path().canonicalize().unwrap();
+    std::fs::write(ws.join("sales.csv"), "region,amount\nnorth,12.5\nsouth,7\neast,30.25\n")
+        .unwrap();
+    std::fs::write(ws.join("other.txt"), "not named by the call\n").unwrap();
+    std::fs::write(ws.join(".env"), "TOKEN=sk-live-1\n").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", ws.join("out-link")).unwrap();
+    (state, ws_dir, ws)
+}
+
+fn run(s: &Path, ws: &Path, args: Value, extra: &[&str]) -> Run {
+    let w = ws.to_str().unwrap();
+    let text = args.to_string();
+    let mut argv = vec!["tool", "run", "py.run", "--workspace", w, "--args", &text];
+    argv.extend(extra);
+    bx(s, &argv)
+}
+
+const SUM: &str = "import csv\nrows = list(csv.DictReader(open('sales.csv')))\nprint(len(rows), 'rows')\nsum(float(r['amount']) for r in rows)";
+
+#[test]
+fn py_run_computes_over_the_files_it_names_and_reaches_nothing_else() {
+    let (state, _w, ws) = setup();
+    let s = state.path();
+    // The sum of a column: what it printed, then its last line's value.
+    let r = run(s, &ws, json!({"code": SUM, "reads": ["sales.csv"]}), &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stdout.trim(), "\"3 rows\\n49.75\"");
+    // An exception is the call's failure, with the code's own traceback.
+    let r = run(s, &ws, json!({"code": "def f():\n    return 1 / 0\nf()"}), &[]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("File \"<code>\", line 2, in f"), "{}", r.stderr);
+    assert!(r.stderr.contains("ZeroDivisionError"), "{}", r.stderr);
+    assert!(!r.stderr.contains("app.py"), "{}", r.stderr);
+    // Writing a new file under `writes`: the default policy asks; approved by hand.
+    let code = "open('report.txt', 'w').write('total 49.75\\n')";
+    let args = json!({"code": code, "writes": ["report.txt"]}).to_string();
+    let mut child = bx_command(s)
+        .args(["tool", "run", "py.run", "--workspace", ws.to_str().unwrap(), "--args", &args])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut block = String::new();
+    let id = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no approval block: {block}");
+        block.push_str(&line);
+        if let Some(rest) = line.trim().strip_prefix("approval needed: ") {
+            break rest.trim().to_owned();
+        }
+    };
+    let mut rest = String::new();
+    while !rest.contains("expires in") {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "{block}{rest}");
+        rest.push_str(&line);
+    }
+    // The block shows the code and the path it writes.
+    assert!(rest.contains("report.txt") && rest.contains("total 49.75"), "{rest}");
+    writeln!(child.stdin.take().unwrap(), "{id}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(std::fs::read_to_string(ws.join("report.txt")).unwrap(), "total 49.75\n");
+    // Hostile code: each attempt refused or limited, and on the log.
+    let attempts: Vec<(&str, Value, &str)> = vec![
+        (
+            "a file not named",
+            json!({"code": "open('other.txt').read()", "reads": ["sales.csv"]}),
+            "no read grant covers",
+        ),
+        (
+            "a folder not named",
+            json!({"code": "import os\nos.listdir('.')", "reads": ["sales.csv"]}),
+            "no read grant covers",
+        ),
+        ("..", json!({"code": "open('../sales.csv').read()", "reads": ["sales.csv"]}), "Error"),
+        (
+            "a symlink out",
+            json!({"code": "open('out-link').read()", "reads": ["out-link"]}),
+            "refused",
+        ),
+        (".env", json!({"code": "open('.env').read()", "reads": [".env"]}), "refused"),
+        (
+            "bx's state",
+            json!({"code": format!("open('{}/policy.toml').read()", s.display())}),
+            "Errno",
+        ),
+        ("a socket", json!({"code": "import socket"}), "No module named 'socket'"),
+        (
+            "a subprocess",
+            json!({"code": "import os\nos.system('id')"}),
+            "has no attribute 'system'",
+        ),
+        ("an endless loop", json!({"code": "while True:\n    pass"}), "deadline"),
+        ("4 GiB", json!({"code": "x = [bytearray(1 << 20) for _ in range(4096)]"}), "emory"),
+        (
+            "100 MB printed",
+            json!({"code": "for _ in range(100_000):\n    print('x' * 1000)"}),
+            "printed more than",
+        ),
+    ];
+    for (what, args, expect) in &attempts {
+        let r = run(s, &ws, args.clone(), &[]);
+        assert_ne!(r.code, 0, "{what}: {}", r.stdout);
+        let said = format!("{}{}", r.stdout, r.stderr);
+        assert!(said.contains(expect), "{what}: {said}");
+        assert!(!said.contains("sk-live-1") && !said.contains("[[grant]]"), "{what}: {said}");
+    }
+    let results: Vec<Value> =
+        audit_records(s).into_iter().filter(|r| r["kind"] == "result").collect();
+    // The three that ran well, then one record per attempt (refused ones by the broker
+    // have a decision and no result).
+    let failed = results.iter().filter(|r| r["fields"]["status"] != "ok").count();
+    assert!(failed >= attempts.len() - 2, "{results:?}");
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
+
+#[test]
+fn a_result_that_read_a_secret_file_is_secret_and_a_fetch_after_it_asks() {
+    let (state, _w, ws) = setup();
+    let s = state.path();
+    std::fs::write(ws.join("salaries.csv"), "name,pay\na,100\nb,200\n").unwrap();
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    let secret = format!(
+        "[[grant]]\ntool = \"*\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"secret/trusted\"\nwhen_tainted = \"allow\"\n",
+        ws.join("salaries.csv").display()
+    );
+    write_policy(s, &format!("{policy}\n{secret}"));
+    install(s, "http_fetch");
+    let code = "import csv\nsum(int(r['pay']) for r in csv.DictReader(open('salaries.csv'))) + len(open('sales.csv').read())";
+    let args = json!({"code": code, "reads": ["salaries.csv", "sales.csv"]});
+    let r = run(s, &ws, args, &["--session", "pay"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let last = audit_records(s).into_iter().rev().find(|r| r["kind"] == "result").unwrap();
+    assert_eq!(last["fields"]["label"], "secret/trusted", "{last}");
+    // A fetch in that session now asks (the default policy's when_tainted), and with no
+    // answer on stdin it is refused.
+    let fetch = json!({"url": "https://example.com/"}).to_string();
+    let r = bx_command(s)
+        .args(["tool", "run", "http.fetch", "--session", "pay", "--args", &fetch])
+        .args(["--approval-timeout", "1"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&r.stderr);
+    assert!(said.contains("session taint secret/trusted does not flow"), "{said}");
+    let decisions: Vec<Value> =
+        audit_records(s).into_iter().filter(|r| r["kind"] == "decision").collect();
+    assert_eq!(decisions.last().unwrap()["fields"]["decision"], "ask", "{decisions:?}");
+}
+
+#[test]
+fn the_loop_and_the_python_sdk_call_py_run() {
+    let model = ScriptedModel::start(Arc::new(|r: &Request| {
+        if r.is_self_test() {
+            return Reply::Text("ok".into());
+        }
+        match r.results_this_turn().as_slice() {
+            [] => Reply::Calls(vec![Call::new(
+                "py.run",
+                json!({"code": SUM, "reads": ["sales.csv"]}),
+            )]),
+            [result, ..] => {
+                Reply::Text(format!("the total is {}", result.lines().last().unwrap_or("")))
+            }
+        }
+    }))
+    .unwrap();
+    let (state, _w, ws) = setup();
+    let s = state.path();
+    std::fs::write(s.join("config.toml"), format!("[inference]\nurl = \"{}\"\n", model.url()))
+        .unwrap();
+    let daemon = Daemon::start(s);
+    let w = ws.to_str().unwrap();
+    let (code, events) = say(s, "sum", "what is the total of sales.csv?", &["--workspace", w]);
+    assert_eq!(code, 0, "{events:?}");
+    let result = of_type(&events, "tool_result");
+    assert_eq!(result.len(), 1, "{events:?}");
+    assert_eq!(result[0]["status"], "ok", "{events:?}");
+    let said: String =
+        of_type(&events, "content_delta").iter().map(|e| e["text"].as_str().unwrap()).collect();
+    assert!(said.contains("49.75"), "{said}");
+    drop(daemon);
+    // The official Python SDK lists py.run with its schema and calls it.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_call.py");
+    let out = std::process::Command::new(repo().join(".venv/bin/python"))
+        .arg(script)
+        .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), w, "py.run"])
+        .arg(json!({"code": "print('hi')\n6 * 7"}).to_string())
+        .env_remove("BX_HOME")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let steps: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let listed = steps.iter().find(|s| s["step"] == "listed").unwrap();
+    assert!(listed["description"].as_str().unwrap().contains("compute"), "{listed}");
+    let called = steps.iter().find(|s| s["step"] == "called").unwrap();
+    assert_eq!(called["error"], false, "{called}");
+    assert!(called["text"].as_str().unwrap().contains("hi\\n42"), "{called}");
+    for pid in super::mcp::daemons_of(s) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    }
+    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
