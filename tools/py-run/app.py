@@ -100,15 +100,32 @@ _PATH_TAKERS = {
 }
 
 
-def _rooted(where: str) -> None:
-    """Makes relative paths start at `where`, for open(), os and pathlib alike."""
+def _rooted(where: str, granted: list[str]) -> None:
+    """Makes relative paths name what the call listed, for open(), os and pathlib alike.
+
+    The host hands the listed paths over joined to the workspace; the code names them as
+    the model wrote them ("sales.csv", "data/2026/q1.csv"). A relative name is the
+    listed path it ends with (or a path below a listed folder it starts in), when that
+    is one path; otherwise it joins the folder the listed paths share.
+    """
 
     def fix(path):
-        if isinstance(path, (str, bytes, os.PathLike)):
-            text = os.fsdecode(path)
-            if not os.path.isabs(text):
-                return os.path.normpath(os.path.join(where, text))
-        return path
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return path
+        text = os.fsdecode(path)
+        if os.path.isabs(text):
+            return path
+        parts = os.path.normpath(text).split(os.sep)
+        found = set()
+        for g in granted:
+            for cut in range(len(parts), 0, -1):
+                head = os.sep + os.path.join(*parts[:cut])
+                if g.endswith(head):
+                    found.add(os.path.join(g, *parts[cut:]) if cut < len(parts) else g)
+                    break
+        if len(found) == 1:
+            return found.pop()
+        return os.path.normpath(os.path.join(where, text))
 
     def wrap(func, two=False):
         def wrapped(*args, **kwargs):
@@ -171,9 +188,10 @@ class WitWorld(wit_world.WitWorld):
         saved = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = printed
         try:
-            where = _workdir(list(reads or []) + list(writes or []))
+            granted = [p for p in list(reads or []) + list(writes or []) if os.path.isabs(p)]
+            where = _workdir(granted)
             if where:
-                _rooted(where)
+                _rooted(where, granted)
             tree, last = _split(code)
             scope = {"__name__": "__main__", "__builtins__": builtins}
             exec(compile(tree, "<code>", "exec"), scope)

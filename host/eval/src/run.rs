@@ -338,6 +338,22 @@ impl<'a> SuiteRun<'a> {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        // py.run, the model's own Python, with its manifest (built by `make tools`).
+        let py = paths.tools.join("../../py/py_run.wasm");
+        let bytes = std::fs::read(&py)
+            .map_err(|e| anyhow::anyhow!("{}: {e}; run `make tools`", py.display()))?;
+        let digest = format!("sha256:{}", bx_audit::sha256_hex(&bytes));
+        let out = bx(paths, &state)
+            .args(["tool", "install"])
+            .arg(&py)
+            .args(["--digest", &digest, "--name", "py", "--manifest"])
+            .arg(paths.tools.join("../../../py-run/manifest.toml"))
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "installing py.run: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         std::fs::write(state.join("policy.toml"), env.fill(&suite.policy))?;
         let check = bx(paths, &state).args(["policy", "check"]).output()?;
         anyhow::ensure!(

@@ -88,8 +88,11 @@ fn main() {
     if wanted("secrets") {
         bench_secrets(&rt);
     }
+    if wanted("py") {
+        bench_py(&rt);
+    }
     println!(
-        "\ntargets: fresh instance + trivial call <= 30 µs median; fs.read 1 MiB <= 3× std::fs::read"
+        "\ntargets: fresh instance + trivial call <= 30 µs median; fs.read 1 MiB <= 3× std::fs::read; py.run instance from the cache < 20 ms"
     );
     println!(
         "standard WASI components (`make components`): their rows compare the same work through a bx:tool component"
@@ -298,4 +301,55 @@ fn bench_secrets(rt: &Runtime) {
         row(&format!("leak guard, scan a {label} request"), &scan, "copy the body", &copy);
         row(&format!("leak guard, redact a {label} response"), &redact, "copy the body", &copy);
     }
+}
+
+fn bench_py(rt: &Runtime) {
+    // 8. py.run (`make tools`): `print(1)` on a loaded tool (a fresh instance of CPython's
+    //    snapshot per call), the instance alone, and cold (the precompiled cache loaded,
+    //    then the call), beside a bx:tool component's trivial call.
+    let path = components().join("../../py/py_run.wasm");
+    let b = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `make tools`", path.display()));
+    let d = digest(&b);
+    let spec = || bx_runtime::FunctionSpec {
+        export: "run".into(),
+        name: "py.run".into(),
+        summary: String::new(),
+        resources: Vec::new(),
+        statics: Vec::new(),
+    };
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = ComponentCache::new(cache_dir.path()).unwrap();
+    let hex = d.trim_start_matches("sha256:").to_owned();
+    let compiled = std::time::Instant::now();
+    let component = cache.compile(rt, &hex, &b).unwrap();
+    let compile = compiled.elapsed();
+    let py = rt.load_function(&component, &d, spec()).unwrap();
+    let exec = executor();
+    let args = r#"{"code": "print(1)"}"#;
+    let warm = measure(100, || {
+        let r = exec.block_on(rt.call(&py, grant(&py, AllowList::new()), args)).unwrap();
+        assert!(matches!(r.result, Ok(Output::Json(t)) if t == "\"1\\n\""));
+    });
+    let instance = measure(100, || exec.block_on(rt.instantiate_only(&py)).unwrap());
+    let cold = measure(10, || {
+        let (c, _) = cache.load(rt, &hex, || unreachable!("cache miss")).unwrap();
+        let py = rt.load_function(&c, &d, spec()).unwrap();
+        let r = exec.block_on(rt.call(&py, grant(&py, AllowList::new()), args)).unwrap();
+        assert!(matches!(r.result, Ok(Output::Json(_))));
+    });
+    let hostile = load(rt, "test_hostile");
+    let echo = r#"{"mode":"echo","text":"hi"}"#;
+    let own = measure(1000, || {
+        let r = exec.block_on(rt.call(&hostile, grant(&hostile, AllowList::new()), echo));
+        assert!(matches!(r.unwrap().result, Ok(Output::Text(_))));
+    });
+    row("py.run print(1)", &warm, "bx:tool trivial call", &own);
+    row("py.run instance alone", &instance, "bx:tool trivial call", &own);
+    row("py.run cold (cache load + call)", &cold, "py.run print(1)", &warm);
+    println!(
+        "| py.run compile ({} MiB, once per digest) | {:.2} s | | | | | |",
+        b.len() >> 20,
+        compile.as_secs_f64()
+    );
 }
