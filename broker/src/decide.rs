@@ -224,6 +224,19 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
     let mut asking = Vec::new();
     let mut matched = Vec::new();
     let mut approved = Vec::new();
+    // What the call itself reads flows into what it writes and fetches (py.run reads a
+    // file and writes another in one call): those are decided at the session's taint
+    // joined with the labels of the call's own reads.
+    let reads = call
+        .resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::PathRead(p) => normalize(Path::new(p)).ok(),
+            Resource::PathWrite(_) | Resource::Url(_) => None,
+        })
+        .filter_map(|p| covering(policy, &call.tool, Mode::Read, Some(&p), None).map(|g| g.label))
+        .fold(Label::CLEAN, Label::join);
+    let outward = taint.join(reads);
     for resource in &call.resources {
         let (mode, path, url) = match resource {
             Resource::PathRead(p) | Resource::PathWrite(p) => {
@@ -263,6 +276,8 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         let Some(g) = covering(policy, &call.tool, mode, path.as_deref(), url.as_ref()) else {
             return deny(format!("no grant covers {resource} for {}", call.tool));
         };
+        // (A read is decided at the session's taint; a write or a fetch at the call's.)
+        let taint = if mode == Mode::Read { taint } else { outward };
         let clean = taint.flows_to(g.label);
         let name = rule_name("grant", g.index, g.line);
         matched.push(Matched {

@@ -410,6 +410,16 @@ impl CallState {
                 logical.display()
             )));
         }
+        // A root that is itself a symlink (a narrowed grant's `envlink -> .env`) names
+        // one thing and opens another: the rules hold where it really lies too.
+        if real != logical
+            && let Some(refusal) = self.grant.denied_prefix(&real)
+        {
+            return Err(Error::Denied(format!(
+                "{shown}: resolves to {} under {refusal}",
+                real.display()
+            )));
+        }
         self.check_real(&real, shown)?;
         self.check_identity(fd_id(&real_fd_path(fd.as_fd()))?, &real, shown)?;
         Ok((logical, real))

@@ -256,3 +256,49 @@ fn the_loop_and_the_python_sdk_call_py_run() {
     std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// Regression (an attack on the built binary): a listed read path that is a symlink to a
+/// denied name (`envlink -> .env`, `awslink -> .aws`) was read, since the rules were
+/// checked only below the root the call named; and one call could copy a secret file
+/// into a file of a lower label, its write decided at the session's taint alone.
+#[test]
+fn a_symlink_listed_as_a_read_and_a_copy_within_one_call_are_refused() {
+    let (state, _w, ws) = setup();
+    let s = state.path();
+    std::fs::create_dir(ws.join(".aws")).unwrap();
+    std::fs::write(ws.join(".aws/credentials"), "aws_secret=XYZ\n").unwrap();
+    std::os::unix::fs::symlink(".env", ws.join("envlink")).unwrap();
+    std::os::unix::fs::symlink(".aws", ws.join("awslink")).unwrap();
+    for (code, reads) in
+        [("open('envlink').read()", "envlink"), ("open('awslink/credentials').read()", "awslink")]
+    {
+        let r = run(s, &ws, json!({"code": code, "reads": [reads]}), &[]);
+        assert_ne!(r.code, 0, "{code}: {}", r.stdout);
+        let said = format!("{}{}", r.stdout, r.stderr);
+        assert!(!said.contains("sk-live-1") && !said.contains("XYZ"), "{said}");
+        assert!(said.contains("denied by rule"), "{said}");
+    }
+    // A secret file read and a private one written in one call: the write is decided
+    // at the taint the call reaches, so the default policy's write grant asks (and with
+    // no answer, refuses), where before it ran at the session's clean taint.
+    std::fs::write(ws.join("salaries.csv"), "a,100\n").unwrap();
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    let secret = format!(
+        "[[grant]]\ntool = \"*\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"secret/trusted\"\nwhen_tainted = \"allow\"\n\
+         [[grant]]\ntool = \"py.run\"\npath = \"{}\"\nmode = \"write\"\nlabel = \"private/trusted\"\nwhen_tainted = \"deny\"\n",
+        ws.join("salaries.csv").display(),
+        ws.join("pub").display()
+    );
+    write_policy(s, &format!("{policy}\n{secret}"));
+    std::fs::create_dir(ws.join("pub")).unwrap();
+    let code = "open('pub/out.txt', 'w').write(open('salaries.csv').read())";
+    let r = run(
+        s,
+        &ws,
+        json!({"code": code, "reads": ["salaries.csv"], "writes": ["pub/out.txt"]}),
+        &[],
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("does not flow to"), "{}", r.stderr);
+    assert!(!ws.join("pub/out.txt").exists());
+}
