@@ -14,7 +14,9 @@ import sys
 import traceback
 
 import wit_world
-from componentize_py_types import Err
+from componentize_py_types import Err, Ok
+from wit_world.imports import outgoing_handler, streams
+from wit_world.imports import types as http
 
 # The standard library modules code for counting, parsing, converting and computing
 # reaches for. componentize-py keeps only what the module imports while it builds the
@@ -145,6 +147,62 @@ def _rooted(where: str, granted: list[str]) -> None:
     os.getcwd = lambda: where
 
 
+# What one fetch() reads of a body, at most (bytes).
+MAX_FETCHED = 1 << 20
+
+
+def _read_all(stream, url: str) -> bytearray:
+    data = bytearray()
+    while True:
+        try:
+            data += stream.blocking_read(64 << 10)
+        except Err as e:
+            if isinstance(e.value, streams.StreamError_Closed):
+                return data
+            raise OSError(f"fetch {url}: reading the body failed") from None
+        if len(data) > MAX_FETCHED:
+            raise OverflowError(f"fetch {url}: the body is over {MAX_FETCHED} bytes")
+
+
+def fetch(url: str) -> str:
+    """GET `url` through the host's checked HTTP (only the call's `urls` are reached) and
+    return the body as text; a status outside 2xx raises OSError."""
+    parts = urllib.parse.urlsplit(url)
+    schemes = {"http": http.Scheme_Http(), "https": http.Scheme_Https()}
+    if parts.scheme not in schemes or not parts.netloc:
+        raise ValueError(f"not an http or https URL: {url}")
+    request = http.OutgoingRequest(http.Fields())
+    request.set_method(http.Method_Get())
+    request.set_scheme(schemes[parts.scheme])
+    request.set_authority(parts.netloc)
+    request.set_path_with_query((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+    try:
+        future = outgoing_handler.handle(request, None)
+    except Err as e:
+        raise OSError(f"fetch {url}: {e.value}") from None
+    # Resources are released child first (a pollable before its future, a stream before
+    # its body before its response), each as its block ends, or the runtime traps.
+    with future:
+        with future.subscribe() as pollable:
+            pollable.block()
+        got = future.get()
+        if got is None:
+            raise OSError(f"fetch {url}: no answer")
+        outer = got.value if isinstance(got, Ok) else None
+        del got
+        if not isinstance(outer, Ok):
+            raise OSError(f"fetch {url}: {getattr(outer, 'value', outer)}")
+        with outer.value as response:
+            del outer
+            status = response.status()
+            with response.consume() as body:
+                with body.stream() as stream:
+                    data = _read_all(stream, url)
+    if not 200 <= status < 300:
+        raise OSError(f"fetch {url}: status {status}")
+    return data.decode("utf-8", "replace")
+
+
 def _split(code: str) -> tuple[ast.Module, ast.Expression | None]:
     """The code's statements, and its last line apart when that is an expression."""
     tree = ast.parse(code, "<code>", "exec")
@@ -193,7 +251,7 @@ class WitWorld(wit_world.WitWorld):
             if where:
                 _rooted(where, granted)
             tree, last = _split(code)
-            scope = {"__name__": "__main__", "__builtins__": builtins}
+            scope = {"__name__": "__main__", "__builtins__": builtins, "fetch": fetch}
             exec(compile(tree, "<code>", "exec"), scope)
             value = eval(compile(last, "<code>", "eval"), scope) if last else None
         except BaseException as e:  # the code's failure, whatever it is, is the answer

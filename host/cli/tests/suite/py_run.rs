@@ -302,3 +302,27 @@ fn a_symlink_listed_as_a_read_and_a_copy_within_one_call_are_refused() {
     assert!(r.stderr.contains("does not flow to"), "{}", r.stderr);
     assert!(!ws.join("pub/out.txt").exists());
 }
+
+/// The code's network is `fetch(url)`, through bx's checked HTTP, to the hosts and ports
+/// its call lists in `urls` and nowhere else.
+#[test]
+fn fetch_reaches_the_listed_urls_only() {
+    let (state, _w, ws) = setup();
+    let s = state.path();
+    let listed = page_server("north,1\nsouth,2\n");
+    let other = page_server("never read\n");
+    let url = format!("http://127.0.0.1:{listed}/data.csv");
+    let allow = format!("127.0.0.1:{listed}");
+    let code = format!("len(fetch('{url}').splitlines())");
+    let r = run(s, &ws, json!({"code": code, "urls": [url]}), &["--allow-host", &allow]);
+    assert_eq!((r.code, r.stdout.trim()), (0, "\"2\""), "{}", r.stderr);
+    // Granted by hand too, but not listed by the call: refused by the host.
+    let elsewhere = format!("http://127.0.0.1:{other}/");
+    let code = format!("fetch('{elsewhere}')");
+    let allow_other = format!("127.0.0.1:{other}");
+    let args = json!({"code": code, "urls": [url]});
+    let r = run(s, &ws, args, &["--allow-host", &allow, "--allow-host", &allow_other]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("HttpRequestDenied"), "{}", r.stderr);
+    assert!(!r.stderr.contains("never read"), "{}", r.stderr);
+}
