@@ -165,6 +165,8 @@ chat: tools
 	test -f $(DEMO)/policy.toml || target/debug/bx --state-dir $(DEMO) policy init >/dev/null
 	for t in fs_read fs_list; do w=$(TOOLS_OUT)/bx_tool_$$t.wasm; \
 	  target/debug/bx --state-dir $(DEMO) tool install $$w --digest sha256:$$(sha256sum $$w | cut -d' ' -f1) >/dev/null; done
+	w=$(PY_RUN_OUT); target/debug/bx --state-dir $(DEMO) tool install $$w --digest sha256:$$(sha256sum $$w | cut -d' ' -f1) \
+	  --manifest $(PY_RUN)/manifest.toml --name py --replace >/dev/null
 	target/debug/bx --state-dir $(DEMO) chat
 
 # BX_INFER_URL=http://host:port uses a running server instead of starting one.

@@ -201,6 +201,19 @@ fn a_result_that_read_a_secret_file_is_secret_and_a_fetch_after_it_asks() {
     assert_eq!(decisions.last().unwrap()["fields"]["decision"], "ask", "{decisions:?}");
 }
 
+/// What the scripted model sends py.run for each of the owner's prompts.
+fn scripted_call(prompt: &str) -> Value {
+    if prompt.contains("total") {
+        json!({"code": SUM, "reads": ["sales.csv"]})
+    } else if prompt.contains("write") {
+        json!({"code": "open('report.txt', 'w').write('total 49.75\\n')", "writes": ["report.txt"]})
+    } else if prompt.contains("print") {
+        json!({"code": "print('hi')\n6 * 7"})
+    } else {
+        json!({"code": "def f():\n    return 1 / 0\nf()"})
+    }
+}
+
 #[test]
 fn the_loop_and_the_python_sdk_call_py_run() {
     let model = ScriptedModel::start(Arc::new(|r: &Request| {
@@ -208,13 +221,8 @@ fn the_loop_and_the_python_sdk_call_py_run() {
             return Reply::Text("ok".into());
         }
         match r.results_this_turn().as_slice() {
-            [] => Reply::Calls(vec![Call::new(
-                "py.run",
-                json!({"code": SUM, "reads": ["sales.csv"]}),
-            )]),
-            [result, ..] => {
-                Reply::Text(format!("the total is {}", result.lines().last().unwrap_or("")))
-            }
+            [] => Reply::Calls(vec![Call::new("py.run", scripted_call(r.last_user()))]),
+            [result, ..] => Reply::Text(format!("py.run said: {result}")),
         }
     }))
     .unwrap();
@@ -224,32 +232,62 @@ fn the_loop_and_the_python_sdk_call_py_run() {
         .unwrap();
     let daemon = Daemon::start(s);
     let w = ws.to_str().unwrap();
-    let (code, events) = say(s, "sum", "what is the total of sales.csv?", &["--workspace", w]);
-    assert_eq!(code, 0, "{events:?}");
-    let result = of_type(&events, "tool_result");
-    assert_eq!(result.len(), 1, "{events:?}");
-    assert_eq!(result[0]["status"], "ok", "{events:?}");
-    let said: String =
-        of_type(&events, "content_delta").iter().map(|e| e["text"].as_str().unwrap()).collect();
-    assert!(said.contains("49.75"), "{said}");
+    // Writes ask under the default policy: the owner approves from another terminal.
+    let (done, stop) = std::sync::mpsc::channel();
+    let approving = super::mcp::approver(s.to_path_buf(), stop);
+    let mut said = Vec::new();
+    for prompt in [
+        "what is the total of sales.csv?",
+        "write the report",
+        "print a greeting",
+        "divide by zero",
+    ] {
+        let (code, events) = say(s, "py", prompt, &["--workspace", w]);
+        assert_eq!(code, 0, "{prompt}: {events:?}");
+        let text: String =
+            of_type(&events, "content_delta").iter().map(|e| e["text"].as_str().unwrap()).collect();
+        let status = of_type(&events, "tool_result")[0]["status"].clone();
+        said.push((status, text));
+    }
+    assert_eq!(said[0].0, "ok");
+    assert!(said[0].1.contains("3 rows") && said[0].1.contains("49.75"), "{said:?}");
+    assert_eq!(said[1].0, "ok", "{said:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("report.txt")).unwrap(), "total 49.75\n");
+    assert!(said[2].1.contains("hi") && said[2].1.contains("42"), "{said:?}");
+    assert_eq!(said[3].0, "error", "{said:?}");
+    assert!(said[3].1.contains("ZeroDivisionError"), "{said:?}");
     drop(daemon);
-    // The official Python SDK lists py.run with its schema and calls it.
+    std::fs::remove_file(ws.join("report.txt")).unwrap();
+    // The official Python SDK: the same four, each a call of its own.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_call.py");
-    let out = std::process::Command::new(repo().join(".venv/bin/python"))
-        .arg(script)
-        .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), w, "py.run"])
-        .arg(json!({"code": "print('hi')\n6 * 7"}).to_string())
-        .env_remove("BX_HOME")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let steps: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let listed = steps.iter().find(|s| s["step"] == "listed").unwrap();
+    let sdk = |args: Value| -> (Value, Value) {
+        let out = std::process::Command::new(repo().join(".venv/bin/python"))
+            .arg(&script)
+            .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), w, "py.run"])
+            .arg(args.to_string())
+            .env_remove("BX_HOME")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let steps: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let listed = steps.iter().find(|s| s["step"] == "listed").unwrap().clone();
+        let called = steps.iter().find(|s| s["step"] == "called").unwrap().clone();
+        (listed, called)
+    };
+    let (listed, called) = sdk(scripted_call("total"));
     assert!(listed["description"].as_str().unwrap().contains("compute"), "{listed}");
-    let called = steps.iter().find(|s| s["step"] == "called").unwrap();
+    assert!(called["text"].as_str().unwrap().contains("49.75"), "{called}");
+    let (_, called) = sdk(scripted_call("write"));
     assert_eq!(called["error"], false, "{called}");
+    assert_eq!(std::fs::read_to_string(ws.join("report.txt")).unwrap(), "total 49.75\n");
+    let (_, called) = sdk(scripted_call("print"));
     assert!(called["text"].as_str().unwrap().contains("hi\\n42"), "{called}");
+    let (_, called) = sdk(scripted_call("fail"));
+    assert_eq!(called["error"], true, "{called}");
+    assert!(called["text"].as_str().unwrap().contains("ZeroDivisionError"), "{called}");
+    done.send(()).unwrap();
+    assert!(approving.join().unwrap() >= 2, "the two writes were approved");
     for pid in super::mcp::daemons_of(s) {
         let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
     }
