@@ -1,6 +1,7 @@
 //! File helpers bx's crates share, each written once: [`write_atomically`], the one way
-//! bx replaces a file of its own, and [`resolve_leniently`], the one way it learns where
-//! a path that may not exist yet leads.
+//! bx replaces a file of its own, [`resolve_leniently`], the one way it learns where
+//! a path that may not exist yet leads, and [`lock_waiting`], the one way a command
+//! waits its turn to change a file of bx's.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -52,6 +53,24 @@ pub fn resolve_leniently(path: &Path) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// Takes an exclusive lock on `path` (created if missing, never truncated), waiting up to
+/// `wait` for another process to let go: `Ok(Some(file))`, held until the file is closed,
+/// or `Ok(None)` when the other holder kept it that long.
+pub fn lock_waiting(path: &Path, wait: std::time::Duration) -> std::io::Result<Option<File>> {
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+    let give_up = std::time::Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < give_up => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

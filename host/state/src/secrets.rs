@@ -269,27 +269,13 @@ impl SecretStore {
     /// Takes `secrets/.lock`, waiting up to [`LOCK_WAIT`] for another command.
     fn lock(&self) -> Result<std::fs::File, StateError> {
         let path = self.dir.join(".lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| StateError::io(&path, e))?;
-        let give_up = std::time::Instant::now() + LOCK_WAIT;
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(file),
-                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < give_up => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(StateError::io(
-                        &path,
-                        "another bx command has held the secret store's lock for 10 s; nothing was changed",
-                    ));
-                }
-                Err(std::fs::TryLockError::Error(e)) => return Err(StateError::io(&path, e)),
-            }
+        match bx_fs::lock_waiting(&path, LOCK_WAIT) {
+            Ok(Some(file)) => Ok(file),
+            Ok(None) => Err(StateError::io(
+                &path,
+                "another bx command has held the secret store's lock for 10 s; nothing was changed",
+            )),
+            Err(e) => Err(StateError::io(&path, e)),
         }
     }
 

@@ -139,30 +139,16 @@ impl Store {
     fn lock(&self) -> Result<std::fs::File, StoreError> {
         let path = self.root.join(".lock");
         std::fs::create_dir_all(&self.root).map_err(|e| StoreError::io(&self.root, e))?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| StoreError::io(&path, e))?;
-        let give_up = std::time::Instant::now() + LOCK_WAIT;
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(file),
-                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < give_up => {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(StoreError::io(
-                        &path,
-                        format!(
-                            "another bx command has held the tool store's lock for {} s; nothing was changed",
-                            LOCK_WAIT.as_secs()
-                        ),
-                    ));
-                }
-                Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io(&path, e)),
-            }
+        match bx_fs::lock_waiting(&path, LOCK_WAIT) {
+            Ok(Some(file)) => Ok(file),
+            Ok(None) => Err(StoreError::io(
+                &path,
+                format!(
+                    "another bx command has held the tool store's lock for {} s; nothing was changed",
+                    LOCK_WAIT.as_secs()
+                ),
+            )),
+            Err(e) => Err(StoreError::io(&path, e)),
         }
     }
 

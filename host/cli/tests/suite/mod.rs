@@ -30,6 +30,26 @@ use std::path::{Path, PathBuf};
 
 use sha2::Digest as _;
 
+/// Installs standard component `wasm` by its digest as `name`, with the manifest at
+/// `manifest`.
+pub fn install_with_manifest(state: &Path, wasm: &Path, manifest: &Path, name: &str) -> Run {
+    let digest = digest_file(wasm);
+    bx(
+        state,
+        &[
+            "tool",
+            "install",
+            wasm.to_str().unwrap(),
+            "--digest",
+            &digest,
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--name",
+            name,
+        ],
+    )
+}
+
 /// Every file under `dir` with the hash of its content, for before/after comparisons.
 pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();

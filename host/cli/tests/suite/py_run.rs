@@ -21,23 +21,8 @@ fn py_run() -> PathBuf {
 
 /// Installs py.run into `s` with its manifest, as `py.run`.
 fn install_py(s: &Path) {
-    let wasm = py_run();
-    let digest = digest_file(&wasm);
     let manifest = repo().join("tools/py-run/manifest.toml");
-    let r = bx(
-        s,
-        &[
-            "tool",
-            "install",
-            wasm.to_str().unwrap(),
-            "--digest",
-            &digest,
-            "--manifest",
-            manifest.to_str().unwrap(),
-            "--name",
-            "py",
-        ],
-    );
+    let r = install_with_manifest(s, &py_run(), &manifest, "py");
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
 

@@ -155,21 +155,7 @@ fn setup() -> (tempfile::TempDir, Echo, Echo) {
         "[functions.fetch]\nfetch = [\"url\"]\n\n[functions.fetch-with]\nfetch = [\"url\"]\n\n[functions.fetch-many]\nfetch = [\"url\"]\n",
     )
     .unwrap();
-    let digest = digest_file(&wasm);
-    let r = bx(
-        s,
-        &[
-            "tool",
-            "install",
-            wasm.to_str().unwrap(),
-            "--digest",
-            &digest,
-            "--manifest",
-            manifest.to_str().unwrap(),
-            "--name",
-            "hostile",
-        ],
-    );
+    let r = install_with_manifest(s, &wasm, &manifest, "hostile");
     std::fs::remove_file(&manifest).unwrap();
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert_eq!(set_secret(s, "gh", VALUE).code, 0);
