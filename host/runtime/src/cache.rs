@@ -101,6 +101,23 @@ fn load_key(dir: &Path) -> Result<[u8; KEY_BYTES], RunError> {
     }
 }
 
+/// A component compiled to native code in memory: the component, and the bytes the cache
+/// would keep for it.
+pub struct Native {
+    /// The loaded component.
+    pub component: Component,
+    bytes: Vec<u8>,
+}
+
+impl Native {
+    /// Compiles `wasm` to native code and loads it, writing nothing.
+    pub fn compile(runtime: &Runtime, wasm: &[u8]) -> Result<Native, RunError> {
+        let bytes = runtime.precompile(wasm)?;
+        let component = load_native(runtime, &bytes)?;
+        Ok(Native { component, bytes })
+    }
+}
+
 impl ComponentCache {
     /// A cache in `dir`, created if missing, with its key.
     pub fn new(dir: impl Into<PathBuf>) -> Result<ComponentCache, RunError> {
@@ -136,11 +153,23 @@ impl ComponentCache {
         digest_hex: &str,
         wasm: &[u8],
     ) -> Result<Component, RunError> {
-        let native = runtime.precompile(wasm)?;
+        let native = Native::compile(runtime, wasm)?;
+        self.put(runtime, digest_hex, &native)?;
+        Ok(native.component)
+    }
+
+    /// Writes native code compiled before ([`Native::compile`]) into the cache as the
+    /// artifact of `digest_hex`, with its MAC: an install compiles once, decides, and
+    /// only then writes (a refused install leaves nothing behind).
+    pub fn put(
+        &self,
+        runtime: &Runtime,
+        digest_hex: &str,
+        native: &Native,
+    ) -> Result<(), RunError> {
         let path = self.path(runtime, digest_hex);
-        write_atomically(&path, &native)?;
-        write_atomically(&sidecar(&path), self.mac(runtime, digest_hex, &native).as_bytes())?;
-        load_native(runtime, &native)
+        write_atomically(&path, &native.bytes)?;
+        write_atomically(&sidecar(&path), self.mac(runtime, digest_hex, &native.bytes).as_bytes())
     }
 
     /// Loads the component for `digest_hex`, from the cache when its artifact is present

@@ -25,7 +25,7 @@ mod wasi_http;
 mod wit_json;
 
 pub use bindings::bx::tool::types::{CallError, Description, Output, ResourceArg, ResourceKind};
-pub use cache::{CacheOutcome, ComponentCache};
+pub use cache::{CacheOutcome, ComponentCache, Native};
 
 /// The name of a resource kind as the owner reads it (`path-read`, `path-write`,
 /// `url-fetch`), the same as in the WIT.

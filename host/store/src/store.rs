@@ -353,15 +353,18 @@ impl Store {
     ) -> Result<InstallOutcome, StoreError> {
         let Fetched { bytes, source, signer } =
             self.fetch(source, digest, options.plain_http, progress)?;
-        let component = runtime.compile(&bytes)?;
-        let entries = match runtime.shape(&component)? {
+        // Compiled once: the native code is kept and written to the cache only if the
+        // install goes through.
+        let native = bx_runtime::Native::compile(runtime, &bytes)?;
+        let component = &native.component;
+        let entries = match runtime.shape(component)? {
             Shape::BxTool => {
                 if options.manifest.is_some() || options.name.is_some() {
                     return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(
                         "a bx:tool component names itself and its resources: --name and --manifest are for standard WASI components".into(),
                     )));
                 }
-                let tool = runtime.load_blocking(&component, &digest.to_string())?;
+                let tool = runtime.load_blocking(component, &digest.to_string())?;
                 let name = tool.description().name.clone();
                 check_tool_name(&name)?;
                 let resources = tool
@@ -383,7 +386,7 @@ impl Store {
             }
             Shape::Functions(functions) => {
                 let mut planned =
-                    self.plan_functions(runtime, &component, &bytes, digest, options, &functions)?;
+                    self.plan_functions(runtime, component, &bytes, digest, options, &functions)?;
                 for (_, entry) in &mut planned.tools {
                     entry.source = source.clone();
                     entry.signer = signer.clone();
@@ -501,7 +504,7 @@ impl Store {
             std::fs::create_dir_all(&self.blobs).map_err(|e| StoreError::io(&self.blobs, e))?;
             write_atomically(&blob, &bytes)?;
         }
-        self.cache()?.compile(runtime, &digest.hex(), &bytes)?;
+        self.cache()?.put(runtime, &digest.hex(), &native)?;
         installed.save(&self.installed_path())?;
         Ok(outcome)
     }
