@@ -8,8 +8,11 @@ use bx_state::SecretStore;
 use parking_lot::Mutex;
 use std::os::unix::fs::MetadataExt as _;
 
-/// What identifies one content of the store file: a change of any makes a reload.
-type FileKey = Option<(u64, u64, i64, i64, u64, u32)>;
+/// What identifies one content of a file: a change of any makes a reload.
+type Stamp = Option<(u64, u64, i64, i64, u64, u32)>;
+/// The store file's stamp (its mode joined with its directory's) and the quarantine
+/// file's: the cache is good while both are.
+type FileKey = (Stamp, Stamp);
 
 /// The store, and its last load.
 #[derive(Debug)]
@@ -20,8 +23,9 @@ pub struct SecretSource {
 
 #[derive(Debug, Clone)]
 enum Prepared {
-    /// Loaded: the values, and why other users can read them, if they can.
-    Ready { secrets: Secrets, exposed: Option<String> },
+    /// Loaded: the values, why other users can read them (if they can), and why calls
+    /// that can send a request are held back (if a secret is quarantined).
+    Ready { secrets: Secrets, exposed: Option<String>, held: Option<String> },
     /// Could not be loaded, and why.
     Unreadable(String),
 }
@@ -38,16 +42,26 @@ impl SecretSource {
     }
 
     fn key(&self) -> FileKey {
-        let file = std::fs::metadata(self.store.store_file()).ok()?;
-        let dir = std::fs::metadata(self.store.store_file().parent()?).ok()?;
-        Some((
-            file.dev(),
-            file.ino(),
-            file.mtime(),
-            file.mtime_nsec(),
-            file.len(),
-            file.mode() ^ dir.mode(),
-        ))
+        let stamp = |path: &std::path::Path, extra: u32| -> Stamp {
+            let m = std::fs::metadata(path).ok()?;
+            Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.len(), m.mode() ^ extra))
+        };
+        let store = self.store.store_file();
+        let dir = store.parent().and_then(|d| std::fs::metadata(d).ok()).map_or(0, |m| m.mode());
+        (stamp(&store, dir), stamp(&self.store.quarantine_file(), 0))
+    }
+
+    /// Why calls that can send a request are held back, if they are.
+    fn held(&self) -> Option<String> {
+        let Some(held) = self.store.quarantined() else {
+            return Some("the secret store's quarantine file cannot be read".to_owned());
+        };
+        held.iter().next().map(|(name, u)| {
+            format!(
+                "secret {name} is held back since a tool tried to send it to {} at {}; every call that can send a request waits for `bx secret set {name}`",
+                u.host, u.at
+            )
+        })
     }
 
     fn prepared(&self) -> Prepared {
@@ -63,7 +77,9 @@ impl SecretSource {
                 let values =
                     loaded.secrets.into_iter().map(|(name, s)| (name, s.value.expose().to_owned()));
                 match Secrets::new(values) {
-                    Ok(secrets) => Prepared::Ready { secrets, exposed: loaded.exposed },
+                    Ok(secrets) => {
+                        Prepared::Ready { secrets, exposed: loaded.exposed, held: self.held() }
+                    }
                     Err(why) => Prepared::Unreadable(why),
                 }
             }
@@ -77,33 +93,14 @@ impl SecretSource {
     /// call while the store cannot be read (the leak guard would not know what to look
     /// for), and a call whose grant binds a secret while other users can read the store.
     pub fn for_call(&self, grant: &Grant) -> Result<Secrets, RunError> {
-        // A secret a tool tried to send elsewhere holds back every call that can send a
-        // request: each refusal would tell the tool one more thing about the value.
-        if grant.hosts().len() > 0 {
-            match self.store.quarantined() {
-                Some(held) if held.is_empty() => {}
-                Some(held) => {
-                    let why = held
-                        .iter()
-                        .map(|(name, u)| {
-                            format!(
-                                "secret {name} is held back since a tool tried to send it to {} at {}; every call that can send a request waits for `bx secret set {name}`",
-                                u.host, u.at
-                            )
-                        })
-                        .next()
-                        .unwrap_or_default();
-                    return Err(RunError::Secrets { why, entry: "secret-quarantined" });
-                }
-                None => {
-                    let why = "the secret store's quarantine file cannot be read".to_owned();
-                    return Err(RunError::Secrets { why, entry: "secret-quarantined" });
-                }
-            }
-        }
         match self.prepared() {
             Prepared::Unreadable(why) => {
                 Err(RunError::Secrets { why, entry: "secrets-unreadable" })
+            }
+            // A secret a tool tried to send elsewhere holds back every call that can
+            // send a request: each refusal would tell the tool one more thing about it.
+            Prepared::Ready { held: Some(why), .. } if grant.hosts().len() > 0 => {
+                Err(RunError::Secrets { why, entry: "secret-quarantined" })
             }
             Prepared::Ready { exposed: Some(why), .. } if !grant.secrets().is_empty() => {
                 Err(RunError::Secrets { why, entry: "secrets-exposed" })

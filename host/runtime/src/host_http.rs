@@ -134,12 +134,6 @@ pub(crate) struct Reached {
 }
 
 impl Reached {
-    pub(crate) fn leaked(&mut self, leak: Leak) {
-        if self.leaks.len() < crate::secrets::MAX_LEAKS && !self.leaks.contains(&leak) {
-            self.leaks.push(leak);
-        }
-    }
-
     fn refused(&mut self, why: &str) {
         if self.refusals.len() < crate::wasi_fs::MAX_REFUSALS {
             self.refusals.push(crate::tool::bounded(why.to_owned(), 512));
@@ -377,7 +371,10 @@ impl Fetcher {
             let mut sink = self.sink.lock();
             for (name, encoding) in found {
                 let host = host.to_owned();
-                sink.leaked(Leak { name, direction: Direction::Response, host, encoding });
+                crate::secrets::note_leak(
+                    &mut sink.leaks,
+                    Leak { name, direction: Direction::Response, host, encoding },
+                );
             }
         }
         out
@@ -424,7 +421,7 @@ impl Fetcher {
                     encoding,
                 };
                 let why = leak.to_string();
-                self.sink.lock().leaked(leak);
+                crate::secrets::note_leak(&mut self.sink.lock().leaks, leak);
                 return Err(Error::Denied(why));
             }
         }
@@ -548,7 +545,7 @@ impl Fetcher {
 
 /// Whether `needle` occurs in `hay`.
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(hay, needle).is_some()
 }
 
 /// What a query value keeps as it is: RFC 3986's unreserved characters.

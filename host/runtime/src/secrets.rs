@@ -108,6 +108,13 @@ impl std::fmt::Display for Leak {
 /// The most leaks a call's report keeps (each also counts once in the record).
 pub(crate) const MAX_LEAKS: usize = 32;
 
+/// Notes `leak` in `leaks`: once each, at most [`MAX_LEAKS`].
+pub(crate) fn note_leak(leaks: &mut Vec<Leak>, leak: Leak) {
+    if leaks.len() < MAX_LEAKS && !leaks.contains(&leak) {
+        leaks.push(leak);
+    }
+}
+
 /// The values a call may need and the guard over every value of the store. Built once
 /// per store content (the driver keeps it while the store is unchanged) and shared.
 #[derive(Clone, Default)]

@@ -114,9 +114,7 @@ impl CallState {
 
     /// Notes what the leak guard found (once each, at most [`crate::secrets::MAX_LEAKS`]).
     pub(crate) fn leaked(&mut self, leak: crate::secrets::Leak) {
-        if self.leaks.len() < crate::secrets::MAX_LEAKS && !self.leaks.contains(&leak) {
-            self.leaks.push(leak);
-        }
+        crate::secrets::note_leak(&mut self.leaks, leak);
     }
 
     /// Counts one host call; past the cap the guest traps with [`LimitTrap`].
