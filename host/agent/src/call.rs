@@ -86,6 +86,8 @@ pub struct Redirected {
     pub named: String,
     /// As it resolves: what the broker decides on and the tool is given.
     pub resolved: String,
+    /// A read (a standard component's listed path that is a symlink), not a write.
+    pub read: bool,
 }
 
 /// [`resolve`], and every write path whose existing directories resolve elsewhere (a
@@ -143,7 +145,7 @@ pub fn resolve_noting(
                 ResourceKind::PathRead | ResourceKind::PathWrite => resolve_path(text, workspace)?,
             };
             if write && let Some(real) = resolve_write_path(&joined) {
-                redirected.push(Redirected { named: joined, resolved: real.clone() });
+                redirected.push(Redirected { named: joined, resolved: real.clone(), read: false });
                 joined = real;
             }
             if joined != text {
@@ -154,6 +156,20 @@ pub fn resolve_noting(
                 if let Some(slot) = slot {
                     *slot = Value::String(joined.clone());
                 }
+            }
+            // A standard component's grant is cut down to its listed paths, so a listed
+            // read that is a symlink is decided, and shown, where it leads as well.
+            if !write
+                && tool.export().is_some()
+                && let Ok(real) = std::fs::canonicalize(&joined)
+                && let Some(real) = real.to_str().filter(|r| *r != joined)
+            {
+                redirected.push(Redirected {
+                    named: joined.clone(),
+                    resolved: real.to_owned(),
+                    read: true,
+                });
+                out.push(Resource::PathRead(real.to_owned()));
             }
             out.push(if write { Resource::PathWrite(joined) } else { Resource::PathRead(joined) });
         }
@@ -566,8 +582,10 @@ impl<'t> Requested<'t> {
                     // The owner reads where each write lands and how the call named it.
                     let notes = self.redirected.iter().map(|r| {
                         format!(
-                            "write {}: named as {}, which leads there through a symlink",
-                            r.resolved, r.named
+                            "{} {}: named as {}, which leads there through a symlink",
+                            if r.read { "read" } else { "write" },
+                            r.resolved,
+                            r.named
                         )
                     });
                     match &mut decision {

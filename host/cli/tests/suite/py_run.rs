@@ -299,8 +299,18 @@ fn a_symlink_listed_as_a_read_and_a_copy_within_one_call_are_refused() {
         assert_ne!(r.code, 0, "{code}: {}", r.stdout);
         let said = format!("{}{}", r.stdout, r.stderr);
         assert!(!said.contains("sk-live-1") && !said.contains("XYZ"), "{said}");
-        assert!(said.contains("denied by rule"), "{said}");
+        // Decided where it leads, before anything runs.
+        assert!(said.contains("refused") && said.contains("name ."), "{said}");
     }
+    // The neighbour: a symlink to a file the policy lets it read runs, and the request
+    // records where it leads as well as how it was named.
+    std::os::unix::fs::symlink("sales.csv", ws.join("alias.csv")).unwrap();
+    let r =
+        run(s, &ws, json!({"code": "len(open('alias.csv').read())", "reads": ["alias.csv"]}), &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let request = audit_records(s).into_iter().rev().find(|r| r["kind"] == "request").unwrap();
+    let listed = request["fields"]["resources"].to_string();
+    assert!(listed.contains("alias.csv") && listed.contains("sales.csv"), "{request}");
     // A secret file read and a private one written in one call: the write is decided
     // at the taint the call reaches, so the default policy's write grant asks (and with
     // no answer, refuses), where before it ran at the session's clean taint.
