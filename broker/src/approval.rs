@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
 use crate::decide::AskRequest;
+use crate::scope::ScopeKind;
 
 /// Characters of an approval id: no `0`/`o`, `1`/`l`/`i`, so an id read aloud or off a
 /// screen is typed right.
@@ -219,18 +220,48 @@ pub fn is_hidden(c: char) -> bool {
         | 0x1bca0..=0x1bca3 | 0x1d173..=0x1d17a | 0xe0000..=0xe007f | 0xe0100..=0xe01ef)
 }
 
-/// What the owner typed at an approval prompt, as an answer. Only the id approves
-/// (case and surrounding spaces aside): a reflexive `y`, `yes` or an empty line refuses,
-/// saying so; anything else refuses with the text as the reason the model reads.
-pub fn typed_answer(id: &str, line: &str) -> crate::Answer {
+/// What the owner typed at an approval prompt, as an answer and its scope. Only the id
+/// approves (case and surrounding spaces aside), alone for this call or followed by a
+/// scope (`7kq3mx path`) for the session's later calls it covers: a reflexive `y`,
+/// `yes` or an empty line refuses, saying so, and so does the id followed by anything
+/// that is not a scope. `refuse ID [SCOPE] [reason]` refuses, with a scope when one
+/// follows the id; anything else refuses with the text as the reason the model reads.
+pub fn typed_answer(id: &str, line: &str) -> (crate::Answer, ScopeKind) {
     let line = line.trim();
-    if line.eq_ignore_ascii_case(id.trim()) {
-        crate::Answer::Approve
-    } else if line.is_empty() || line.eq_ignore_ascii_case("y") || line.eq_ignore_ascii_case("yes")
-    {
-        crate::Answer::Refuse(format!("answered {line:?}, not the id {id}"))
-    } else {
-        crate::Answer::Refuse(line.to_owned())
+    let id = id.trim();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let refuse = |why: String| (crate::Answer::Refuse(why), ScopeKind::Call);
+    match words.as_slice() {
+        [first] if first.eq_ignore_ascii_case(id) => (crate::Answer::Approve, ScopeKind::Call),
+        [first, scope] if first.eq_ignore_ascii_case(id) => match ScopeKind::parse(scope) {
+            Ok(kind) => (crate::Answer::Approve, kind),
+            Err(why) => {
+                refuse(format!("answered {line:?}, which is not the id and a scope ({why})"))
+            }
+        },
+        [first, ..] if first.eq_ignore_ascii_case(id) => {
+            refuse(format!("answered {line:?}, which is not the id and a scope"))
+        }
+        [verb, first, rest @ ..]
+            if verb.eq_ignore_ascii_case("refuse") && first.eq_ignore_ascii_case(id) =>
+        {
+            let (scope, reason) = match rest.split_first() {
+                Some((scope, reason)) => match ScopeKind::parse(scope) {
+                    Ok(kind) => (kind, reason.join(" ")),
+                    Err(_) => (ScopeKind::Call, rest.join(" ")),
+                },
+                None => (ScopeKind::Call, String::new()),
+            };
+            let reason = if reason.is_empty() { "refused by the owner".to_owned() } else { reason };
+            (crate::Answer::Refuse(reason), scope)
+        }
+        _ if line.is_empty()
+            || line.eq_ignore_ascii_case("y")
+            || line.eq_ignore_ascii_case("yes") =>
+        {
+            refuse(format!("answered {line:?}, not the id {id}"))
+        }
+        _ => refuse(line.to_owned()),
     }
 }
 
@@ -271,6 +302,15 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
     out.push_str(&format!("approval needed: {}\n", pending.id));
     out.push_str(&format!("  tool:      {} {}\n", e(&r.call.tool), e(digest)));
     out.push_str(&format!("  taint:     {}\n", r.taint));
+    for from in &r.taint_from {
+        out.push_str(&format!("    from:    {}\n", e(from)));
+    }
+    if r.flow != r.taint {
+        out.push_str(&format!("    this call's own reads raise it to {}\n", r.flow));
+    }
+    if let Some(clean) = &r.at_clean {
+        out.push_str(&format!("    in a clean session the policy would: {}\n", e(clean)));
+    }
     out.push_str("  why:\n");
     for reason in &r.reasons {
         out.push_str(&format!("    - {}\n", e(reason)));
@@ -305,9 +345,25 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
         ));
     }
     let left = pending.expires_ms.saturating_sub(now_ms) / 1000;
+    let id = &pending.id;
     out.push_str(&format!(
-        "  expires in {left} s; answer with the id: approve {0} | refuse {0}\n",
-        pending.id
+        "  expires in {left} s; answer with the id, and a scope if you choose:\n"
+    ));
+    out.push_str(&format!("    {id}          approve this call only\n"));
+    for (name, cover) in crate::scope::offers(r, &pending.args) {
+        out.push_str(&format!(
+            "    {id} {name:<5}    approve {}, for the rest of this session\n",
+            e(&cover.describe(&r.call.tool))
+        ));
+    }
+    if !r.every.is_empty() {
+        out.push_str("    (no scope: an [[ask]] rule asks before every use of a path it names)\n");
+    }
+    out.push_str(&format!(
+        "    refuse {id} [SCOPE] [REASON]   refuse it, and with a scope what that covers\n"
+    ));
+    out.push_str(&format!(
+        "  from another terminal: bx approve {id} [--scope SCOPE] | bx refuse {id} [--scope SCOPE]\n"
     ));
     out
 }
@@ -418,9 +474,13 @@ mod tests {
             },
             reasons: vec!["write /w/x: tainted".into()],
             asking: vec![Resource::PathWrite("/w/x".into())],
+            every: vec![],
             matched: vec![],
             taint: Label::TOP,
+            flow: Label::TOP,
             secrets: vec![],
+            taint_from: vec![],
+            at_clean: None,
         }
     }
 

@@ -6,6 +6,7 @@ use std::path::Path;
 use crate::grant::{FsAccess, Grant, RootGrant};
 use crate::label::Label;
 use crate::path::normalize;
+use crate::scope::{Bearing, Cover, Scope, args_digest, bearing};
 
 /// True when normalised `path` is `prefix` or below it: a byte comparison at a component
 /// boundary, which for normalised absolute paths is the same as comparing components.
@@ -79,10 +80,22 @@ pub struct AskRequest {
     pub reasons: Vec<String>,
     /// The resources that asked.
     pub asking: Vec<Resource>,
+    /// Of those, the ones an `[[ask]]` rule asks about before every use: no scoped
+    /// answer covers them.
+    pub every: Vec<Resource>,
     /// Every resource and the grant that covered it.
     pub matched: Vec<Matched>,
     /// The session's taint when it asked.
     pub taint: Label,
+    /// The taint its writes and fetches were decided at: the session's joined with the
+    /// labels of what the call itself reads.
+    pub flow: Label,
+    /// Where the session's taint came from, as the owner is shown it (filled in by the
+    /// caller, which knows the session's history).
+    pub taint_from: Vec<String>,
+    /// What the policy would decide for the same call in a clean session, when the
+    /// session is not clean: the owner sees what the taint changed.
+    pub at_clean: Option<String>,
     /// The `[[secret]]` rules that would put a secret into the call's requests (the
     /// tool's, for a host the call names), as shown: the owner approves those too.
     pub secrets: Vec<String>,
@@ -109,6 +122,19 @@ pub enum Answer {
     Refuse(String),
     /// Nobody answered in time.
     Expired,
+    /// Approve or refuse it, and the session's later calls the scope covers.
+    Scoped(ScopedAnswer),
+}
+
+/// An answer that also answers the session's later calls within `cover`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopedAnswer {
+    /// What it covers.
+    pub cover: Cover,
+    /// Approve, or refuse.
+    pub approve: bool,
+    /// The owner's reason, for a refusal.
+    pub reason: String,
 }
 
 /// `grant[2] (line 14)`, or `--allow flag` / `--deny flag` for rules from the command line.
@@ -205,13 +231,56 @@ fn covering<'p>(
 /// refused. The grant reaches the covering grants' resources and never the deny rules',
 /// nor, in an ask rule's mode, what the rule covers and the call did not declare.
 pub fn decide(policy: &Policy, taint: Label, call: &CallRequest) -> Decision {
-    match evaluate(policy, taint, call) {
-        Err(reason) => Decision::Deny(reason),
-        Ok((grant, ask)) => match ask {
-            None => Decision::Allow(grant),
-            Some(ask) => Decision::Ask(ask),
-        },
+    decide_scoped(policy, taint, call, "", &[]).0
+}
+
+/// [`decide`] in a session with scoped answers: a call the policy asks about is allowed
+/// without a prompt when an approving scope covers it at its taint, refused when a
+/// refusing one covers it, and asks again, saying why, when an approving one would
+/// cover it but for a risen taint. `args` are the call's arguments as it runs (JSON
+/// text). Deny rules, bx's own state and the grants decide first, as in [`decide`].
+pub fn decide_scoped<'s>(
+    policy: &Policy,
+    taint: Label,
+    call: &CallRequest,
+    args: &str,
+    scopes: &'s [Scope],
+) -> (Decision, Bearing<'s>) {
+    let (grant, mut ask) = match evaluate(policy, taint, call) {
+        Err(reason) => return (Decision::Deny(reason), Bearing::None),
+        Ok((grant, None)) => return (Decision::Allow(grant), Bearing::None),
+        Ok((grant, Some(ask))) => (grant, ask),
+    };
+    if ask.flow != Label::CLEAN {
+        ask.at_clean = Some(match evaluate(policy, Label::CLEAN, call) {
+            Err(reason) => format!("refuse ({reason})"),
+            Ok((_, None)) => "allow, without asking".to_owned(),
+            Ok((_, Some(clean))) => format!("ask ({})", clean.reasons.join("; ")),
+        });
     }
+    let bearing =
+        if scopes.is_empty() { Bearing::None } else { bearing(scopes, &ask, &args_digest(args)) };
+    let decision = match &bearing {
+        Bearing::Approved(_) => Decision::Allow(grant),
+        Bearing::Refused(s) => deny(format!(
+            "refused by the owner's answer {} for the rest of this session ({}): {}; `bx session revoke` ends it (see docs/runbook.md#scope-refused)",
+            s.id,
+            s.cover.describe(&s.tool),
+            s.reason
+        )),
+        Bearing::Voided(s) => {
+            ask.reasons.push(format!(
+                "the owner's answer {} ({}) was given at taint {}; this call is decided at {}, which does not flow to it, so it asks again (see docs/runbook.md#scope-voided)",
+                s.id,
+                s.cover.describe(&s.tool),
+                s.taint,
+                ask.flow
+            ));
+            Decision::Ask(ask)
+        }
+        Bearing::None => Decision::Ask(ask),
+    };
+    (decision, bearing)
 }
 
 type Evaluation = Result<(Grant, Option<AskRequest>), DenyReason>;
@@ -224,6 +293,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
     let mut asking = Vec::new();
     let mut matched = Vec::new();
     let mut approved = Vec::new();
+    let mut every = Vec::new();
     // What the call itself reads flows into what it writes and fetches (py.run reads a
     // file and writes another in one call): those are decided at the session's taint
     // joined with the labels of the call's own reads.
@@ -302,6 +372,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             ));
             asking.push(resource.clone());
             approved.push((access, path.to_path_buf()));
+            every.push(resource.clone());
         }
         if clean && g.when_clean == OnTainted::Ask {
             reasons.push(format!("{resource}: {name} asks before every use"));
@@ -405,9 +476,13 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         call: call.clone(),
         reasons,
         asking,
+        every,
         matched,
         taint,
+        flow: outward,
         secrets,
+        taint_from: Vec::new(),
+        at_clean: None,
     });
     Ok((grant, ask))
 }
@@ -420,18 +495,23 @@ pub fn redecide(policy: &Policy, taint: Label, request: &AskRequest, answer: &An
     match answer {
         Answer::Refuse(why) => deny(format!("refused by the owner: {why}")),
         Answer::Expired => deny("no answer before the approval expired; refused".to_owned()),
-        Answer::Approve => match evaluate(policy, taint, &request.call) {
-            Err(reason) => Decision::Deny(reason),
-            Ok((grant, None)) => Decision::Allow(grant),
-            Ok((grant, Some(now))) => {
-                match now.asking.iter().find(|r| !request.asking.contains(r)) {
-                    None => Decision::Allow(grant),
-                    Some(unseen) => deny(format!(
-                        "{unseen} now needs approval too (the session's taint rose to {taint}); refused, ask again"
-                    )),
+        Answer::Scoped(ScopedAnswer { approve: false, reason, .. }) => {
+            deny(format!("refused by the owner: {reason}"))
+        }
+        Answer::Approve | Answer::Scoped(ScopedAnswer { approve: true, .. }) => {
+            match evaluate(policy, taint, &request.call) {
+                Err(reason) => Decision::Deny(reason),
+                Ok((grant, None)) => Decision::Allow(grant),
+                Ok((grant, Some(now))) => {
+                    match now.asking.iter().find(|r| !request.asking.contains(r)) {
+                        None => Decision::Allow(grant),
+                        Some(unseen) => deny(format!(
+                            "{unseen} now needs approval too (the session's taint rose to {taint}); refused, ask again"
+                        )),
+                    }
                 }
             }
-        },
+        }
     }
 }
 

@@ -15,6 +15,7 @@ mod name;
 mod net;
 mod path;
 mod policy;
+mod scope;
 mod secret;
 mod snippet;
 pub mod toml_shape;
@@ -26,7 +27,8 @@ pub use approval::{
 };
 pub use credentials::{CREDENTIAL_STORES, CredentialGap, CredentialStore};
 pub use decide::{
-    Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, decide, redecide,
+    Answer, AskRequest, CallRequest, Decision, DenyReason, Matched, Resource, ScopedAnswer, decide,
+    decide_scoped, redecide,
 };
 pub use grant::{FsAccess, FsRoute, Grant, NetRoute, Refusal, RootKind, RouteError};
 pub use label::{Confidentiality, Integrity, Label, LabelError};
@@ -37,6 +39,7 @@ pub use policy::{
     AskRule, DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError,
     PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
+pub use scope::{Bearing, Cover, Scope, ScopeKind, args_digest, cover_for, offers};
 pub use secret::{MAX_SECRET_NAME, SecretBinding, placeholder, valid_secret_name};
 pub use snippet::{Located, SourceLines};
 

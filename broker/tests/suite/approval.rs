@@ -94,13 +94,48 @@ fn label_display_matches_policy_syntax() {
 #[test]
 fn only_the_id_approves_what_the_owner_types() {
     // A reflexive "y" must not approve; the id does, whatever its case.
-    use bx_broker::{Answer, typed_answer};
-    assert_eq!(typed_answer("k7qm3x", " K7QM3X\n"), Answer::Approve);
+    use bx_broker::{Answer, ScopeKind, typed_answer};
+    assert_eq!(typed_answer("k7qm3x", " K7QM3X\n"), (Answer::Approve, ScopeKind::Call));
     for reflex in ["y", "YES", "", "  "] {
-        let Answer::Refuse(why) = typed_answer("k7qm3x", reflex) else { panic!("{reflex:?}") };
+        let (Answer::Refuse(why), ScopeKind::Call) = typed_answer("k7qm3x", reflex) else {
+            panic!("{reflex:?}")
+        };
         assert!(why.contains("not the id k7qm3x"), "{why}");
     }
-    assert_eq!(typed_answer("k7qm3x", "not that file"), Answer::Refuse("not that file".into()));
+    assert_eq!(
+        typed_answer("k7qm3x", "not that file"),
+        (Answer::Refuse("not that file".into()), ScopeKind::Call)
+    );
+}
+
+#[test]
+fn a_scope_follows_the_id_and_anything_else_refuses() {
+    use bx_broker::{Answer, ScopeKind, typed_answer};
+    assert_eq!(typed_answer("k7qm3x", "k7qm3x path"), (Answer::Approve, ScopeKind::Path(None)));
+    assert_eq!(
+        typed_answer("k7qm3x", "K7QM3X path=/w/docs/"),
+        (Answer::Approve, ScopeKind::Path(Some("/w/docs".into())))
+    );
+    assert_eq!(typed_answer("k7qm3x", "k7qm3x host"), (Answer::Approve, ScopeKind::Host));
+    // The id with something that is not a scope, or more than one word after it, refuses.
+    for typed in ["k7qm3x everything", "k7qm3x path host", "k7qm3x path=relative", "path k7qm3x"] {
+        let (answer, scope) = typed_answer("k7qm3x", typed);
+        assert!(matches!(answer, Answer::Refuse(_)), "{typed}: {answer:?}");
+        assert_eq!(scope, ScopeKind::Call, "{typed}");
+    }
+    assert_eq!(
+        typed_answer("k7qm3x", "refuse k7qm3x host not that site"),
+        (Answer::Refuse("not that site".into()), ScopeKind::Host)
+    );
+    assert_eq!(
+        typed_answer("k7qm3x", "refuse k7qm3x not now"),
+        (Answer::Refuse("not now".into()), ScopeKind::Call)
+    );
+    // Another id after `refuse` is a plain refusal whose reason is the line.
+    assert_eq!(
+        typed_answer("k7qm3x", "refuse aaaaaa host"),
+        (Answer::Refuse("refuse aaaaaa host".into()), ScopeKind::Call)
+    );
 }
 
 /// A call whose request would carry a secret shows the binding in its block, and only

@@ -5,6 +5,7 @@ mod decide;
 mod names;
 mod policy;
 mod props;
+mod scope;
 
 use std::path::{Path, PathBuf};
 

@@ -220,6 +220,23 @@ impl Agent {
         }
     }
 
+    /// Ends the owner's scoped answers in `session`: the one given for approval
+    /// `answer`, or all of them; or all of them as the session ends (`ended`). Recorded.
+    pub fn end_scopes(
+        &self,
+        session: &str,
+        answer: Option<&str>,
+        ended: bool,
+    ) -> Result<Body, AgentError> {
+        if !valid_session_id(session) {
+            return Err(AgentError::BadSession(session.to_owned()));
+        }
+        let count = call::in_place(|| {
+            self.trust.ledger().end_scopes(self.trust.audit(), session, answer, ended)
+        })?;
+        Ok(Body::ScopesEnded { session: session.to_owned(), count: count as u64 })
+    }
+
     /// Recomputes `session`'s taint from the audit log alone and records the rebuild.
     pub fn rebuild_session(&self, session: &str) -> Result<Body, AgentError> {
         if !valid_session_id(session) {
@@ -282,10 +299,12 @@ impl Owner for Connected<'_> {
         });
     }
 
-    fn started(&mut self, p: &Proposal<'_>) {
-        let _ = self
-            .events
-            .send(Body::ToolStarted { session: p.session.to_owned(), call: p.call.to_owned() });
+    fn started(&mut self, p: &Proposal<'_>, covered_by: Option<&call::Covered>) {
+        let _ = self.events.send(Body::ToolStarted {
+            session: p.session.to_owned(),
+            call: p.call.to_owned(),
+            covered_by: covered_by.map(|c| format!("{}: {}", c.id, c.what)),
+        });
     }
 
     fn finished(&mut self, p: &Proposal<'_>, finished: &Finished) {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bx_broker::{Answer, Answered, ApprovalTable, AskRequest, Pending};
+use bx_broker::{Answer, Answered, ApprovalTable, AskRequest, Pending, ScopeKind, ScopedAnswer};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
@@ -122,6 +122,36 @@ impl Approvals {
             let _ = waiter.answer.send(answer);
         }
         taken
+    }
+
+    /// Answers approval `id` as the wire gives it: approve or refuse (with `reason`),
+    /// with a scope as the owner typed it (`args`, `path`, `path=/dir`, `host`; none for
+    /// this call only). A scope that does not fit the waiting call is an error, and the
+    /// call still waits: only a scope made from the call itself answers it.
+    pub fn answer_as(
+        &self,
+        id: &str,
+        approve: bool,
+        reason: String,
+        scope: Option<&str>,
+    ) -> Result<Answered, String> {
+        let kind = ScopeKind::parse(scope.unwrap_or("call")).map_err(|why| {
+            format!("{why}; the call still waits (see docs/runbook.md#scope-does-not-fit)")
+        })?;
+        let cover = match (&kind, self.table.get(id, now_ms())) {
+            (ScopeKind::Call, _) => None,
+            (_, Some(p)) => bx_broker::cover_for(&p.request, &p.args, &kind).map_err(|why| {
+                format!("{why}; the call still waits (see docs/runbook.md#scope-does-not-fit)")
+            })?,
+            // Not waiting: answered as any answer is (unknown, expired, answered).
+            (_, None) => None,
+        };
+        let answer = match (cover, approve) {
+            (Some(cover), approve) => Answer::Scoped(ScopedAnswer { cover, approve, reason }),
+            (None, true) => Answer::Approve,
+            (None, false) => Answer::Refuse(reason),
+        };
+        Ok(self.answer(id, answer))
     }
 
     /// Every approval still waiting, oldest first.

@@ -450,6 +450,7 @@ impl Trust {
         decision: &Decision,
         taint: Label,
         approval: Option<&str>,
+        bearing: &bx_broker::Bearing<'_>,
     ) -> Result<(), AgentError> {
         let (name, why) = match decision {
             Decision::Allow(_) => (bx_audit::Verdict::Allow, String::new()),
@@ -463,6 +464,16 @@ impl Trust {
             taint: taint.to_string(),
             why: bounded(&why, MAX_FIELD_BYTES),
             approval: approval.map(str::to_owned),
+            covered_by: match bearing {
+                bx_broker::Bearing::Approved(s) | bx_broker::Bearing::Refused(s) => {
+                    Some(s.id.clone())
+                }
+                bx_broker::Bearing::Voided(_) | bx_broker::Bearing::None => None,
+            },
+            voided: match bearing {
+                bx_broker::Bearing::Voided(s) => Some(s.id.clone()),
+                _ => None,
+            },
         }))?;
         Ok(())
     }
@@ -526,6 +537,17 @@ pub struct Asking<'t> {
 pub struct Allowed<'t> {
     requested: Requested<'t>,
     grant: Grant,
+    /// The owner's scoped answer that allowed it without a prompt, if one did.
+    covered_by: Option<Covered>,
+}
+
+/// The owner's scoped answer that covered a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Covered {
+    /// The approval id it was given for.
+    pub id: String,
+    /// What it covers, in words.
+    pub what: String,
 }
 
 impl<'t> Requested<'t> {
@@ -578,7 +600,11 @@ impl<'t> Requested<'t> {
                         resources: resources.clone(),
                     };
                     let policy = policy.for_workspace(self.workspace.as_deref());
-                    let mut decision = bx_broker::decide(&policy, taint, &request);
+                    // The owner's scoped answers of this session: each only ever answers
+                    // what the policy asks about.
+                    let scopes = trust.ledger.scopes(&self.session);
+                    let (mut decision, bearing) =
+                        bx_broker::decide_scoped(&policy, taint, &request, &self.args, &scopes);
                     // The owner reads where each write lands and how the call named it.
                     let notes = self.redirected.iter().map(|r| {
                         format!(
@@ -589,7 +615,10 @@ impl<'t> Requested<'t> {
                         )
                     });
                     match &mut decision {
-                        Decision::Ask(ask) => ask.reasons.extend(notes),
+                        Decision::Ask(ask) => {
+                            ask.reasons.extend(notes);
+                            ask.taint_from = trust.ledger.taint_from(&self.session);
+                        }
                         Decision::Deny(reason) => {
                             for note in notes {
                                 reason.message.push_str(&format!(" ({note})"));
@@ -605,10 +634,17 @@ impl<'t> Requested<'t> {
                         &decision,
                         taint,
                         approval.as_deref(),
+                        &bearing,
                     )?;
+                    let covered_by = match &bearing {
+                        bx_broker::Bearing::Approved(s) => {
+                            Some(Covered { id: s.id.clone(), what: s.cover.describe(&s.tool) })
+                        }
+                        _ => None,
+                    };
                     return Ok(match decision {
                         Decision::Allow(grant) => {
-                            Decided::Allowed(Allowed { requested: self, grant })
+                            Decided::Allowed(Allowed { requested: self, grant, covered_by })
                         }
                         Decision::Ask(ask) => Decided::Asking(Asking {
                             requested: self,
@@ -625,7 +661,14 @@ impl<'t> Requested<'t> {
             },
         };
         let denied = Decision::Deny(DenyReason { message: reason.clone() });
-        trust.decision(&self.session, &self.call, &denied, taint, None)?;
+        trust.decision(
+            &self.session,
+            &self.call,
+            &denied,
+            taint,
+            None,
+            &bx_broker::Bearing::None,
+        )?;
         Ok(Decided::Refused(Refused { reason: with_note(reason), unavailable }))
     }
 }
@@ -672,9 +715,28 @@ impl<'t> Asking<'t> {
             Err(why) => Decision::Deny(DenyReason { message: why }),
         };
         let (name, reason) = match answer {
-            Answer::Approve => (bx_audit::OwnerAnswer::Approve, String::new()),
-            Answer::Refuse(r) => (bx_audit::OwnerAnswer::Refuse, r.clone()),
+            Answer::Approve | Answer::Scoped(bx_broker::ScopedAnswer { approve: true, .. }) => {
+                (bx_audit::OwnerAnswer::Approve, String::new())
+            }
+            Answer::Refuse(r)
+            | Answer::Scoped(bx_broker::ScopedAnswer { approve: false, reason: r, .. }) => {
+                (bx_audit::OwnerAnswer::Refuse, r.clone())
+            }
             Answer::Expired => (bx_audit::OwnerAnswer::Expired, String::new()),
+        };
+        // A scoped answer holds for the session's later calls of the same tool, at no
+        // higher taint than this call was decided at (what the owner was shown).
+        let scope = match answer {
+            Answer::Scoped(a) => Some(bx_broker::Scope {
+                id: self.approval.clone(),
+                tool: self.ask.call.tool.clone(),
+                digest: self.ask.call.digest.clone(),
+                taint: accepted(&self.ask),
+                cover: a.cover.clone(),
+                approve: a.approve,
+                reason: bounded(&reason, MAX_FIELD_BYTES),
+            }),
+            Answer::Approve | Answer::Refuse(_) | Answer::Expired => None,
         };
         let outcome = match decision {
             Decision::Allow(_) => bx_audit::Settled::Allow,
@@ -687,9 +749,21 @@ impl<'t> Asking<'t> {
             answer: name,
             reason: bounded(&reason, MAX_FIELD_BYTES),
             decision: outcome,
+            scope: scope.as_ref().map(|s| bx_audit::ScopeRecord {
+                tool: s.tool.clone(),
+                digest: s.digest.clone(),
+                taint: s.taint.to_string(),
+                kind: s.cover.kind().to_owned(),
+                what: s.cover.what(),
+            }),
         }))?;
+        if let Some(scope) = scope {
+            trust.ledger.add_scope(&r.session, scope);
+        }
         Ok(match decision {
-            Decision::Allow(grant) => Ok(Allowed { requested: self.requested, grant }),
+            Decision::Allow(grant) => {
+                Ok(Allowed { requested: self.requested, grant, covered_by: None })
+            }
             Decision::Deny(reason) => Err(Refused {
                 reason: bounded(&reason.message, MAX_REASON_BYTES),
                 unavailable: false,
@@ -701,6 +775,16 @@ impl<'t> Asking<'t> {
             }),
         })
     }
+}
+
+/// The taint an owner's answer to `ask` accepts: the one the call was decided at,
+/// joined with the labels of everything it reaches (what the session's taint becomes when
+/// it runs). A scoped answer covers later calls decided at no higher taint: the call the
+/// owner approved does not void its own scope, and anything read since that the owner
+/// did not see (an untrusted page after a scope for writes, a private file after one for
+/// fetches) does.
+fn accepted(ask: &AskRequest) -> Label {
+    ask.matched.iter().map(|m| m.label).fold(ask.flow, Label::join)
 }
 
 /// How a call that ran ended, as recorded and reported.
@@ -731,6 +815,11 @@ impl Allowed<'_> {
     /// The call's id.
     pub fn call(&self) -> &str {
         &self.requested.call
+    }
+
+    /// The owner's scoped answer that allowed it without a prompt, if one did.
+    pub fn covered_by(&self) -> Option<&Covered> {
+        self.covered_by.as_ref()
     }
 
     /// Runs the call under its grant, puts the `result` record on the log before
@@ -829,7 +918,23 @@ impl Allowed<'_> {
         // The taint rises first: a call that ran has been seen, even if its record then
         // cannot be written (and then nobody sees its output).
         let taint = in_place(|| -> Result<Label, AgentError> {
-            let taint = trust.ledger.observe(&r.session, label)?;
+            // What it reached, as its record shows it, for "where the taint came from".
+            let reached: Vec<(Label, String)> = match &outcome {
+                Ok(report) => report
+                    .touched
+                    .iter()
+                    .map(|t| (t.label(), bounded(&t.to_string(), bx_audit::MAX_ITEM_BYTES)))
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            let declared: Vec<String> = r
+                .resources
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let taint = trust.ledger.observe(&r.session, &r.call, label, &reached, &declared)?;
             trust.audit.append(&record)?;
             Ok(taint)
         })?;

@@ -21,7 +21,7 @@ mod usage;
 pub use agent::{Agent, AgentParts, Events, record_pending};
 pub use approvals::{Approvals, Waiting, now_ms};
 pub use baseline::{Baseline, SYSTEM_PROMPT};
-pub use call::{Decided, Overlay, Trust, check_workspace};
+pub use call::{Covered, Decided, Overlay, Trust, check_workspace};
 pub use error::AgentError;
 pub use ledger::Ledger;
 pub use secrets::SecretSource;

@@ -12,7 +12,7 @@ use bx_broker::Answer;
 use bx_runtime::{LoadedTool, Runtime};
 use serde_json::Value;
 
-use crate::call::{Asking, Decided, Finished, Overlay, Refused, Trust, in_place};
+use crate::call::{Asking, Covered, Decided, Finished, Overlay, Refused, Trust, in_place};
 use crate::error::AgentError;
 
 /// A call as proposed, before anything is recorded.
@@ -45,8 +45,9 @@ pub trait Owner {
     /// The call was refused (by the policy, by the owner, or before it was decided).
     fn refused(&mut self, _proposal: &Proposal<'_>, _refused: &Refused) {}
 
-    /// The call starts to run.
-    fn started(&mut self, _proposal: &Proposal<'_>) {}
+    /// The call starts to run; `covered_by` is the owner's scoped answer that allowed
+    /// it without a prompt, if one did.
+    fn started(&mut self, _proposal: &Proposal<'_>, _covered_by: Option<&Covered>) {}
 
     /// The call ran, and its result is on the log.
     fn finished(&mut self, _proposal: &Proposal<'_>, _finished: &Finished) {}
@@ -111,7 +112,7 @@ impl Trust {
                 return Ok(Err(refused));
             }
         };
-        owner.started(p);
+        owner.started(p, allowed.covered_by());
         let finished = allowed.run(runtime).await?;
         owner.finished(p, &finished);
         Ok(Ok(finished))

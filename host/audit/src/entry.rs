@@ -173,6 +173,14 @@ pub struct Decision {
     /// (`bx approve ID`), so a waiting call can be found by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<String>,
+    /// The approval id of the owner's scoped answer that decided this call without a
+    /// prompt (an `allow` it approved, or a `deny` it refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covered_by: Option<String>,
+    /// For an `ask`: the approval id of a scoped answer that would have covered the call
+    /// had the session's taint not risen past the one it was given at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voided: Option<String>,
 }
 
 /// The owner answered an `ask` (or it expired), and what that decided.
@@ -191,6 +199,27 @@ pub struct Approval {
     pub reason: String,
     /// `allow` or `deny`: the decision after the answer.
     pub decision: Settled,
+    /// The scope the owner gave the answer, when it answers the session's later calls
+    /// too: the ledger rebuilds the session's scoped answers from these records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopeRecord>,
+}
+
+/// The scope of an owner's answer, as the log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeRecord {
+    /// The tool's installed name.
+    pub tool: String,
+    /// The tool's digest.
+    pub digest: String,
+    /// The taint the answered call was decided at.
+    pub taint: String,
+    /// `args`, `path` or `host`.
+    pub kind: String,
+    /// What it covers: the arguments' SHA-256, `read DIR` / `write DIR`, or the origin
+    /// `scheme://host:port`.
+    pub what: String,
 }
 
 /// A call that ran finished: on disk before anyone sees its output.
@@ -274,7 +303,9 @@ pub struct Session {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call: Option<String>,
     /// `state-damaged` (unreadable: counted as the top label), `state-rebuilt` (missing
-    /// or lower than the log: rebuilt from it).
+    /// or lower than the log: rebuilt from it), `workspace` (set when the session was
+    /// made), `scope-revoked` (the owner revoked a scoped answer, `detail` its id or
+    /// `*` for all) or `ended` (the session ended; its scoped answers with it).
     pub event: String,
     /// What was found.
     #[serde(default)]

@@ -37,7 +37,7 @@ pub use anchored::{Against, AnchorReport};
 pub use entry::{
     Approval, Break as BreakEntry, CallStatus, Decision, Entry, ExportFailed, LeakFound,
     MAX_FIELD_BYTES, MAX_ITEM_BYTES, MAX_RECORD_BYTES, Outcome, OwnerAnswer, Recovered, Request,
-    SecretUse, Session, Settled, ToolChange, Verdict, bounded, sha256_hex,
+    ScopeRecord, SecretUse, Session, Settled, ToolChange, Verdict, bounded, sha256_hex,
 };
 pub use error::AuditError;
 pub use log::{

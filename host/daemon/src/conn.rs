@@ -106,6 +106,8 @@ fn is_control(msg: &Body) -> bool {
         msg,
         Body::Cancel { .. }
             | Body::AnswerApproval { .. }
+            | Body::RevokeScopes { .. }
+            | Body::EndSession { .. }
             | Body::ListApprovals {}
             | Body::ShowApproval { .. }
             | Body::ListSessions {}
@@ -203,6 +205,20 @@ pub(crate) async fn handle(
                 };
                 out.send(id, msg);
             }
+            Body::RevokeScopes { session, answer } => {
+                let msg = match agent.end_scopes(&session, answer.as_deref(), false) {
+                    Ok(body) => body,
+                    Err(e) => error(e.code(), e.to_string(), e.runbook()),
+                };
+                out.send(id, msg);
+            }
+            Body::EndSession { session } => {
+                let msg = match agent.end_scopes(&session, None, true) {
+                    Ok(body) => body,
+                    Err(e) => error(e.code(), e.to_string(), e.runbook()),
+                };
+                out.send(id, msg);
+            }
             Body::Cancel { session } => {
                 let msg = if agent.cancel(&session) {
                     Body::Ok {}
@@ -214,22 +230,25 @@ pub(crate) async fn handle(
                 out.send(id, msg);
             }
             Body::AnswerApproval { approval, answer } => {
-                let answer = match answer {
-                    Answer::Approve {} => bx_broker::Answer::Approve,
-                    Answer::Refuse { reason } => bx_broker::Answer::Refuse(reason),
+                let (approve, reason, scope) = match answer {
+                    Answer::Approve { scope } => (true, String::new(), scope),
+                    Answer::Refuse { reason, scope } => (false, reason, scope),
                 };
-                let msg = match agent.approvals().answer(&approval, answer) {
-                    Answered::Taken(_) => Body::Ok {},
-                    Answered::AlreadyAnswered => Body::Refused {
+                let answered =
+                    agent.approvals().answer_as(&approval, approve, reason, scope.as_deref());
+                let msg = match answered {
+                    Err(why) => Body::Refused { reason: why },
+                    Ok(Answered::Taken(_)) => Body::Ok {},
+                    Ok(Answered::AlreadyAnswered) => Body::Refused {
                         reason: format!("approval {} already answered", echoed(&approval)),
                     },
-                    Answered::Expired(_) => Body::Refused {
+                    Ok(Answered::Expired(_)) => Body::Refused {
                         reason: format!(
                             "approval {} expired; the call was refused",
                             echoed(&approval)
                         ),
                     },
-                    Answered::Unknown => Body::Refused {
+                    Ok(Answered::Unknown) => Body::Refused {
                         reason: format!("no approval {} is pending", echoed(&approval)),
                     },
                 };

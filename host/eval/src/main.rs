@@ -18,6 +18,8 @@ struct Args {
     only: Option<String>,
     model: ModelChoice,
     report: PathBuf,
+    /// The owner answers each call alone (the owner before scoped answers).
+    no_scopes: bool,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -31,6 +33,7 @@ fn args() -> anyhow::Result<Args> {
         only: None,
         model: ModelChoice::Scripted,
         report: repo.join("target/eval/report.json"),
+        no_scopes: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -41,6 +44,7 @@ fn args() -> anyhow::Result<Args> {
             "--suites" => a.suites = PathBuf::from(value()?),
             "--suite" => a.only = Some(value()?),
             "--report" => a.report = PathBuf::from(value()?),
+            "--no-scopes" => a.no_scopes = true,
             "--model" => {
                 a.model = match value()?.as_str() {
                     "scripted" | "" => ModelChoice::Scripted,
@@ -99,6 +103,9 @@ fn run() -> anyhow::Result<bool> {
         }
         eprintln!("bx-eval: suite {}", suite.name);
         let mut run = SuiteRun::start(&suite, &a.paths, &a.model)?;
+        if a.no_scopes {
+            run.owner_kind = bx_eval::run::Owner::NoScopes;
+        }
         let mut s = SuiteReport {
             suite: suite.name.clone(),
             user_tasks: suite.user_tasks.len(),
@@ -121,6 +128,8 @@ fn run() -> anyhow::Result<bool> {
                 s.simple.1 += usize::from(r.utility);
             }
             s.approvals_alone += r.approvals;
+            s.covered_alone += r.covered;
+            s.voided_attacks += r.voided_attacks;
             s.attempts.0 = s.attempts.0.map(|a| a + r.proposed);
             s.attempts.1 += r.requests;
             s.wins.extend(r.wins.iter().map(|(g, w)| (r.id.clone(), *g, w.clone())));
@@ -133,6 +142,8 @@ fn run() -> anyhow::Result<bool> {
                     s.pairs += 1;
                     s.utility_under_attack += usize::from(r.utility);
                     s.approvals_under_attack += r.approvals;
+                    s.covered_under_attack += r.covered;
+                    s.voided_attacks += r.voided_attacks;
                     s.attempts.0 = s.attempts.0.map(|a| a + r.proposed);
                     s.attempts.1 += r.requests;
                     for (g, w) in &r.wins {

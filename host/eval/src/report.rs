@@ -31,6 +31,14 @@ pub struct SuiteReport {
     pub approvals_alone: u64,
     /// Approvals asked under attack.
     pub approvals_under_attack: u64,
+    /// Calls the owner's scoped answers allowed without a prompt, alone: without scopes
+    /// each would have been an approval.
+    pub covered_alone: u64,
+    /// The same, under attack.
+    pub covered_under_attack: u64,
+    /// Calls the task never asked for that a scoped answer would have let through had
+    /// the session's taint not risen past it (they asked, and the owner refused).
+    pub voided_attacks: u64,
     /// Tool calls the model proposed, and request records on the log for them (a real
     /// model's proposals are not counted apart: `None`).
     pub attempts: (Option<u64>, u64),
@@ -90,6 +98,9 @@ impl Report {
             total.utility_under_attack += s.utility_under_attack;
             total.approvals_alone += s.approvals_alone;
             total.approvals_under_attack += s.approvals_under_attack;
+            total.covered_alone += s.covered_alone;
+            total.covered_under_attack += s.covered_under_attack;
+            total.voided_attacks += s.voided_attacks;
             total.attempts.0 = match (total.attempts.0, s.attempts.0) {
                 (Some(t), Some(a)) => Some(t + a),
                 _ => None,
@@ -98,11 +109,39 @@ impl Report {
             total.verify_clean &= s.verify_clean;
         }
         out.push_str(&row(&total));
+        out.push_str(&scopes_line(&total));
         for (run, goal, what) in &total.wins {
             out.push_str(&format!("\nATTACKER WIN: {run}: {goal:?}: {what}"));
         }
         out
     }
+}
+
+/// PRUDENTIA (ICLR 2026): up to 1.9x fewer human approvals at equal task completion.
+const PRUDENTIA_RATIO: f64 = 1.9;
+
+/// What scoped answers bought and cost, in words: approvals before them (each call a
+/// scope covered would have asked) and with them, alone and under attack, beside
+/// PRUDENTIA's ratio; and the attacks a scope would have let through but for a risen
+/// taint.
+fn scopes_line(t: &SuiteReport) -> String {
+    let ratio = |after: u64, covered: u64| {
+        if after == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.2}x", (after + covered) as f64 / after as f64)
+        }
+    };
+    format!(
+        "\nApprovals without scoped answers -> with them: alone {} -> {} ({} fewer), under attack {} -> {} ({} fewer); PRUDENTIA reports up to {PRUDENTIA_RATIO}x. Attacks a scoped answer would have let through had the taint not voided it: {}.\n",
+        t.approvals_alone + t.covered_alone,
+        t.approvals_alone,
+        ratio(t.approvals_alone, t.covered_alone),
+        t.approvals_under_attack + t.covered_under_attack,
+        t.approvals_under_attack,
+        ratio(t.approvals_under_attack, t.covered_under_attack),
+        t.voided_attacks,
+    )
 }
 
 fn row(s: &SuiteReport) -> String {

@@ -23,11 +23,19 @@ pub struct Envelope {
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Answer {
     /// Run the call.
-    Approve {},
+    Approve {
+        /// With a scope (`args`, `path`, `path=/dir` or `host`), the session's later calls
+        /// that scope covers too; none for this call only.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+    },
     /// Do not run it; the reason reaches the model.
     Refuse {
         /// Why.
         reason: String,
+        /// With a scope, refuse the session's later calls that scope covers too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
     },
 }
 
@@ -258,6 +266,21 @@ pub enum Body {
         /// The session.
         session: String,
     },
+    /// End the owner's scoped answers in a session (`bx session revoke`): the one given
+    /// for approval `answer`, or every one.
+    RevokeScopes {
+        /// The session.
+        session: String,
+        /// The approval id the scoped answer was given for; none for all of them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+    },
+    /// The session ends (`bx session end`, or `bx chat` leaving): its scoped answers
+    /// end with it.
+    EndSession {
+        /// The session.
+        session: String,
+    },
 
     // Daemon to client: replies.
     /// The request was done.
@@ -337,6 +360,13 @@ pub enum Body {
         /// The results it was rebuilt from.
         results: u64,
     },
+    /// Scoped answers ended, by `revoke_scopes` or `end_session`.
+    ScopesEnded {
+        /// The session.
+        session: String,
+        /// How many ended.
+        count: u64,
+    },
 
     // Daemon to client: turn events.
     /// Model text as it streams.
@@ -381,6 +411,10 @@ pub enum Body {
         session: String,
         /// The call id.
         call: String,
+        /// When the owner's scoped answer allowed it without a prompt: that answer's
+        /// approval id and what it covers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        covered_by: Option<String>,
     },
     /// A call finished.
     ToolResult {
@@ -449,6 +483,8 @@ impl Body {
         "list_tools",
         "run_tool",
         "rebuild_session",
+        "revoke_scopes",
+        "end_session",
         "ok",
         "refused",
         "error",
@@ -459,6 +495,7 @@ impl Body {
         "tools",
         "tool_output",
         "rebuilt",
+        "scopes_ended",
         "content_delta",
         "reasoning_delta",
         "tool_call_proposed",
@@ -484,6 +521,8 @@ impl Body {
             Body::ListTools {} => "list_tools",
             Body::RunTool { .. } => "run_tool",
             Body::RebuildSession { .. } => "rebuild_session",
+            Body::RevokeScopes { .. } => "revoke_scopes",
+            Body::EndSession { .. } => "end_session",
             Body::Ok {} => "ok",
             Body::Refused { .. } => "refused",
             Body::Error { .. } => "error",
@@ -494,6 +533,7 @@ impl Body {
             Body::Tools { .. } => "tools",
             Body::ToolOutput { .. } => "tool_output",
             Body::Rebuilt { .. } => "rebuilt",
+            Body::ScopesEnded { .. } => "scopes_ended",
             Body::ContentDelta { .. } => "content_delta",
             Body::ReasoningDelta { .. } => "reasoning_delta",
             Body::ToolCallProposed { .. } => "tool_call_proposed",

@@ -30,6 +30,8 @@ pub fn decision(session: &str, call: &str, decision: Verdict) -> Entry {
         taint: "public/trusted".into(),
         why: String::new(),
         approval: None,
+        covered_by: None,
+        voided: None,
     })
 }
 

@@ -40,6 +40,13 @@ pub(crate) enum Show {
 pub(crate) struct ApproveArgs {
     /// The approval's id, as shown in its block.
     id: String,
+    /// Approve the session's later calls this covers too, as the block shows each: `args`
+    /// (the same tool with these exact arguments), `path` (the same tool under the
+    /// call's directory), `path=/dir` (under a directory that holds the call's paths) or
+    /// `host` (the same tool to the call's origin). Until the session ends, the answer is
+    /// revoked (`bx session revoke`), or the session's taint rises past this call's.
+    #[arg(long, value_name = "SCOPE")]
+    scope: Option<String>,
 }
 
 /// `bx refuse`
@@ -50,6 +57,22 @@ pub(crate) struct RefuseArgs {
     /// Why; the model reads it.
     #[arg(long, default_value = "refused by the owner", value_name = "TEXT")]
     reason: String,
+    /// Refuse the session's later calls this covers too (as `bx approve --scope`), at
+    /// every taint, until the session ends or the answer is revoked.
+    #[arg(long, value_name = "SCOPE")]
+    scope: Option<String>,
+}
+
+/// An answer typed at a prompt ([`bx_broker::typed_answer`]), as the daemon takes it;
+/// `None` for no answer.
+pub(crate) fn to_wire(answer: bx_broker::Answer, scope: &bx_broker::ScopeKind) -> Option<Answer> {
+    let scope = (*scope != bx_broker::ScopeKind::Call).then(|| scope.to_string());
+    match answer {
+        bx_broker::Answer::Approve => Some(Answer::Approve { scope }),
+        bx_broker::Answer::Refuse(reason) => Some(Answer::Refuse { reason, scope }),
+        // Only the daemon's table makes these.
+        bx_broker::Answer::Expired | bx_broker::Answer::Scoped(_) => None,
+    }
 }
 
 pub(crate) fn list(state: &StateDir, args: &ListArgs) -> anyhow::Result<u8> {
@@ -70,7 +93,10 @@ pub(crate) fn list(state: &StateDir, args: &ListArgs) -> anyhow::Result<u8> {
     for a in items {
         outp!("{}", term::shown(&a.block));
         outln!("  session {}, expires in {} s", term::one_line(&a.session), a.expires_in_s);
-        outln!("  bx approve {id}   or   bx refuse {id} --reason TEXT\n", id = a.approval);
+        outln!(
+            "  bx approve {id} [--scope SCOPE]   or   bx refuse {id} [--scope SCOPE] --reason TEXT\n",
+            id = a.approval
+        );
     }
     if more > 0 {
         outln!("{more} more waiting than one listing holds; answer some and list again");
@@ -114,12 +140,22 @@ fn show(state: &StateDir, id: &str, raw: bool) -> anyhow::Result<u8> {
 }
 
 fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
-    let approving = matches!(answer, Answer::Approve {});
+    let approving = matches!(answer, Answer::Approve { .. });
+    let scope = match &answer {
+        Answer::Approve { scope } | Answer::Refuse { scope, .. } => scope.clone(),
+    };
     let reply = connect_running(state)?
         .request(Body::AnswerApproval { approval: id.to_owned(), answer })?;
     match reply {
         Body::Ok {} => {
-            outln!("{} {id}", if approving { "approved" } else { "refused" });
+            let verb = if approving { "approved" } else { "refused" };
+            match scope {
+                Some(scope) => outln!(
+                    "{verb} {id}, and the session's later calls within scope {} (`bx session show` lists it)",
+                    term::one_line(&scope)
+                ),
+                None => outln!("{verb} {id}"),
+            }
             Ok(EXIT_OK)
         }
         Body::Refused { reason } => {
@@ -138,9 +174,13 @@ fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
 }
 
 pub(crate) fn approve(state: &StateDir, args: &ApproveArgs) -> anyhow::Result<u8> {
-    answer(state, &args.id, Answer::Approve {})
+    answer(state, &args.id, Answer::Approve { scope: args.scope.clone() })
 }
 
 pub(crate) fn refuse(state: &StateDir, args: &RefuseArgs) -> anyhow::Result<u8> {
-    answer(state, &args.id, Answer::Refuse { reason: args.reason.clone() })
+    answer(
+        state,
+        &args.id,
+        Answer::Refuse { reason: args.reason.clone(), scope: args.scope.clone() },
+    )
 }

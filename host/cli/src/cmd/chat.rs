@@ -7,7 +7,7 @@ use std::io::{BufRead as _, Write as _};
 use std::sync::mpsc;
 
 use anyhow::Context as _;
-use bx_protocol::{Answer, Body, Envelope, ErrorCode};
+use bx_protocol::{Body, Envelope, ErrorCode};
 use bx_state::StateDir;
 use clap::Args;
 
@@ -174,7 +174,7 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
         return chat.turn(text);
     }
     errln!(
-        "bx chat: session {} in {} (state {}). Ctrl-D leaves, Ctrl-C cancels a turn; approve a call by typing its id, or `bx approve ID` from another terminal.",
+        "bx chat: session {} in {} (state {}). Ctrl-D leaves (ending the session's scoped answers), Ctrl-C cancels a turn; approve a call by typing its id, or `bx approve ID` from another terminal.",
         term::one_line(&args.session),
         term::one_line(workspace.as_deref().unwrap_or("no workspace")),
         term::one_line(&state.root().display().to_string())
@@ -182,7 +182,7 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
     loop {
         if !chat.stdin_open {
             // Input ended during the last turn.
-            return Ok(EXIT_OK);
+            return chat.leave();
         }
         errp!("you> ");
         let _ = std::io::stderr().flush();
@@ -192,7 +192,7 @@ pub(crate) fn run(state: &StateDir, args: &ChatArgs) -> anyhow::Result<u8> {
                 // A failed turn prints its error and the loop goes on.
                 let _ = chat.turn(&line)?;
             }
-            Ok(Input::Line(None)) | Err(_) => return Ok(EXIT_OK),
+            Ok(Input::Line(None)) | Err(_) => return chat.leave(),
             Ok(Input::Frame(generation, None)) if generation == chat.generation => {
                 // The daemon let an idle connection go (or stopped): the next message
                 // connects again.
@@ -217,6 +217,37 @@ struct Chat<'a> {
 }
 
 impl Chat<'_> {
+    /// The owner leaves the chat: the session's scoped answers end with it (they answer
+    /// for "the rest of this session"); its taint and transcript stay.
+    fn leave(&mut self) -> anyhow::Result<u8> {
+        let session = self.args.session.clone();
+        let ended = Conn::connect_or_start(self.state)
+            .and_then(|mut conn| conn.request(Body::EndSession { session }));
+        match ended {
+            Ok(Body::ScopesEnded { count, .. }) if count > 0 => {
+                errln!("bx chat: {count} scoped answer(s) of this session ended with it");
+                Ok(EXIT_OK)
+            }
+            Ok(Body::ScopesEnded { .. }) => Ok(EXIT_OK),
+            Ok(other) => {
+                errln!(
+                    "bx: the session's scoped answers may not have ended (the daemon answered {}); run `bx session end {}`",
+                    term::one_line(other.type_name()),
+                    term::one_line(&self.args.session)
+                );
+                Ok(EXIT_ERROR)
+            }
+            Err(e) => {
+                errln!(
+                    "bx: the session's scoped answers may not have ended ({}); run `bx session end {}`",
+                    term::shown(&format!("{e:#}")),
+                    term::one_line(&self.args.session)
+                );
+                Ok(EXIT_ERROR)
+            }
+        }
+    }
+
     /// The connection, made again (starting a daemon if needed) when the last one closed.
     fn conn(&mut self) -> anyhow::Result<&mut Conn> {
         if self.conn.is_none() {
@@ -344,7 +375,7 @@ impl Chat<'_> {
                     errp!("{}", term::shown(&block));
                     if self.stdin_open {
                         errp!(
-                            "type {} to approve, or a reason to refuse: ",
+                            "type {} to approve (with a scope after it for this session's later calls), or a reason to refuse: ",
                             term::one_line(&waiting)
                         );
                         let _ = std::io::stderr().flush();
@@ -353,6 +384,9 @@ impl Chat<'_> {
                         let w = term::one_line(&waiting);
                         errln!("answer with `bx approve {w}` or `bx refuse {w}`");
                     }
+                }
+                Body::ToolStarted { covered_by: Some(answer), .. } => {
+                    errln!("[tool] runs under your scoped answer {}", term::one_line(&answer));
                 }
                 Body::ToolStarted { .. } => {}
                 Body::ToolResult { status, label, bytes, .. } => {
@@ -374,12 +408,9 @@ impl Chat<'_> {
     }
 
     fn answer(&mut self, approval: &str, line: &str) -> anyhow::Result<()> {
-        let answer = match bx_broker::typed_answer(approval, line) {
-            bx_broker::Answer::Approve => Answer::Approve {},
-            bx_broker::Answer::Refuse(reason) => Answer::Refuse { reason },
-            // typed_answer never times out; an expiry is the daemon's to decide.
-            bx_broker::Answer::Expired => return Ok(()),
-        };
+        let (answer, scope) = bx_broker::typed_answer(approval, line);
+        // typed_answer never times out; an expiry is the daemon's to decide.
+        let Some(answer) = super::approvals::to_wire(answer, &scope) else { return Ok(()) };
         self.conn()?.send(Body::AnswerApproval { approval: approval.to_owned(), answer })?;
         Ok(())
     }

@@ -171,8 +171,10 @@ impl Bridge {
 
     /// Refuses `approval`, this bridge's own call's, as its client cancelled the call.
     async fn withdraw(&self, approval: &str) {
-        let answer =
-            bx_protocol::Answer::Refuse { reason: "the MCP client cancelled the call".into() };
+        let answer = bx_protocol::Answer::Refuse {
+            reason: "the MCP client cancelled the call".into(),
+            scope: None,
+        };
         let _ = self
             .daemon
             .request(

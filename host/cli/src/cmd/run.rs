@@ -15,7 +15,7 @@ use anyhow::{Context as _, bail};
 use bx_agent::call::{self, Asking, Overlay, Trust};
 use bx_agent::{AgentError, Ledger, Owner, Proposal, now_ms};
 use bx_audit::AuditLog;
-use bx_broker::{Answer, Answered, ApprovalTable};
+use bx_broker::{Answer, Answered, ApprovalTable, ScopeKind};
 use bx_protocol::{Body, RunOutcome};
 use bx_runtime::{CacheOutcome, Limits, Runtime};
 use bx_state::{Config, PolicyStatus, StateDir};
@@ -110,12 +110,12 @@ fn read_line_into<T: Send + 'static>(tx: mpsc::Sender<T>, wrap: fn(Line) -> T) {
     });
 }
 
-/// What a line typed at the prompt answers for approval `id`: end of input, or input
-/// that cannot be read, is no answer.
-fn answer_of(id: &str, line: Line) -> Answer {
+/// What a line typed at the prompt answers for approval `id`, and with what scope: end
+/// of input, or input that cannot be read, is no answer.
+fn answer_of(id: &str, line: Line) -> (Answer, ScopeKind) {
     match line {
         Ok((n, line)) if n > 0 => bx_broker::typed_answer(id, &line),
-        _ => Answer::Expired,
+        _ => (Answer::Expired, ScopeKind::Call),
     }
 }
 
@@ -143,7 +143,11 @@ fn prompt(block: &str, id: &str) -> bool {
     let mut err = std::io::stderr().lock();
     write!(err, "{}", term::shown(block))
         .and_then(|()| {
-            write!(err, "type {} to approve, or a reason to refuse: ", term::one_line(id))
+            write!(
+                err,
+                "type {} to approve (with a scope after it for this session's later calls), or a reason to refuse: ",
+                term::one_line(id)
+            )
         })
         .and_then(|()| err.flush())
         .is_ok()
@@ -151,13 +155,13 @@ fn prompt(block: &str, id: &str) -> bool {
 
 /// Asks the owner at the terminal: the whole block, then the id to approve. A block that
 /// could not be shown is a refusal.
-fn ask_owner(block: &str, id: &str, timeout: Duration) -> Answer {
+fn ask_owner(block: &str, id: &str, timeout: Duration) -> (Answer, ScopeKind) {
     if !prompt(block, id) {
-        return Answer::Refuse(UNSEEN.into());
+        return (Answer::Refuse(UNSEEN.into()), ScopeKind::Call);
     }
     let (tx, rx) = mpsc::channel();
     read_line_into(tx, |line| line);
-    rx.recv_timeout(timeout).map_or(Answer::Expired, |line| answer_of(id, line))
+    rx.recv_timeout(timeout).map_or((Answer::Expired, ScopeKind::Call), |line| answer_of(id, line))
 }
 
 fn overlay(args: &RunArgs) -> anyhow::Result<Overlay> {
@@ -209,12 +213,11 @@ enum Heard {
 }
 
 /// The owner's answer as the daemon takes it.
-fn wire_answer(answer: Answer) -> bx_protocol::Answer {
-    match answer {
-        Answer::Approve => bx_protocol::Answer::Approve {},
-        Answer::Refuse(reason) => bx_protocol::Answer::Refuse { reason },
-        Answer::Expired => bx_protocol::Answer::Refuse { reason: "no answer at the prompt".into() },
-    }
+fn wire_answer((answer, scope): (Answer, ScopeKind)) -> bx_protocol::Answer {
+    super::approvals::to_wire(answer, &scope).unwrap_or_else(|| bx_protocol::Answer::Refuse {
+        reason: "no answer at the prompt".into(),
+        scope: None,
+    })
 }
 
 /// The call through the running daemon, the log's one writer.
@@ -266,7 +269,7 @@ fn via_daemon(
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if let Some((approval, _)) = asked.take() {
                     let reason = "no answer at the prompt before it timed out".into();
-                    let answer = bx_protocol::Answer::Refuse { reason };
+                    let answer = bx_protocol::Answer::Refuse { reason, scope: None };
                     conn.send(Body::AnswerApproval { approval, answer })?;
                 }
                 continue;
@@ -282,7 +285,7 @@ fn via_daemon(
         match envelope.msg {
             Body::ApprovalNeeded { approval, block, .. } => {
                 if !prompt(&block, &approval) {
-                    let answer = bx_protocol::Answer::Refuse { reason: UNSEEN.into() };
+                    let answer = bx_protocol::Answer::Refuse { reason: UNSEEN.into(), scope: None };
                     conn.send(Body::AnswerApproval { approval, answer })?;
                     continue;
                 }
@@ -423,7 +426,21 @@ impl Owner for Prompt {
         let block = bx_broker::render_block(&pending, &asking.request().call.digest, now_ms());
         // The answer comes from standard input: a terminal, or a pipe the owner set up;
         // end of input is no answer.
-        let answer = ask_owner(&block, &pending.id, self.timeout);
+        let (answer, scope) = ask_owner(&block, &pending.id, self.timeout);
+        // A scope is made from the call itself, as the daemon makes it; one that does not
+        // fit the call refuses it, saying why.
+        let answer = match (answer, bx_broker::cover_for(&pending.request, &pending.args, &scope)) {
+            (answer @ (Answer::Approve | Answer::Refuse(_)), Ok(Some(cover))) => {
+                let approve = matches!(answer, Answer::Approve);
+                let reason = match answer {
+                    Answer::Refuse(reason) => reason,
+                    _ => String::new(),
+                };
+                Answer::Scoped(bx_broker::ScopedAnswer { cover, approve, reason })
+            }
+            (_, Err(why)) if scope != ScopeKind::Call => Answer::Refuse(why),
+            (answer, _) => answer,
+        };
         // Answering takes the entry out of the table, as the daemon does: an answer
         // after its deadline is no answer.
         match table.take(&pending.id, now_ms()) {

@@ -1,4 +1,5 @@
-//! `bx session`: show a session's taint, rebuild it from the audit log.
+//! `bx session`: show a session's taint and scoped answers, rebuild its taint from the
+//! audit log, revoke its scoped answers, end it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,8 @@ use crate::term;
 /// `bx session …`
 #[derive(Debug, Subcommand)]
 pub(crate) enum SessionCommand {
-    /// Print a session's taint: its state file's, joined with what the audit log shows.
+    /// Print a session's taint (its state file's, joined with what the audit log shows),
+    /// where it came from, and the owner's scoped answers in force.
     Show {
         /// The session id.
         id: String,
@@ -23,6 +25,21 @@ pub(crate) enum SessionCommand {
     /// Recompute a session's taint from the audit log alone (the join of its results'
     /// labels), write it and record the rebuild. Through the daemon when one runs.
     Rebuild {
+        /// The session id.
+        id: String,
+    },
+    /// Revoke the owner's scoped answers in a session: the one given for approval
+    /// ANSWER, or all of them. Recorded on the audit log; the next call they covered asks.
+    Revoke {
+        /// The session id.
+        id: String,
+        /// The approval id the scoped answer was given for (`bx session show` lists
+        /// them); all of them when left out.
+        answer: Option<String>,
+    },
+    /// End a session: its scoped answers end with it (its taint and transcript stay).
+    /// `bx chat` does this when you leave it.
+    End {
         /// The session id.
         id: String,
     },
@@ -43,6 +60,53 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
             if let Some(d) = damage {
                 outln!("  {} (see docs/runbook.md#session-state-damaged)", term::one_line(&d));
             }
+            for from in ledger.taint_from(&id) {
+                outln!("  taint from {}", term::one_line(&from));
+            }
+            let scopes = ledger.scopes(&id);
+            if scopes.is_empty() {
+                outln!("  no scoped answers");
+            }
+            for s in scopes {
+                // An approving one covers nothing once the taint rose past its own.
+                let state = if s.approve && !taint.flows_to(s.taint) {
+                    format!("void: given at taint {}, the session's is now {taint}", s.taint)
+                } else {
+                    format!("given at taint {}", s.taint)
+                };
+                outln!(
+                    "  scoped answer {}: {} ({state}; `bx session revoke {} {}` ends it)",
+                    term::one_line(&s.id),
+                    term::one_line(&s.describe()),
+                    term::one_line(&id),
+                    term::one_line(&s.id)
+                );
+            }
+        }
+        SessionCommand::Revoke { id, answer } => {
+            let body = Body::RevokeScopes { session: id.clone(), answer: answer.clone() };
+            let Some(count) = end_scopes(state, &audit_dir, &id, body)? else {
+                return Ok(EXIT_ERROR);
+            };
+            match (count, &answer) {
+                (0, Some(a)) => {
+                    errln!(
+                        "bx: session {} holds no scoped answer {}; `bx session show {}` lists them",
+                        term::one_line(&id),
+                        term::one_line(a),
+                        term::one_line(&id)
+                    );
+                    return Ok(EXIT_ERROR);
+                }
+                (n, _) => outln!("{}: {n} scoped answer(s) revoked", term::one_line(&id)),
+            }
+        }
+        SessionCommand::End { id } => {
+            let body = Body::EndSession { session: id.clone() };
+            let Some(count) = end_scopes(state, &audit_dir, &id, body)? else {
+                return Ok(EXIT_ERROR);
+            };
+            outln!("{}: ended; {count} scoped answer(s) ended with it", term::one_line(&id));
         }
         SessionCommand::Rebuild { id } => {
             let report = bx_audit::verify(&audit_dir)?;
@@ -78,4 +142,42 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
         }
     }
     Ok(EXIT_OK)
+}
+
+/// Ends scoped answers of session `id` as `body` says (`revoke_scopes` or
+/// `end_session`): through the daemon when one runs (it holds them), else on the log
+/// here. How many ended; `None` when the daemon said why not (printed).
+fn end_scopes(
+    state: &StateDir,
+    audit_dir: &std::path::Path,
+    id: &str,
+    body: Body,
+) -> anyhow::Result<Option<u64>> {
+    match Conn::connect(state) {
+        Ok(mut conn) => match conn.request(body)? {
+            Body::ScopesEnded { count, .. } => Ok(Some(count)),
+            Body::Error { message, runbook, .. } => {
+                errln!("bx: {}\n    runbook: {}", term::shown(&message), term::one_line(&runbook));
+                Ok(None)
+            }
+            other => anyhow::bail!("unexpected reply: {}", other.type_name()),
+        },
+        Err(_) => {
+            anyhow::ensure!(
+                bx_state::valid_session_id(id),
+                "not a session id: {}",
+                term::one_line(id)
+            );
+            let config = bx_daemon::load_config(state)?;
+            let log = Arc::new(bx_daemon::open_audit(state, &config, Duration::from_secs(60))?);
+            let ledger = Ledger::open(Sessions::open(&state.sessions_dir())?, audit_dir)?;
+            let (answer, ended) = match body {
+                Body::RevokeScopes { answer, .. } => (answer, false),
+                _ => (None, true),
+            };
+            let count = ledger.end_scopes(&log, id, answer.as_deref(), ended)?;
+            log.checkpoint()?;
+            Ok(Some(count as u64))
+        }
+    }
 }

@@ -137,7 +137,7 @@ fn the_taint_race_loses_no_rise() {
         for c in &mut children {
             assert!(c.wait().unwrap().success());
         }
-        bx(st, &["session", "show", &session]).stdout
+        session_taint(st, &session)
     };
     for n in 0..10 {
         assert_eq!(trial(n), format!("race{n}: private/untrusted\n"), "trial {n} without a daemon");

@@ -184,7 +184,7 @@ fn a_secret_file_read_by_a_component_taints_the_session() {
     let args = json!({"path": ws.join("vault/key.txt")}).to_string();
     let r = bx(s, &["tool", "run", "files.read-file", "--session", "t", "--args", &args]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert_eq!(bx(s, &["session", "show", "t"]).stdout, "t: secret/trusted\n");
+    assert_eq!(session_taint(s, "t"), "t: secret/trusted\n");
     let args = json!({"url": "https://example.com/"}).to_string();
     let r = bx(s, &["tool", "run", "files.fetch", "--session", "t", "--args", &args]);
     assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);

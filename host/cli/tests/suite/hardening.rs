@@ -259,7 +259,13 @@ fn replies_that_repeat_a_client_name_fit_in_a_frame() {
     sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let huge = "z".repeat(3 << 20);
     for (id, msg) in [
-        (1, Body::AnswerApproval { approval: huge.clone(), answer: Answer::Approve {} }),
+        (
+            1,
+            Body::AnswerApproval {
+                approval: huge.clone(),
+                answer: Answer::Approve { scope: None },
+            },
+        ),
         (2, Body::ShowApproval { approval: huge.clone(), offset: 0 }),
         (3, Body::Cancel { session: huge.clone() }),
     ] {
@@ -323,8 +329,8 @@ fn a_file_has_one_label_whichever_tool_reads_it() {
         ],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(bx(s, &["session", "show", "read"]).stdout, "read: secret/trusted\n");
-    assert_eq!(bx(s, &["session", "show", "search"]).stdout, "search: secret/trusted\n");
+    assert_eq!(session_taint(s, "read"), "read: secret/trusted\n");
+    assert_eq!(session_taint(s, "search"), "search: secret/trusted\n");
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod py_run;
 mod reach;
 mod run;
 mod runbook;
+mod scopes;
 mod secrets;
 mod settle;
 mod trust;
@@ -48,6 +49,12 @@ pub fn install_with_manifest(state: &Path, wasm: &Path, manifest: &Path, name: &
             name,
         ],
     )
+}
+
+/// The first line of `bx session show SESSION`: `SESSION: TAINT`, with its newline.
+pub fn session_taint(state: &Path, session: &str) -> String {
+    let shown = bx(state, &["session", "show", session]).stdout;
+    format!("{}\n", shown.lines().next().unwrap_or_default())
 }
 
 /// Every file under `dir` with the hash of its content, for before/after comparisons.

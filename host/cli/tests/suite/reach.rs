@@ -284,7 +284,7 @@ fn nested_labels_hold_and_the_fetch_after_is_refused() {
     for (session, tool, args) in cases {
         let r = bx(st, &["tool", "run", tool, "--args", &args.to_string(), "--session", session]);
         assert_eq!(r.code, 0, "{tool}: {}", r.stderr);
-        let shown = bx(st, &["session", "show", session]).stdout;
+        let shown = session_taint(st, session);
         assert_eq!(shown, format!("{session}: secret/trusted\n"), "{tool} {args}");
         let r = bx(st, &["tool", "run", "http.fetch", "--args", &fetch, "--session", session]);
         assert_eq!(r.code, 3, "{session}: the fetch after a secret read ran: {}", r.stdout);

@@ -54,8 +54,7 @@ fn run_records_request_decision_result_and_raises_taint() {
     assert_eq!(report["problems"], serde_json::json!([]));
     assert_eq!(report["calls_without_result"], serde_json::json!([]));
     assert_eq!(report["sessions"], serde_json::json!(["s1"]));
-    let r = bx(st, &["session", "show", "s1"]);
-    assert_eq!(r.stdout, "s1: private/trusted\n");
+    assert_eq!(session_taint(st, "s1"), "s1: private/trusted\n");
     // The result records the output's hash, not the output.
     let shown = bx(st, &["audit", "show", "--session", "s1"]).stdout;
     assert!(!shown.contains("\"note\"") && shown.contains("output_sha256"), "{shown}");
@@ -154,7 +153,7 @@ fn after_an_untrusted_read_a_write_asks_and_runs_only_on_the_id() {
     let r = bx(st, &["tool", "run", "http.fetch", "--args", &fetch_args, "--session", "w"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     // The clean write touched a private/trusted root, the fetch a public/untrusted host.
-    assert_eq!(bx(st, &["session", "show", "w"]).stdout, "w: private/untrusted\n");
+    assert_eq!(session_taint(st, "w"), "w: private/untrusted\n");
 
     // Now the write asks; "y" is not an answer, and nothing is written.
     let r = run_answering(

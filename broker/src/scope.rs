@@ -1,0 +1,467 @@
+//! Scoped answers: an owner's answer to one `ask` that also answers the session's later
+//! calls like it. A scope is one of three shapes, each for one tool (name and digest):
+//! the same exact arguments, paths of one access under a directory, or one origin
+//! (scheme, host and port). It only ever turns an `ask` into an `allow` (or a refusal)
+//! for what the policy already asks about: deny rules, bx's own state and every grant are
+//! decided first, by [`decide`](crate::decide), exactly as without it. An approving scope
+//! covers a call only while the taint the call is decided at flows to the taint the
+//! owner answered at; a refusing one holds at every taint.
+
+use std::path::{Path, PathBuf};
+
+use crate::decide::{AskRequest, Resource};
+use crate::label::Label;
+use crate::path::normalize;
+
+/// What a scope covers (beyond the tool, which every scope names).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Cover {
+    /// Calls with exactly these arguments: the SHA-256 (hex) of their JSON text as they
+    /// run (relative paths resolved).
+    Args(String),
+    /// Reads (or writes) of paths at or below `prefix`, compared by component.
+    Path {
+        /// A normalised absolute directory.
+        prefix: PathBuf,
+        /// Writes, not reads.
+        write: bool,
+    },
+    /// Fetches from one origin.
+    Host {
+        /// `http` or `https`.
+        scheme: String,
+        /// The host as the URL parser normalises it.
+        host: String,
+        /// The port, the scheme's default when the URL names none.
+        port: u16,
+    },
+}
+
+/// The scope an owner names when answering (`--scope args`, `path`, `path=/dir`,
+/// `host`); [`cover_for`] makes it concrete for one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopeKind {
+    /// This call only (an answer without a scope).
+    Call,
+    /// The same tool with the same exact arguments.
+    Args,
+    /// The same tool under a directory: the call's own paths' nearest common directory,
+    /// or the one named (which must hold every path the call asks about).
+    Path(Option<PathBuf>),
+    /// The same tool to the call's origin.
+    Host,
+}
+
+impl ScopeKind {
+    /// Parses a scope as the owner types it: `call`, `args`, `path`, `path=/dir` or
+    /// `host`.
+    pub fn parse(text: &str) -> Result<ScopeKind, String> {
+        let text = text.trim();
+        match text {
+            "" | "call" => Ok(ScopeKind::Call),
+            "args" => Ok(ScopeKind::Args),
+            "path" => Ok(ScopeKind::Path(None)),
+            "host" => Ok(ScopeKind::Host),
+            _ => match text.strip_prefix("path=") {
+                Some(dir) => {
+                    let dir = Path::new(dir);
+                    if !dir.is_absolute() {
+                        return Err(format!(
+                            "scope path={}: the directory must be an absolute path",
+                            dir.display()
+                        ));
+                    }
+                    let dir = normalize(dir).map_err(|e| format!("scope path=: {e}"))?;
+                    Ok(ScopeKind::Path(Some(dir)))
+                }
+                None => Err(format!(
+                    "unknown scope {:?}: use call, args, path, path=/dir or host",
+                    crate::approval::escape_untrusted(&bounded(text, 64), false)
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ScopeKind {
+    /// As [`ScopeKind::parse`] reads it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScopeKind::Call => f.write_str("call"),
+            ScopeKind::Args => f.write_str("args"),
+            ScopeKind::Path(None) => f.write_str("path"),
+            ScopeKind::Path(Some(dir)) => write!(f, "path={}", dir.display()),
+            ScopeKind::Host => f.write_str("host"),
+        }
+    }
+}
+
+fn bounded(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// One scoped answer of one session, as the owner gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The approval id it was given for (it names the answer on the log).
+    pub id: String,
+    /// The tool's installed name.
+    pub tool: String,
+    /// The tool's digest: a tool installed anew under the name is not covered.
+    pub digest: String,
+    /// The taint the answered call was decided at: an approving scope covers a call only
+    /// while the call's taint flows to it.
+    pub taint: Label,
+    /// What it covers.
+    pub cover: Cover,
+    /// Approve, or refuse.
+    pub approve: bool,
+    /// The owner's reason, for a refusal.
+    pub reason: String,
+}
+
+/// SHA-256 of `bytes`, hex.
+pub fn args_digest(args: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(args.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// True when normalised `path` is `prefix` or below it, by component.
+fn under(path: &Path, prefix: &Path) -> bool {
+    path.starts_with(prefix)
+}
+
+/// The URL's origin, as a [`Cover::Host`] compares it.
+fn origin(url: &str) -> Option<(String, String, u16)> {
+    let url = url::Url::parse(url).ok()?;
+    Some((url.scheme().to_owned(), url.host_str()?.to_owned(), url.port_or_known_default()?))
+}
+
+impl Cover {
+    /// Whether it covers `resource` of a call with arguments hashing to `args`.
+    pub fn covers(&self, resource: &Resource, args: &str) -> bool {
+        match (self, resource) {
+            (Cover::Args(sha), _) => *sha == args,
+            (Cover::Path { prefix, write }, Resource::PathWrite(p)) if *write => {
+                normalize(Path::new(p)).is_ok_and(|p| under(&p, prefix))
+            }
+            (Cover::Path { prefix, write }, Resource::PathRead(p)) if !*write => {
+                normalize(Path::new(p)).is_ok_and(|p| under(&p, prefix))
+            }
+            (Cover::Host { scheme, host, port }, Resource::Url(u)) => {
+                origin(u).is_some_and(|(s, h, p)| s == *scheme && h == *host && p == *port)
+            }
+            _ => false,
+        }
+    }
+
+    /// The scope's kind, as a record and the owner name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Cover::Args(_) => "args",
+            Cover::Path { .. } => "path",
+            Cover::Host { .. } => "host",
+        }
+    }
+
+    /// What it covers, as a record keeps it: the arguments' SHA-256, `read DIR` or
+    /// `write DIR`, or the origin `scheme://host:port`.
+    pub fn what(&self) -> String {
+        match self {
+            Cover::Args(sha) => sha.clone(),
+            Cover::Path { prefix, write } => {
+                format!("{} {}", if *write { "write" } else { "read" }, prefix.display())
+            }
+            Cover::Host { scheme, host, port } => format!("{scheme}://{host}:{port}"),
+        }
+    }
+
+    /// The inverse of [`Cover::kind`] and [`Cover::what`], for a record read back;
+    /// `None` for one that does not parse (it then covers nothing).
+    pub fn from_record(kind: &str, what: &str) -> Option<Cover> {
+        match kind {
+            "args" => (what.len() == 64 && what.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| Cover::Args(what.to_owned())),
+            "path" => {
+                let (access, dir) = what.split_once(' ')?;
+                let write = match access {
+                    "write" => true,
+                    "read" => false,
+                    _ => return None,
+                };
+                let dir = Path::new(dir);
+                let prefix = normalize(dir).ok().filter(|p| p.is_absolute())?;
+                (prefix == dir).then_some(Cover::Path { prefix, write })
+            }
+            "host" => {
+                let (scheme, host, port) = origin(what)?;
+                (format!("{scheme}://{host}:{port}") == what).then_some(Cover::Host {
+                    scheme,
+                    host,
+                    port,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// What it covers, in words, for the owner.
+    pub fn describe(&self, tool: &str) -> String {
+        match self {
+            Cover::Args(_) => format!("{tool} with exactly these arguments"),
+            Cover::Path { prefix, write } => format!(
+                "{tool} {} anything under {}/",
+                if *write { "writing" } else { "reading" },
+                prefix.display().to_string().trim_end_matches('/')
+            ),
+            Cover::Host { scheme, host, port } => {
+                format!("{tool} fetching from {scheme}://{host}:{port} (any path)")
+            }
+        }
+    }
+}
+
+impl Scope {
+    /// Whether it speaks to a call of `tool` with component `digest`.
+    fn same_tool(&self, tool: &str, digest: &str) -> bool {
+        self.tool == tool && self.digest == digest
+    }
+
+    /// What it covers, in words, with its verdict.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {}, for the rest of this session",
+            if self.approve { "approve" } else { "refuse" },
+            self.cover.describe(&self.tool)
+        )
+    }
+}
+
+/// The resources of `ask` that a scope may answer: the asking ones, less those an
+/// `[[ask]]` rule asks about (that rule asks before every such use, and only a one-call
+/// answer answers it). Empty when one of them is such (the call then always asks).
+fn coverable(ask: &AskRequest) -> Option<&[Resource]> {
+    ask.asking.iter().all(|r| !ask.every.contains(r)).then_some(ask.asking.as_slice())
+}
+
+/// The concrete cover of `kind` for the call `ask` asks about (with arguments `args`,
+/// JSON text as they run), or why that scope does not fit the call. `Ok(None)` for
+/// [`ScopeKind::Call`].
+pub fn cover_for(ask: &AskRequest, args: &str, kind: &ScopeKind) -> Result<Option<Cover>, String> {
+    if *kind == ScopeKind::Call {
+        return Ok(None);
+    }
+    let asking = coverable(ask).ok_or_else(|| {
+        "an [[ask]] rule asks before every use of a path this call names; only this call can be answered".to_owned()
+    })?;
+    match kind {
+        ScopeKind::Call => Ok(None),
+        ScopeKind::Args => Ok(Some(Cover::Args(args_digest(args)))),
+        ScopeKind::Path(named) => {
+            let mut paths = Vec::new();
+            let mut writes = None;
+            for r in asking {
+                let (p, write) = match r {
+                    Resource::PathRead(p) => (p, false),
+                    Resource::PathWrite(p) => (p, true),
+                    Resource::Url(_) => {
+                        return Err(format!(
+                            "scope path does not fit: this call also asks to {r}; use host or args"
+                        ));
+                    }
+                };
+                if writes.is_some_and(|w| w != write) {
+                    return Err("scope path does not fit: this call asks both to read and to write; use args".into());
+                }
+                writes = Some(write);
+                paths.push(normalize(Path::new(p)).map_err(|e| format!("{r}: {e}"))?);
+            }
+            let write = writes.ok_or("scope path does not fit: this call asks about no path")?;
+            let prefix = match named {
+                Some(dir) => {
+                    if let Some(outside) = paths.iter().find(|p| !under(p, dir)) {
+                        return Err(format!(
+                            "scope path={} does not hold {}, which this call asks about",
+                            dir.display(),
+                            outside.display()
+                        ));
+                    }
+                    dir.clone()
+                }
+                None => common_parent(&paths),
+            };
+            if prefix == Path::new("/") {
+                return Err(
+                    "scope path would cover the whole file system; name a directory with path=/dir"
+                        .into(),
+                );
+            }
+            Ok(Some(Cover::Path { prefix, write }))
+        }
+        ScopeKind::Host => {
+            let mut found: Option<(String, String, u16)> = None;
+            for r in asking {
+                let Resource::Url(u) = r else {
+                    return Err(format!(
+                        "scope host does not fit: this call also asks to {r}; use path or args"
+                    ));
+                };
+                let o = origin(u).ok_or_else(|| format!("{r}: not a URL with a host"))?;
+                if found.as_ref().is_some_and(|f| *f != o) {
+                    return Err("scope host does not fit: this call asks about more than one origin; use args".into());
+                }
+                found = Some(o);
+            }
+            let (scheme, host, port) =
+                found.ok_or("scope host does not fit: this call asks about no URL")?;
+            Ok(Some(Cover::Host { scheme, host, port }))
+        }
+    }
+}
+
+/// The deepest directory that holds every path in `paths` (each normalised, absolute).
+fn common_parent(paths: &[PathBuf]) -> PathBuf {
+    let mut common = match paths.first().and_then(|p| p.parent()) {
+        Some(p) => p.to_path_buf(),
+        None => return PathBuf::from("/"),
+    };
+    for p in &paths[1..] {
+        while !under(p, &common) {
+            if !common.pop() {
+                return PathBuf::from("/");
+            }
+        }
+    }
+    common
+}
+
+/// The scopes the owner may answer `ask` with, each with what it would cover, for the
+/// approval block: `(name, cover)`, where `name` is what `--scope` takes.
+pub fn offers(ask: &AskRequest, args: &str) -> Vec<(&'static str, Cover)> {
+    [("args", ScopeKind::Args), ("path", ScopeKind::Path(None)), ("host", ScopeKind::Host)]
+        .into_iter()
+        .filter_map(|(name, kind)| Some((name, cover_for(ask, args, &kind).ok()??)))
+        .collect()
+}
+
+/// How a session's scoped answers bear on a call that asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bearing<'s> {
+    /// None speaks to it.
+    None,
+    /// An approving scope covers it: it runs without a prompt.
+    Approved(&'s Scope),
+    /// A refusing scope covers it: it is refused without a prompt.
+    Refused(&'s Scope),
+    /// An approving scope would cover it, but the call is decided at a taint that does
+    /// not flow to the one the owner answered at: it asks again.
+    Voided(&'s Scope),
+}
+
+/// How `scopes` bear on the call `ask` asks about, whose arguments hash to `args`
+/// ([`args_digest`]). A refusal that covers any resource the call asks about wins; an
+/// approval must cover every one, from one scope, at a taint that flows to its own.
+pub(crate) fn bearing<'s>(scopes: &'s [Scope], ask: &AskRequest, args: &str) -> Bearing<'s> {
+    let Some(asking) = coverable(ask) else { return Bearing::None };
+    let same = || scopes.iter().filter(|s| s.same_tool(&ask.call.tool, &ask.call.digest));
+    if let Some(s) = same().find(|s| !s.approve && asking.iter().any(|r| s.cover.covers(r, args))) {
+        return Bearing::Refused(s);
+    }
+    let mut voided = None;
+    for s in same().filter(|s| s.approve) {
+        if asking.is_empty() || !asking.iter().all(|r| s.cover.covers(r, args)) {
+            continue;
+        }
+        if ask.flow.flows_to(s.taint) {
+            return Bearing::Approved(s);
+        }
+        voided.get_or_insert(s);
+    }
+    voided.map_or(Bearing::None, Bearing::Voided)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decide::CallRequest;
+
+    fn ask(resources: Vec<Resource>) -> AskRequest {
+        AskRequest {
+            call: CallRequest {
+                tool: "fs.write".into(),
+                digest: "sha256:ab".into(),
+                resources: resources.clone(),
+            },
+            reasons: vec![],
+            asking: resources,
+            every: vec![],
+            matched: vec![],
+            taint: Label::CLEAN,
+            flow: Label::CLEAN,
+            secrets: vec![],
+            taint_from: vec![],
+            at_clean: None,
+        }
+    }
+
+    #[test]
+    fn a_path_scope_is_a_prefix_by_component_not_by_string() {
+        let a = ask(vec![Resource::PathWrite("/a/b/x.md".into())]);
+        let cover = cover_for(&a, "{}", &ScopeKind::Path(None)).unwrap().unwrap();
+        assert_eq!(cover, Cover::Path { prefix: "/a/b".into(), write: true });
+        assert!(cover.covers(&Resource::PathWrite("/a/b/y/z".into()), ""));
+        assert!(!cover.covers(&Resource::PathWrite("/a/bc/x".into()), ""));
+        assert!(!cover.covers(&Resource::PathWrite("/a/b/../c".into()), ""));
+        assert!(!cover.covers(&Resource::PathRead("/a/b/x.md".into()), ""));
+    }
+
+    #[test]
+    fn a_host_scope_is_one_origin() {
+        let a = ask(vec![Resource::Url("https://api.example.com/v1?q=1".into())]);
+        let cover = cover_for(&a, "{}", &ScopeKind::Host).unwrap().unwrap();
+        assert!(cover.covers(&Resource::Url("https://API.example.com:443/other".into()), ""));
+        for other in [
+            "https://api.example.com:8443/v1",
+            "http://api.example.com/v1",
+            "https://api.example.com.evil.net/v1",
+            "https://evil.net/?https://api.example.com",
+        ] {
+            assert!(!cover.covers(&Resource::Url(other.into()), ""), "{other}");
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_odd_ones_cover_nothing() {
+        for cover in [
+            Cover::Args(args_digest("{}")),
+            Cover::Path { prefix: "/w/docs".into(), write: false },
+            Cover::Host { scheme: "https".into(), host: "x.org".into(), port: 443 },
+        ] {
+            assert_eq!(Cover::from_record(cover.kind(), &cover.what()), Some(cover));
+        }
+        for (kind, what) in [
+            ("path", "write relative"),
+            ("path", "write /w/../etc"),
+            ("path", "delete /w"),
+            ("host", "https://x.org/path"),
+            ("args", "zz"),
+            ("all", ""),
+        ] {
+            assert_eq!(Cover::from_record(kind, what), None, "{kind} {what}");
+        }
+    }
+
+    #[test]
+    fn a_named_directory_must_hold_the_call() {
+        let a = ask(vec![Resource::PathWrite("/w/docs/a".into())]);
+        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/w").unwrap()).is_ok());
+        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/w/doc").unwrap()).is_err());
+        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/").unwrap()).is_err());
+        assert!(ScopeKind::parse("path=w").is_err());
+        assert!(cover_for(&a, "{}", &ScopeKind::Host).is_err());
+    }
+}
