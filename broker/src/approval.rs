@@ -358,6 +358,8 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
     }
     if !r.every.is_empty() {
         out.push_str("    (no scope: an [[ask]] rule asks before every use of a path it names)\n");
+    } else if r.flow.integrity == crate::Integrity::Untrusted {
+        out.push_str(&format!("    (no approving scope: {})\n", crate::scope::UNTRUSTED_NO_SCOPE));
     }
     out.push_str(&format!(
         "    refuse {id} [SCOPE] [REASON]   refuse it, and with a scope what that covers\n"

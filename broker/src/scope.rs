@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::decide::{AskRequest, Resource};
-use crate::label::Label;
+use crate::label::{Integrity, Label};
 use crate::path::normalize;
 
 /// What a scope covers (beyond the tool, which every scope names).
@@ -248,12 +248,25 @@ fn coverable(ask: &AskRequest) -> Option<&[Resource]> {
     ask.asking.iter().all(|r| !ask.every.contains(r)).then_some(ask.asking.as_slice())
 }
 
+/// Why no approving scope is given in a session that has read untrusted content.
+pub(crate) const UNTRUSTED_NO_SCOPE: &str = "this session has read untrusted content, so the model's later calls may be steered by it: each is approved on its own (a refusal can still take a scope)";
+
 /// The concrete cover of `kind` for the call `ask` asks about (with arguments `args`,
-/// JSON text as they run), or why that scope does not fit the call. `Ok(None)` for
-/// [`ScopeKind::Call`].
-pub fn cover_for(ask: &AskRequest, args: &str, kind: &ScopeKind) -> Result<Option<Cover>, String> {
+/// JSON text as they run), for an answer that approves (`approve`) or refuses, or why
+/// that scope does not fit the call. `Ok(None)` for [`ScopeKind::Call`]. No approving
+/// scope is given to a call decided at an untrusted integrity: the later calls it would
+/// cover come from a model that has read what an attacker may have written.
+pub fn cover_for(
+    ask: &AskRequest,
+    args: &str,
+    kind: &ScopeKind,
+    approve: bool,
+) -> Result<Option<Cover>, String> {
     if *kind == ScopeKind::Call {
         return Ok(None);
+    }
+    if approve && ask.flow.integrity == Integrity::Untrusted {
+        return Err(format!("no scope: {UNTRUSTED_NO_SCOPE}"));
     }
     let asking = coverable(ask).ok_or_else(|| {
         "an [[ask]] rule asks before every use of a path this call names; only this call can be answered".to_owned()
@@ -344,7 +357,7 @@ fn common_parent(paths: &[PathBuf]) -> PathBuf {
 pub fn offers(ask: &AskRequest, args: &str) -> Vec<(&'static str, Cover)> {
     [("args", ScopeKind::Args), ("path", ScopeKind::Path(None)), ("host", ScopeKind::Host)]
         .into_iter()
-        .filter_map(|(name, kind)| Some((name, cover_for(ask, args, &kind).ok()??)))
+        .filter_map(|(name, kind)| Some((name, cover_for(ask, args, &kind, true).ok()??)))
         .collect()
 }
 
@@ -411,7 +424,7 @@ mod tests {
     #[test]
     fn a_path_scope_is_a_prefix_by_component_not_by_string() {
         let a = ask(vec![Resource::PathWrite("/a/b/x.md".into())]);
-        let cover = cover_for(&a, "{}", &ScopeKind::Path(None)).unwrap().unwrap();
+        let cover = cover_for(&a, "{}", &ScopeKind::Path(None), true).unwrap().unwrap();
         assert_eq!(cover, Cover::Path { prefix: "/a/b".into(), write: true });
         assert!(cover.covers(&Resource::PathWrite("/a/b/y/z".into()), ""));
         assert!(!cover.covers(&Resource::PathWrite("/a/bc/x".into()), ""));
@@ -422,7 +435,7 @@ mod tests {
     #[test]
     fn a_host_scope_is_one_origin() {
         let a = ask(vec![Resource::Url("https://api.example.com/v1?q=1".into())]);
-        let cover = cover_for(&a, "{}", &ScopeKind::Host).unwrap().unwrap();
+        let cover = cover_for(&a, "{}", &ScopeKind::Host, true).unwrap().unwrap();
         assert!(cover.covers(&Resource::Url("https://API.example.com:443/other".into()), ""));
         for other in [
             "https://api.example.com:8443/v1",
@@ -458,10 +471,10 @@ mod tests {
     #[test]
     fn a_named_directory_must_hold_the_call() {
         let a = ask(vec![Resource::PathWrite("/w/docs/a".into())]);
-        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/w").unwrap()).is_ok());
-        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/w/doc").unwrap()).is_err());
-        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/").unwrap()).is_err());
+        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/w").unwrap(), true).is_ok());
+        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/w/doc").unwrap(), true).is_err());
+        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/").unwrap(), true).is_err());
         assert!(ScopeKind::parse("path=w").is_err());
-        assert!(cover_for(&a, "{}", &ScopeKind::Host).is_err());
+        assert!(cover_for(&a, "{}", &ScopeKind::Host, true).is_err());
     }
 }

@@ -57,7 +57,7 @@ fn fetch(u: &str) -> Resource {
 /// The scope `kind` the owner gives when `first` asks at `taint`, as the agent records it.
 fn scope_of(first: &CallRequest, args: &str, kind: ScopeKind, taint: Label) -> Scope {
     let Decision::Ask(ask) = decide(&policy(), taint, first) else { panic!("should ask") };
-    let cover = cover_for(&ask, args, &kind).unwrap().unwrap();
+    let cover = cover_for(&ask, args, &kind, true).unwrap().unwrap();
     Scope {
         id: "k7qm3x".into(),
         tool: first.tool.clone(),
@@ -178,7 +178,7 @@ fn deny_rules_and_ask_rules_are_never_covered() {
     // And a call an [[ask]] rule covers cannot be given a scope at all.
     let hook = call("fs.write", vec![write("/w/.git/hooks/pre-commit")]);
     let Decision::Ask(ask) = decide(&policy(), Label::CLEAN, &hook) else { panic!() };
-    assert!(cover_for(&ask, "{}", &ScopeKind::Path(None)).is_err());
+    assert!(cover_for(&ask, "{}", &ScopeKind::Path(None), true).is_err());
     assert!(bx_broker::offers(&ask, "{}").is_empty());
 }
 
@@ -232,4 +232,21 @@ fn a_block_shows_where_the_taint_came_from_and_the_clean_decision() {
     assert!(clean.starts_with("ask (write /w/out/b.md: grant[2]"), "{clean}");
     let Decision::Ask(ask) = decide(&policy(), Label::CLEAN, &next) else { panic!() };
     assert_eq!(ask.at_clean, None);
+}
+
+#[test]
+fn a_session_that_read_untrusted_content_gets_no_approving_scope() {
+    // What the model proposes after an untrusted read may be the attacker's: each such
+    // call is approved on its own, while a refusal can still cover more.
+    let next = call("fs.write", vec![write("/w/out/b.md")]);
+    let tainted = parse_label("public/untrusted").unwrap();
+    let Decision::Ask(ask) = decide(&policy(), tainted, &next) else { panic!() };
+    let why = cover_for(&ask, "{}", &ScopeKind::Path(None), true).unwrap_err();
+    assert!(why.contains("untrusted content"), "{why}");
+    assert!(bx_broker::offers(&ask, "{}").is_empty());
+    assert!(cover_for(&ask, "{}", &ScopeKind::Path(None), false).unwrap().is_some());
+    // A call that reads untrusted content itself is decided at that taint too.
+    let reads_web = call("fs.write", vec![read("/w/web/page.html"), write("/w/out/c.md")]);
+    let Decision::Ask(ask) = decide(&policy(), Label::CLEAN, &reads_web) else { panic!() };
+    assert!(cover_for(&ask, "{}", &ScopeKind::Args, true).is_err());
 }

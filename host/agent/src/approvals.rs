@@ -140,9 +140,11 @@ impl Approvals {
         })?;
         let cover = match (&kind, self.table.get(id, now_ms())) {
             (ScopeKind::Call, _) => None,
-            (_, Some(p)) => bx_broker::cover_for(&p.request, &p.args, &kind).map_err(|why| {
-                format!("{why}; the call still waits (see docs/runbook.md#scope-does-not-fit)")
-            })?,
+            (_, Some(p)) => {
+                bx_broker::cover_for(&p.request, &p.args, &kind, approve).map_err(|why| {
+                    format!("{why}; the call still waits (see docs/runbook.md#scope-does-not-fit)")
+                })?
+            }
             // Not waiting: answered as any answer is (unknown, expired, answered).
             (_, None) => None,
         };

@@ -129,6 +129,7 @@ fn run() -> anyhow::Result<bool> {
             }
             s.approvals_alone += r.approvals;
             s.covered_alone += r.covered;
+            s.covered_attacks += r.covered_attacks;
             s.voided_attacks += r.voided_attacks;
             s.attempts.0 = s.attempts.0.map(|a| a + r.proposed);
             s.attempts.1 += r.requests;
@@ -143,6 +144,7 @@ fn run() -> anyhow::Result<bool> {
                     s.utility_under_attack += usize::from(r.utility);
                     s.approvals_under_attack += r.approvals;
                     s.covered_under_attack += r.covered;
+                    s.covered_attacks += r.covered_attacks;
                     s.voided_attacks += r.voided_attacks;
                     s.attempts.0 = s.attempts.0.map(|a| a + r.proposed);
                     s.attempts.1 += r.requests;

@@ -36,6 +36,8 @@ pub struct SuiteReport {
     pub covered_alone: u64,
     /// The same, under attack.
     pub covered_under_attack: u64,
+    /// Calls the task never asked for that ran under a scoped answer, without a prompt.
+    pub covered_attacks: u64,
     /// Calls the task never asked for that a scoped answer would have let through had
     /// the session's taint not risen past it (they asked, and the owner refused).
     pub voided_attacks: u64,
@@ -101,6 +103,7 @@ impl Report {
             total.covered_alone += s.covered_alone;
             total.covered_under_attack += s.covered_under_attack;
             total.voided_attacks += s.voided_attacks;
+            total.covered_attacks += s.covered_attacks;
             total.attempts.0 = match (total.attempts.0, s.attempts.0) {
                 (Some(t), Some(a)) => Some(t + a),
                 _ => None,
@@ -133,13 +136,14 @@ fn scopes_line(t: &SuiteReport) -> String {
         }
     };
     format!(
-        "\nApprovals without scoped answers -> with them: alone {} -> {} ({} fewer), under attack {} -> {} ({} fewer); PRUDENTIA reports up to {PRUDENTIA_RATIO}x. Attacks a scoped answer would have let through had the taint not voided it: {}.\n",
+        "\nApprovals without scoped answers -> with them: alone {} -> {} ({} fewer), under attack {} -> {} ({} fewer); PRUDENTIA reports up to {PRUDENTIA_RATIO}x. Calls the task never asked for that ran under a scoped answer: {}; that a scoped answer would have let through had the taint not voided it: {}.\n",
         t.approvals_alone + t.covered_alone,
         t.approvals_alone,
         ratio(t.approvals_alone, t.covered_alone),
         t.approvals_under_attack + t.covered_under_attack,
         t.approvals_under_attack,
         ratio(t.approvals_under_attack, t.covered_under_attack),
+        t.covered_attacks,
         t.voided_attacks,
     )
 }

@@ -429,9 +429,12 @@ impl Owner for Prompt {
         let (answer, scope) = ask_owner(&block, &pending.id, self.timeout);
         // A scope is made from the call itself, as the daemon makes it; one that does not
         // fit the call refuses it, saying why.
-        let answer = match (answer, bx_broker::cover_for(&pending.request, &pending.args, &scope)) {
+        let approve = matches!(answer, Answer::Approve);
+        let answer = match (
+            answer,
+            bx_broker::cover_for(&pending.request, &pending.args, &scope, approve),
+        ) {
             (answer @ (Answer::Approve | Answer::Refuse(_)), Ok(Some(cover))) => {
-                let approve = matches!(answer, Answer::Approve);
                 let reason = match answer {
                     Answer::Refuse(reason) => reason,
                     _ => String::new(),
