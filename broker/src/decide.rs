@@ -261,7 +261,8 @@ pub fn decide_scoped<'s>(
     let bearing =
         if scopes.is_empty() { Bearing::None } else { bearing(scopes, &ask, &args_digest(args)) };
     let decision = match &bearing {
-        Bearing::Approved(_) => Decision::Allow(grant),
+        // The runtime holds the call to the scope, on what it actually opens.
+        Bearing::Approved(s) => Decision::Allow(grant.within(&s.cover, &call.resources)),
         Bearing::Refused(s) => deny(format!(
             "refused by the owner's answer {} for the rest of this session ({}): {}; `bx session revoke` ends it (see docs/runbook.md#scope-refused)",
             s.id,

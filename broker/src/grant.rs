@@ -364,6 +364,50 @@ impl Grant {
         self
     }
 
+    /// This grant held to what a scoped answer covers, so that the runtime enforces the
+    /// scope at each operation, on what it actually opens and connects to: a path scope
+    /// turns every root of its access above its directory into that directory (a symlink
+    /// under it that leads elsewhere is then refused as leading out of a root); a host
+    /// scope leaves only its origin's host and port (a redirect elsewhere is refused); an
+    /// arguments scope cuts the grant down to what the call declared ([`Grant::narrowed`]).
+    /// Only ever narrower.
+    pub fn within(mut self, cover: &crate::Cover, declared: &[crate::Resource]) -> Grant {
+        match cover {
+            crate::Cover::Args(_) => self.narrowed(declared),
+            crate::Cover::Path { prefix, write } => {
+                // A read may go through any root, a write only through a write root.
+                for root in self.roots.iter_mut().filter(|r| !*write || r.access == FsAccess::Write)
+                {
+                    if prefix.starts_with(&root.path) {
+                        root.path = prefix.clone();
+                    }
+                }
+                self.roots.dedup();
+                self
+            }
+            crate::Cover::Host { host, port, .. } => {
+                let bare = host.trim_start_matches('[').trim_end_matches(']');
+                let (rule, as_url) = match bare.parse::<std::net::IpAddr>() {
+                    Ok(addr) => (
+                        HostRule::Addr { addr, port: Some(*port) },
+                        match addr {
+                            std::net::IpAddr::V4(a) => url::Host::Ipv4(a),
+                            std::net::IpAddr::V6(a) => url::Host::Ipv6(a),
+                        },
+                    ),
+                    Err(_) => (
+                        HostRule::Name { name: host.clone(), port: Some(*port) },
+                        url::Host::Domain(host.as_str()),
+                    ),
+                };
+                let label =
+                    self.hosts.iter().find_map(|(r, l)| r.matches(&as_url, *port).then_some(*l));
+                self.hosts = label.map(|l| vec![(rule, l)]).unwrap_or_default();
+                self
+            }
+        }
+    }
+
     /// Checks a filesystem operation lexically: the path is normalised, must not lie under
     /// a denied sub-path, and must lie under a root that allows `access`; the longest such
     /// root wins. The runtime repeats the denied check on the object it actually opened.

@@ -250,3 +250,51 @@ fn a_session_that_read_untrusted_content_gets_no_approving_scope() {
     let Decision::Ask(ask) = decide(&policy(), Label::CLEAN, &reads_web) else { panic!() };
     assert!(cover_for(&ask, "{}", &ScopeKind::Args, true).is_err());
 }
+
+#[test]
+fn the_grant_of_a_covered_call_is_held_to_the_scope() {
+    // The runtime then refuses what the decision could not see: a symlink under the
+    // scope's directory that leads out of it, a redirect to another origin.
+    use bx_broker::{FsAccess, Resource};
+    let first = call("fs.read", vec![read("/w/pages/a/x.html")]);
+    let mut policy_text = POLICY.to_owned();
+    policy_text.push_str("\n[[grant]]\ntool = \"*\"\npath = \"/w/pages\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"ask\"\n");
+    let p = Policy::parse("p.toml", &policy_text).unwrap();
+    let Decision::Ask(ask) = decide(&p, Label::CLEAN, &first) else { panic!("should ask") };
+    let cover = cover_for(&ask, "{}", &ScopeKind::Path(None), true).unwrap().unwrap();
+    let scope = Scope {
+        id: "k7qm3x".into(),
+        tool: "fs.read".into(),
+        digest: "sha256:00".into(),
+        taint: Label::TOP,
+        cover,
+        approve: true,
+        reason: String::new(),
+    };
+    let next = call("fs.read", vec![read("/w/pages/a/y.html")]);
+    let (Decision::Allow(grant), Bearing::Approved(_)) =
+        decide_scoped(&p, Label::CLEAN, &next, "{}", std::slice::from_ref(&scope))
+    else {
+        panic!()
+    };
+    assert!(grant.route_path("/w/pages/a/y.html", FsAccess::Read).is_ok());
+    assert!(
+        grant.route_path("/w/pages/b/z.html", FsAccess::Read).is_err(),
+        "a sibling of the scope"
+    );
+    assert!(grant.route_path("/w/notes.md", FsAccess::Read).is_err(), "the parent's root");
+
+    let first = call("http.fetch", vec![Resource::Url("https://api.example.com/a".into())]);
+    let host = scope_of(&first, "{}", ScopeKind::Host, Label::CLEAN);
+    let next = call("http.fetch", vec![Resource::Url("https://api.example.com/b".into())]);
+    let (Decision::Allow(grant), _) = decide_scoped(&policy(), Label::CLEAN, &next, "{}", &[host])
+    else {
+        panic!()
+    };
+    let hosts: Vec<&bx_broker::HostRule> = grant.hosts().collect();
+    assert_eq!(
+        hosts,
+        [&bx_broker::HostRule::Name { name: "api.example.com".into(), port: Some(443) }],
+        "only the scope's origin, port and all"
+    );
+}

@@ -80,7 +80,9 @@ impl Agent {
                 client.gate().pin(&id, slot);
             }
         }
-        let ledger = Ledger::open(files, &parts.state.audit_dir(&parts.config))?;
+        // The writer's open checkpoints what it read: the next replays only what is new.
+        let ledger = Ledger::open_writing(files, &parts.audit)?;
+        eprintln!("bx serve: ledger: {}", ledger.replayed());
         let policy = parts.state.watch_policy(&parts.config);
         let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy, parts.state.secrets());
         record_pending(&parts.store, &parts.audit)?;

@@ -16,8 +16,10 @@ use bx_state::{SessionState, Sessions};
 
 use crate::error::AgentError;
 
+mod saved;
+
 /// What the log says of one session.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Known {
     /// The join of the labels of its results (and of anything raised since).
     taint: Label,
@@ -33,7 +35,7 @@ struct Known {
 }
 
 /// A result that raised a session's taint.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Rise {
     /// Its place among the session's results (1 for the first).
     ordinal: u64,
@@ -159,6 +161,7 @@ pub(crate) const WORKSPACE_EVENT: &str = "workspace";
 pub struct Ledger {
     files: Sessions,
     known: Mutex<HashMap<String, Known>>,
+    replayed: Replayed,
 }
 
 /// The label a result record carries; one that cannot be read counts as the top.
@@ -166,27 +169,120 @@ fn result_label(text: &str) -> Label {
     parse_label(text).unwrap_or(Label::TOP)
 }
 
-/// Reads the whole log in `audit_dir`: each session's taint, the join of its results.
-fn scan(audit_dir: &Path) -> Result<HashMap<String, Known>, AgentError> {
-    let mut known: HashMap<String, Known> = HashMap::new();
-    // Each session's last request: its result follows it, and names what it reached.
-    let mut last: HashMap<String, (String, Vec<String>)> = HashMap::new();
-    bx_audit::for_each_entry(audit_dir, |_, entry| {
+/// How much of the log an open read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replayed {
+    /// Every record, there being no checkpoint (a new state directory, or one from before
+    /// checkpoints).
+    Whole {
+        /// How many.
+        records: u64,
+    },
+    /// The records after the checkpoint's.
+    After {
+        /// The checkpoint's last record.
+        seq: u64,
+        /// How many came after it.
+        records: u64,
+    },
+    /// Every record, because the checkpoint could not be trusted (why).
+    Mismatch {
+        /// Why.
+        why: String,
+        /// How many.
+        records: u64,
+    },
+}
+
+impl std::fmt::Display for Replayed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Replayed::Whole { records } => write!(f, "replayed the whole log ({records} records)"),
+            Replayed::After { seq, records } => {
+                write!(f, "replayed {records} records after its checkpoint at record {seq}")
+            }
+            Replayed::Mismatch { why, records } => write!(
+                f,
+                "its checkpoint does not match the log ({why}); replayed the whole log ({records} records) instead (see docs/runbook.md#ledger-checkpoint)"
+            ),
+        }
+    }
+}
+
+/// What a scan found: the sessions, how much it read, the replay's own state (for the
+/// next checkpoint), and the last record it read.
+type Scanned = (HashMap<String, Known>, Replayed, Replay, Option<bx_audit::Position>);
+
+/// What the log in `audit_dir` says of every session: from its checkpoint on, when it
+/// has one that names a record of the log, else from the first record. Returns the
+/// sessions, how much was read, and the last record read.
+fn scan(audit_dir: &Path) -> Result<Scanned, AgentError> {
+    let (mut known, mut replay, from, bad) = match saved::read(audit_dir) {
+        Ok(Some((known, replay, at))) => (known, replay, Some(at), None),
+        Ok(None) => (HashMap::new(), Replay::default(), None, None),
+        Err(why) => (HashMap::new(), Replay::default(), None, Some(why)),
+    };
+    let (resumed, end) = bx_audit::for_each_entry_after(audit_dir, from.as_ref(), |_, e| {
+        replay.apply(e, &mut known);
+    })?;
+    let replayed = match (resumed, bad) {
+        (bx_audit::Resumed::After(seq), _) => Replayed::After { seq, records: replay.records },
+        (bx_audit::Resumed::Start, None) => Replayed::Whole { records: replay.records },
+        (bx_audit::Resumed::Start, Some(why)) => {
+            Replayed::Mismatch { why, records: replay.records }
+        }
+        (bx_audit::Resumed::Mismatch(why), _) => {
+            // The checkpoint's sessions were taken before the mismatch was found: read
+            // the whole log again from nothing.
+            let mut fresh = HashMap::new();
+            let mut replay = Replay::default();
+            let (_, end) = bx_audit::for_each_entry_after(audit_dir, None, |_, e| {
+                replay.apply(e, &mut fresh);
+            })?;
+            let replayed = Replayed::Mismatch { why, records: replay.records };
+            return Ok((fresh, replayed, replay, end));
+        }
+    };
+    Ok((known, replayed, replay, end))
+}
+
+/// One pass over records, applying each to what the ledger knows.
+#[derive(Debug, Default)]
+struct Replay {
+    records: u64,
+    /// The approval ids of the `ask` decisions not yet answered, by session and call: an
+    /// `approval` record makes a scope only when it answers one of them.
+    asked: HashMap<(String, String), String>,
+    /// Each session's last request: its result follows it, and names what it reached.
+    last: HashMap<String, (String, Vec<String>)>,
+}
+
+impl Replay {
+    fn apply(&mut self, entry: Entry, known: &mut HashMap<String, Known>) {
+        self.records += 1;
         let Some(session) = entry.session() else { return };
         let k = known.entry(session.to_owned()).or_default();
         match &entry {
             Entry::Request(r) => {
-                last.insert(session.to_owned(), (r.call.clone(), r.resources.clone()));
+                self.last.insert(session.to_owned(), (r.call.clone(), r.resources.clone()));
             }
             Entry::Result(r) => {
-                let declared = match last.get(session) {
+                let declared = match self.last.get(session) {
                     Some((call, resources)) if *call == r.call => resources.as_slice(),
                     _ => &[],
                 };
                 k.result(result_label(&r.label), &reached(&r.touched), declared, &r.call);
             }
+            Entry::Decision(d) => {
+                if let Some(id) = &d.approval {
+                    self.asked.insert((session.to_owned(), d.call.clone()), id.clone());
+                }
+            }
             Entry::Approval(a) => {
-                if let Some(scope) = scope_of(a) {
+                let asked = self.asked.remove(&(session.to_owned(), a.call.clone()));
+                if asked.as_deref() == Some(a.id.as_str())
+                    && let Some(scope) = scope_of(a)
+                {
                     k.add_scope(scope);
                 }
             }
@@ -199,14 +295,32 @@ fn scan(audit_dir: &Path) -> Result<HashMap<String, Known>, AgentError> {
             }
             _ => {}
         }
-    })?;
-    Ok(known)
+    }
 }
 
 impl Ledger {
-    /// The ledger of the session files in `files`, rebuilt from the log in `audit_dir`.
+    /// The ledger of the session files in `files`, rebuilt from the log in `audit_dir`
+    /// (from its checkpoint on, when it has a good one), for reading: it writes nothing.
     pub fn open(files: Sessions, audit_dir: &Path) -> Result<Ledger, AgentError> {
-        Ok(Ledger { known: Mutex::new(scan(audit_dir)?), files })
+        let (known, replayed, _, _) = scan(audit_dir)?;
+        Ok(Ledger { known: Mutex::new(known), files, replayed })
+    }
+
+    /// [`Ledger::open`] for the writer of `log`, which holds its lock (nothing appends
+    /// while it reads): it then checkpoints what it read, so that the next open replays
+    /// only the records after this one's end.
+    pub fn open_writing(files: Sessions, log: &AuditLog) -> Result<Ledger, AgentError> {
+        let (known, replayed, replay, end) = scan(log.dir())?;
+        let unchanged = matches!(replayed, Replayed::After { records: 0, .. });
+        if let Some(end) = end.filter(|_| !unchanged) {
+            saved::write(log.dir(), &known, &replay, &end)?;
+        }
+        Ok(Ledger { known: Mutex::new(known), files, replayed })
+    }
+
+    /// How much of the log the open read.
+    pub fn replayed(&self) -> &Replayed {
+        &self.replayed
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Known>> {
@@ -490,5 +604,194 @@ impl Ledger {
         let taint = if self.files.has_state(session) { state.taint.join(logged) } else { logged };
         self.files.put(session, &SessionState { taint, slot: Some(slot) })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, SystemTime};
+
+    use bx_audit::{Approval, AuditLog, CallStatus, Entry, Outcome, Request, ScopeRecord, Session};
+
+    use super::*;
+
+    /// A clock a day later at every read past `day_every` reads, so the log spans files.
+    struct Days(AtomicU64, u64);
+
+    impl bx_audit::Clock for Days {
+        fn now(&self) -> SystemTime {
+            let n = self.0.fetch_add(1, Ordering::Relaxed);
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + (n / self.1) * 86_400)
+        }
+    }
+
+    /// The `i`th entry of a history that taints, scopes, revokes and ends sessions: each
+    /// call a request, a result, an `ask`, the owner's scoped answer to it, and a
+    /// session event that revokes (or ends) an earlier answer.
+    fn entry(i: u64) -> Entry {
+        let session = format!("s{}", (i / 5) % 3);
+        let call = format!("c{}", i / 5);
+        match i % 5 {
+            0 => Entry::Request(Request::new(
+                &session,
+                &call,
+                "http.fetch",
+                "sha256:ab",
+                "{}",
+                vec![format!("fetch https://h{i}.example/page")],
+            )),
+            1 => Entry::Result(Outcome {
+                session,
+                call,
+                status: CallStatus::Ok,
+                label: ["public/trusted", "private/trusted", "public/untrusted"]
+                    [(i % 7 % 3) as usize]
+                    .into(),
+                touched: vec![format!("fetch h{}.example (public/untrusted)", i - 1)],
+                touched_more: 0,
+                output_sha256: Some(String::new()),
+                output_bytes: Some(0),
+                error: None,
+                refused: vec![],
+                secrets: vec![],
+                leaks: vec![],
+            }),
+            2 => Entry::Decision(bx_audit::Decision {
+                session,
+                call,
+                decision: bx_audit::Verdict::Ask,
+                taint: "public/trusted".into(),
+                why: String::new(),
+                approval: Some(format!("a{}", i / 5)),
+                covered_by: None,
+                voided: None,
+            }),
+            3 => Entry::Approval(Approval {
+                session,
+                call,
+                // Every seventh answers an id that no `ask` gave: it makes no scope.
+                id: if i.is_multiple_of(7) { "forged".into() } else { format!("a{}", i / 5) },
+                answer: bx_audit::OwnerAnswer::Approve,
+                reason: String::new(),
+                decision: bx_audit::Settled::Allow,
+                scope: Some(ScopeRecord {
+                    tool: "fs.write".into(),
+                    digest: "sha256:ab".into(),
+                    taint: "private/trusted".into(),
+                    kind: "path".into(),
+                    what: format!("write /w/d{i}"),
+                }),
+            }),
+            _ => Entry::Session(Session {
+                session,
+                call: None,
+                event: if i % 30 == 4 { ENDED_EVENT.into() } else { REVOKED_EVENT.into() },
+                detail: format!("a{}", (i / 5).saturating_sub(2)),
+                taint: None,
+            }),
+        }
+    }
+
+    fn log(dir: &Path) -> AuditLog {
+        AuditLog::open_with_clock(dir, Box::new(Days(AtomicU64::new(0), 40))).unwrap()
+    }
+
+    fn files(dir: &Path) -> Sessions {
+        Sessions::open(&dir.join("sessions")).unwrap()
+    }
+
+    /// What a ledger opened on the log alone (no checkpoint) knows.
+    fn whole(audit: &Path, state: &Path) -> HashMap<String, Known> {
+        let saved = saved::path(audit);
+        let kept = std::fs::read(&saved).ok();
+        let _ = std::fs::remove_file(&saved);
+        let ledger = Ledger::open(files(state), audit).unwrap();
+        assert!(matches!(ledger.replayed(), Replayed::Whole { .. }));
+        if let Some(kept) = kept {
+            std::fs::write(&saved, kept).unwrap();
+        }
+        ledger.known.into_inner().unwrap()
+    }
+
+    #[test]
+    fn an_open_after_a_checkpoint_replays_only_what_is_new_and_knows_what_a_whole_replay_knows() {
+        let state = tempfile::tempdir().unwrap();
+        let audit = state.path().join("audit");
+        let mut n = 0;
+        for batch in [0, 1, 37, 100, 3, 260] {
+            {
+                let log = log(&audit);
+                for _ in 0..batch {
+                    log.append(&entry(n)).unwrap();
+                    n += 1;
+                }
+                let ledger = Ledger::open_writing(files(state.path()), &log).unwrap();
+                let expected = whole(&audit, state.path());
+                match ledger.replayed() {
+                    // Only the first open finds no checkpoint.
+                    Replayed::Whole { .. } => assert_eq!(n, batch, "a later open replayed all"),
+                    Replayed::After { records, .. } => assert_eq!(*records, batch, "batch {batch}"),
+                    Replayed::Mismatch { why, .. } => panic!("batch {batch}: {why}"),
+                }
+                assert_eq!(*ledger.known.lock().unwrap(), expected, "after {n} records");
+                if n > 100 {
+                    let scopes: usize = expected.values().map(|k| k.scopes.len()).sum();
+                    assert!(scopes > 0, "the history holds scoped answers");
+                }
+                log.close().unwrap();
+            }
+        }
+        assert!(n > 400);
+    }
+
+    #[test]
+    fn a_checkpoint_that_does_not_match_the_log_is_not_trusted_and_the_open_says_so() {
+        let state = tempfile::tempdir().unwrap();
+        let audit = state.path().join("audit");
+        let log = log(&audit);
+        for i in 0..60 {
+            log.append(&entry(i)).unwrap();
+        }
+        drop(Ledger::open_writing(files(state.path()), &log).unwrap());
+        for i in 60..70 {
+            log.append(&entry(i)).unwrap();
+        }
+        let expected = whole(&audit, state.path());
+        let good = std::fs::read_to_string(saved::path(&audit)).unwrap();
+        // Each edit of where it stands, and an edit that makes it unreadable.
+        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+        let edits: Vec<Edit> = vec![
+            Box::new(|d| d["at"]["hash"] = "00".repeat(32).into()),
+            Box::new(|d| d["at"]["seq"] = (d["at"]["seq"].as_u64().unwrap() + 1).into()),
+            Box::new(|d| d["at"]["offset"] = (d["at"]["offset"].as_u64().unwrap() - 1).into()),
+            Box::new(|d| {
+                d["at"]["line_start"] = (d["at"]["line_start"].as_u64().unwrap() + 1).into()
+            }),
+            Box::new(|d| d["at"]["file"] = "../../etc/passwd".into()),
+            Box::new(|d| d["sessions"]["s1"]["taint"] = "nonsense".into()),
+            Box::new(|d| d["v"] = 9.into()),
+        ];
+        for (i, edit) in edits.iter().enumerate() {
+            let mut edited = serde_json::from_str::<serde_json::Value>(&good).unwrap();
+            edit(&mut edited);
+            std::fs::write(saved::path(&audit), edited.to_string()).unwrap();
+            let ledger = Ledger::open(files(state.path()), &audit).unwrap();
+            assert!(
+                matches!(ledger.replayed(), Replayed::Mismatch { records: 70, .. }),
+                "edit {i}: {}",
+                ledger.replayed()
+            );
+            assert!(ledger.replayed().to_string().contains("docs/runbook.md#ledger-checkpoint"));
+            assert_eq!(*ledger.known.lock().unwrap(), expected, "edit {i}");
+        }
+        // Records cut off after the checkpoint was taken: its place is gone.
+        std::fs::write(saved::path(&audit), &good).unwrap();
+        drop(log);
+        let newest = bx_audit::day_files(&audit).unwrap().pop().unwrap();
+        let len = std::fs::metadata(&newest).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&newest).unwrap().set_len(len / 3).unwrap();
+        let ledger = Ledger::open(files(state.path()), &audit).unwrap();
+        assert!(matches!(ledger.replayed(), Replayed::Mismatch { .. }), "{}", ledger.replayed());
     }
 }

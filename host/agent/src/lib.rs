@@ -23,7 +23,7 @@ pub use approvals::{Approvals, Waiting, now_ms};
 pub use baseline::{Baseline, SYSTEM_PROMPT};
 pub use call::{Covered, Decided, Overlay, Trust, check_workspace};
 pub use error::AgentError;
-pub use ledger::Ledger;
+pub use ledger::{Ledger, Replayed};
 pub use secrets::SecretSource;
 pub use settle::{NoOwner, Owner, Proposal};
 pub use toolset::{Toolset, prompt_text};

@@ -1,4 +1,4 @@
-//! Audit log benchmark: appends with fdatasync at 1, 4 and 16 concurrent writers (group
+//! Audit log benchmark: appends with fdatasync at 1, 4, 16 and 64 concurrent writers (group
 //! commit), plain and anchored (the Merkle tree, a signed checkpoint exported every 1,000
 //! records); verify throughput, on its own and against the exported checkpoints, against
 //! hashing the same bytes (the raw floor); and inclusion proofs in a tree of a million
@@ -50,9 +50,16 @@ fn main() {
     println!("bx audit benchmark (fdatasync on every append; group commit across writers)\n");
     println!("| writers | log | records | records/s | p50 latency | p99 latency |");
     println!("| --- | --- | --- | --- | --- | --- |");
-    for (writers, anchored) in
-        [(1u64, false), (1, true), (4, false), (4, true), (16, false), (16, true)]
-    {
+    for (writers, anchored) in [
+        (1u64, false),
+        (1, true),
+        (4, false),
+        (4, true),
+        (16, false),
+        (16, true),
+        (64, false),
+        (64, true),
+    ] {
         let dir = tempfile::tempdir_in(".").unwrap();
         let log = Arc::new(open(dir.path(), anchored));
         let per_writer = 4000 / writers;

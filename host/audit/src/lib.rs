@@ -48,6 +48,6 @@ pub use record::{GENESIS, Kind, Record, line_hash};
 pub use time::{day_of, format_rfc3339, is_valid_day, is_valid_time};
 pub use tree::{FullTree, Hash, Tree, check_inclusion, leaf_hash};
 pub use verify::{
-    Break, Lacks, MAX_PROBLEMS, OpenCall, Problem, Report, accept_break, for_each_entry, verify,
-    verify_against,
+    Break, Lacks, MAX_PROBLEMS, OpenCall, Position, Problem, Report, Resumed, accept_break,
+    for_each_entry, for_each_entry_after, verify, verify_against,
 };

@@ -656,24 +656,142 @@ pub fn accept_break(dir: &Path, reason: &str) -> Result<(Report, u64), AuditErro
 /// Calls `each` with the sequence number and typed entry of every record of the log in
 /// `dir` that parses, oldest first, reading in bounded memory. This is for rebuilding
 /// state from the log (session taint); it checks nothing: run [`verify`] for that.
-pub fn for_each_entry(dir: &Path, mut each: impl FnMut(u64, Entry)) -> Result<(), AuditError> {
+pub fn for_each_entry(dir: &Path, each: impl FnMut(u64, Entry)) -> Result<(), AuditError> {
+    for_each_entry_after(dir, None, each).map(|_| ())
+}
+
+/// A place in the log: just after one whole record (its day file, the byte offset after
+/// its newline, where its line starts, its sequence number and the SHA-256 of its line).
+/// State rebuilt from the log up to here can be kept with it, and a later scan resumes
+/// here ([`for_each_entry_after`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Position {
+    /// The day file's name (`YYYY-MM-DD.jsonl`).
+    pub file: String,
+    /// Where the record's line starts in it.
+    pub line_start: u64,
+    /// The byte offset just after the record's newline.
+    pub offset: u64,
+    /// The record's sequence number.
+    pub seq: u64,
+    /// SHA-256 (hex) of the record's line, without its newline.
+    pub hash: String,
+}
+
+/// Where a scan began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    /// From the first record: no place was given.
+    Start,
+    /// Just after the place given.
+    After(u64),
+    /// From the first record, because the place given is not a record of this log
+    /// (why): the log was cut, rewritten or moved since, or the place was edited.
+    Mismatch(String),
+}
+
+/// Whether `at` is a whole record of the log in `dir`: the bytes there are one line, of
+/// that hash and sequence number. `Err` says why not.
+fn check_position(dir: &Path, at: &Position) -> Result<(), String> {
+    use std::io::Seek as _;
+    if !is_valid_day(at.file.trim_end_matches(".jsonl")) || !at.file.ends_with(".jsonl") {
+        return Err(format!("{:?} is not a day file's name", at.file));
+    }
+    let len = at
+        .offset
+        .checked_sub(at.line_start)
+        .filter(|n| (2..=MAX_RECORD_BYTES as u64 + 1).contains(n));
+    let Some(len) = len else {
+        return Err(format!("bytes {}..{} are not a record's line", at.line_start, at.offset));
+    };
+    let path = dir.join(&at.file);
+    let mut file = crate::file::open_read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.seek(std::io::SeekFrom::Start(at.line_start))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut line = Vec::new();
+    (&mut file).take(len).read_to_end(&mut line).map_err(|e| format!("{}: {e}", path.display()))?;
+    if line.len() as u64 != len || line.pop() != Some(b'\n') || line.contains(&b'\n') {
+        return Err(format!(
+            "{} holds no whole line at bytes {}..{}",
+            at.file, at.line_start, at.offset
+        ));
+    }
+    if at.line_start > 0 {
+        // The line must start a line: the byte before it ends the previous one.
+        file.seek(std::io::SeekFrom::Start(at.line_start - 1))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut before = [0u8; 1];
+        file.read_exact(&mut before).map_err(|e| format!("{}: {e}", path.display()))?;
+        if before[0] != b'\n' {
+            return Err(format!("byte {} of {} does not start a line", at.line_start, at.file));
+        }
+    }
+    if line_hash(&line) != at.hash {
+        return Err(format!("record {} of {} has another hash", at.seq, at.file));
+    }
+    match serde_json::from_slice::<RecordRef<'_>>(&line) {
+        Ok(r) if r.seq == at.seq => Ok(()),
+        Ok(r) => Err(format!("the record there is {}, not {}", r.seq, at.seq)),
+        Err(e) => Err(format!("the record there does not parse: {e}")),
+    }
+}
+
+/// [`for_each_entry`], from just after `from` when that is a record of this log, else
+/// from the first record (saying why). Returns where it began and where it ended (the
+/// last whole record read, or `from` when none came after it; `None` for an empty log).
+pub fn for_each_entry_after(
+    dir: &Path,
+    from: Option<&Position>,
+    mut each: impl FnMut(u64, Entry),
+) -> Result<(Resumed, Option<Position>), AuditError> {
+    let (resumed, start) = match from {
+        None => (Resumed::Start, None),
+        Some(at) => match check_position(dir, at) {
+            Ok(()) => (Resumed::After(at.seq), Some(at)),
+            Err(why) => (Resumed::Mismatch(why), None),
+        },
+    };
+    let mut end = start.cloned();
     for path in day_files(dir)? {
-        let file = crate::file::open_read(&path).map_err(|e| AuditError::io(&path, e))?;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut offset = 0;
+        if let Some(at) = start {
+            match name.as_str().cmp(at.file.as_str()) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => offset = at.offset,
+                std::cmp::Ordering::Greater => {}
+            }
+        }
+        let mut file = crate::file::open_read(&path).map_err(|e| AuditError::io(&path, e))?;
+        if offset > 0 {
+            use std::io::Seek as _;
+            file.seek(std::io::SeekFrom::Start(offset)).map_err(|e| AuditError::io(&path, e))?;
+        }
         let mut reader = BufReader::new(file);
         let mut buf = Vec::new();
         loop {
+            let line_start = offset;
             match next_line(&mut reader, &mut buf, &path)? {
                 Line::End | Line::Torn => break,
-                Line::Oversize(..) => {}
+                Line::Oversize(length, ..) => offset += length + 1,
                 Line::Whole => {
-                    if let Ok(r) = serde_json::from_slice::<RecordRef<'_>>(&buf)
-                        && let Ok(entry) = Entry::parse(r.kind, r.fields.get())
-                    {
-                        each(r.seq, entry);
+                    offset += buf.len() as u64 + 1;
+                    if let Ok(r) = serde_json::from_slice::<RecordRef<'_>>(&buf) {
+                        end = Some(Position {
+                            file: name.clone(),
+                            line_start,
+                            offset,
+                            seq: r.seq,
+                            hash: line_hash(&buf),
+                        });
+                        if let Ok(entry) = Entry::parse(r.kind, r.fields.get()) {
+                            each(r.seq, entry);
+                        }
                     }
                 }
             }
         }
     }
-    Ok(())
+    Ok((resumed, end))
 }

@@ -279,6 +279,10 @@ const NOTE: &[&[u8]] = &[
     b"\xef\xbb\xbf",
 ];
 
+/// The log the `ledger` target's checkpoints are read beside (`bx tool run` three times,
+/// in two sessions).
+const LEDGER_LOG: &[u8] = include_bytes!("../../../fixtures/ledger/log.jsonl");
+
 /// The verifier key of the signed checkpoints in `fixtures/anchor/`, so the parser gets
 /// past the signature check on the seeds (and on mutations that leave the signed text
 /// alone).
@@ -368,6 +372,27 @@ pub const TARGETS: &[Target] = &[
         dictionary: NOTE,
         run: |bytes, _| {
             let _ = bx_audit::open_note(bytes, NOTE_VERIFIER.trim());
+        },
+    },
+    Target {
+        name: "ledger",
+        seeds: &[("ledger", ".json")],
+        dictionary: JSON,
+        // The ledger's checkpoint beside a real log: whatever it says, the open either
+        // resumes at a record that is there or replays the whole log.
+        run: |bytes, scratch| {
+            let audit = scratch.path().join("audit");
+            let log = audit.join("2026-12-02.jsonl");
+            if !log.exists() {
+                let _ = std::fs::create_dir_all(&audit);
+                let _ = std::fs::write(&log, LEDGER_LOG);
+            }
+            let _ = std::fs::write(audit.join("ledger.json"), bytes);
+            if let Ok(files) = bx_state::Sessions::open(&scratch.path().join("sessions"))
+                && let Ok(ledger) = bx_agent::Ledger::open(files, &audit)
+            {
+                let _ = ledger.scopes("a");
+            }
         },
     },
     Target {
@@ -635,6 +660,14 @@ mod tests {
             .map(|(_, b)| bx_audit::open_note(b, NOTE_VERIFIER.trim()).unwrap().size)
             .collect();
         assert_eq!(sizes, [1, 7]);
+        // The checkpoint seed resumes at its record of the seed log.
+        let audit = scratch.path().join("audit");
+        std::fs::create_dir_all(&audit).unwrap();
+        std::fs::write(audit.join("2026-12-02.jsonl"), LEDGER_LOG).unwrap();
+        std::fs::copy(dir.join("ledger/ledger.json"), audit.join("ledger.json")).unwrap();
+        let files = bx_state::Sessions::open(&scratch.path().join("sessions")).unwrap();
+        let ledger = bx_agent::Ledger::open(files, &audit).unwrap();
+        assert_eq!(*ledger.replayed(), bx_agent::Replayed::After { seq: 7, records: 3 });
     }
 
     /// The mutator reaches the sizes and depths that found bugs before.

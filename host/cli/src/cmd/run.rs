@@ -250,6 +250,9 @@ fn via_daemon(
     // replies are read meanwhile: an approval that expired there, or was answered by
     // `bx approve`, ends the call without waiting for the prompt.
     let mut asked: Option<(String, std::time::Instant)> = None;
+    // A scoped answer the daemon may refuse (a scope that does not fit): its request id,
+    // the approval and its deadline, to ask again at the prompt.
+    let mut answered: Option<(u64, String, std::time::Instant)> = None;
     loop {
         let next = match &asked {
             Some((_, until)) => {
@@ -260,9 +263,11 @@ fn via_daemon(
         let envelope = match next {
             Ok(Heard::Frame(envelope)) => envelope,
             Ok(Heard::Line(line)) => {
-                if let Some((approval, _)) = asked.take() {
+                if let Some((approval, until)) = asked.take() {
                     let answer = wire_answer(answer_of(&approval, line));
-                    conn.send(Body::AnswerApproval { approval, answer })?;
+                    let sent =
+                        conn.send(Body::AnswerApproval { approval: approval.clone(), answer })?;
+                    answered = Some((sent, approval, until));
                 }
                 continue;
             }
@@ -280,6 +285,21 @@ fn via_daemon(
             }
         };
         if envelope.id != id && envelope.id != 0 {
+            // The daemon refused the answer typed (a scope that does not fit the call):
+            // the call still waits, so the prompt asks again, saying why.
+            if let (Some((sent, approval, until)), Body::Refused { reason }) =
+                (&answered, &envelope.msg)
+                && *sent == envelope.id
+            {
+                errln!("bx: {}", term::reason(reason));
+                errp!(
+                    "type {} to approve (with a scope after it for this session's later calls), or a reason to refuse: ",
+                    term::one_line(approval)
+                );
+                read_line_into(tx.clone(), Heard::Line);
+                asked = Some((approval.clone(), *until));
+                answered = None;
+            }
             continue;
         }
         match envelope.msg {
@@ -332,7 +352,6 @@ fn here(
     workspace: Option<&str>,
 ) -> anyhow::Result<u8> {
     let config = bx_daemon::load_config(state)?;
-    let audit_dir = state.audit_dir(&config);
     // The log first: if it cannot record, nothing runs.
     let log = match bx_daemon::open_audit(state, &config, LOG_LOCK_WAIT) {
         Ok(log) => Arc::new(log),
@@ -346,7 +365,10 @@ fn here(
     };
     let _closing = Closing(&log);
     let files = bx_state::Sessions::open(&state.sessions_dir())?;
-    let ledger = Ledger::open(files, &audit_dir)?;
+    let ledger = Ledger::open_writing(files, &log)?;
+    if let bx_agent::Replayed::Mismatch { .. } = ledger.replayed() {
+        errln!("bx: warning: the ledger {}", ledger.replayed());
+    }
     let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config), state.secrets());
     let store = Store::open(state, &config)?;
     // Tool changes made while a daemon held the log go on it before this call.

@@ -60,8 +60,11 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
             if let Some(d) = damage {
                 outln!("  {} (see docs/runbook.md#session-state-damaged)", term::one_line(&d));
             }
+            // Each line bounded: a path a scope or a rise names can be as long as a call
+            // made it (a record holds up to 256 KiB).
+            let shown = |text: &str| term::one_line(&bx_audit::bounded(text, 1 << 10));
             for from in ledger.taint_from(&id) {
-                outln!("  taint from {}", term::one_line(&from));
+                outln!("  taint from {}", shown(&from));
             }
             let scopes = ledger.scopes(&id);
             if scopes.is_empty() {
@@ -76,8 +79,8 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
                 };
                 outln!(
                     "  scoped answer {}: {} ({state}; `bx session revoke {} {}` ends it)",
-                    term::one_line(&s.id),
-                    term::one_line(&s.describe()),
+                    shown(&s.id),
+                    shown(&s.describe()),
                     term::one_line(&id),
                     term::one_line(&s.id)
                 );
@@ -85,7 +88,7 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
         }
         SessionCommand::Revoke { id, answer } => {
             let body = Body::RevokeScopes { session: id.clone(), answer: answer.clone() };
-            let Some(count) = end_scopes(state, &audit_dir, &id, body)? else {
+            let Some(count) = end_scopes(state, &id, body)? else {
                 return Ok(EXIT_ERROR);
             };
             match (count, &answer) {
@@ -103,7 +106,7 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
         }
         SessionCommand::End { id } => {
             let body = Body::EndSession { session: id.clone() };
-            let Some(count) = end_scopes(state, &audit_dir, &id, body)? else {
+            let Some(count) = end_scopes(state, &id, body)? else {
                 return Ok(EXIT_ERROR);
             };
             outln!("{}: ended; {count} scoped answer(s) ended with it", term::one_line(&id));
@@ -132,7 +135,8 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
                     let config = bx_daemon::load_config(state)?;
                     let log =
                         Arc::new(bx_daemon::open_audit(state, &config, Duration::from_secs(60))?);
-                    let ledger = Ledger::open(Sessions::open(&state.sessions_dir())?, &audit_dir)?;
+                    let ledger =
+                        Ledger::open_writing(Sessions::open(&state.sessions_dir())?, &log)?;
                     let (taint, results) = ledger.rebuild(&log, &audit_dir, &id)?;
                     log.checkpoint()?;
                     (taint.to_string(), results)
@@ -147,12 +151,7 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
 /// Ends scoped answers of session `id` as `body` says (`revoke_scopes` or
 /// `end_session`): through the daemon when one runs (it holds them), else on the log
 /// here. How many ended; `None` when the daemon said why not (printed).
-fn end_scopes(
-    state: &StateDir,
-    audit_dir: &std::path::Path,
-    id: &str,
-    body: Body,
-) -> anyhow::Result<Option<u64>> {
+fn end_scopes(state: &StateDir, id: &str, body: Body) -> anyhow::Result<Option<u64>> {
     match Conn::connect(state) {
         Ok(mut conn) => match conn.request(body)? {
             Body::ScopesEnded { count, .. } => Ok(Some(count)),
@@ -170,7 +169,7 @@ fn end_scopes(
             );
             let config = bx_daemon::load_config(state)?;
             let log = Arc::new(bx_daemon::open_audit(state, &config, Duration::from_secs(60))?);
-            let ledger = Ledger::open(Sessions::open(&state.sessions_dir())?, audit_dir)?;
+            let ledger = Ledger::open_writing(Sessions::open(&state.sessions_dir())?, &log)?;
             let (answer, ended) = match body {
                 Body::RevokeScopes { answer, .. } => (answer, false),
                 _ => (None, true),

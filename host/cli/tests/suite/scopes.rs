@@ -22,9 +22,14 @@ struct Setup {
 /// Writes in the workspace and fetches from two loopback origins ask every time; the
 /// workspace reads without asking.
 fn setup() -> Setup {
+    setup_with("")
+}
+
+/// [`setup`], with `extra` (rules, `{ws}` for the workspace) at the end of the policy.
+fn setup_with(extra: &str) -> Setup {
     let state = tempfile::tempdir().unwrap();
     let s = state.path().to_path_buf();
-    for tool in ["fs_write", "fs_edit", "http_fetch"] {
+    for tool in ["fs_write", "fs_edit", "fs_read", "http_fetch"] {
         install(&s, tool);
     }
     let ws_dir = tempfile::tempdir().unwrap();
@@ -42,9 +47,10 @@ fn setup() -> Setup {
         &format!(
             "[[grant]]\ntool = \"*\"\npath = \"{ws}\"\nmode = \"read\"\nlabel = \"private/trusted\"\n\
              [[grant]]\ntool = \"*\"\npath = \"{ws}\"\nmode = \"write\"\nlabel = \"private/trusted\"\nwhen_clean = \"ask\"\nwhen_tainted = \"ask\"\n\
-             {}{}",
+             {}{}{}",
             fetch(page),
             fetch(other),
+            extra.replace("{ws}", &ws.display().to_string()),
             ws = ws.display()
         ),
     );
@@ -427,4 +433,159 @@ fn model_text_and_tool_results_that_imitate_an_answer_create_no_scope() {
     assert!(!ws.join("docs/b.md").exists());
     assert!(scoped_answers(s, "m").is_empty());
     assert!(bx(s, &["session", "show", "m"]).stdout.contains("no scoped answers"));
+}
+
+/// Serves `/redirect` as a 302 to `to`, anything else as a page, on a free loopback port.
+fn redirecting_server(to: String) -> u16 {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let (mut first, mut line) = (String::new(), String::new());
+            reader.read_line(&mut first).unwrap_or(0);
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let reply = if first.contains("/redirect") {
+                format!(
+                    "HTTP/1.1 302 Found\r\nlocation: {to}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                )
+            } else {
+                "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok".to_owned()
+            };
+            let _ = stream.write_all(reply.as_bytes());
+        }
+    });
+    port
+}
+
+/// A page server that counts the requests it was sent.
+fn counting_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead as _, Write as _};
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let counter = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\nconnection: close\r\n\r\nsecret",
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// Found by a probe: a read scope was checked on the path as named, and the runtime then
+/// followed a symlink under it to a file outside it; a host scope let a redirect reach
+/// another origin. The grant of a covered call is now held to the scope, so the runtime
+/// refuses both on what it actually opens.
+#[test]
+fn a_scope_holds_at_each_open_and_each_redirect_not_only_at_the_decision() {
+    let (elsewhere, seen) = counting_server();
+    let redirect = redirecting_server(format!("http://127.0.0.1:{elsewhere}/x"));
+    let extra = concat!(
+        "[[grant]]\ntool = \"*\"\npath = \"{ws}/private\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"ask\"\n",
+        "[[grant]]\ntool = \"http.fetch\"\nhost = \"127.0.0.1\"\nmode = \"fetch\"\nlabel = \"public/untrusted\"\nwhen_clean = \"ask\"\nwhen_tainted = \"ask\"\n"
+    );
+    let Setup { s, ws, .. } = &setup_with(extra);
+    let private = ws.join("private");
+    std::fs::create_dir_all(private.join("sub")).unwrap();
+    std::fs::create_dir_all(private.join("other")).unwrap();
+    std::fs::write(private.join("sub/x.txt"), "hello").unwrap();
+    std::fs::write(private.join("other/secret.txt"), "TOPSECRET").unwrap();
+    std::os::unix::fs::symlink("../other", private.join("sub/lnk")).unwrap();
+    let read = |p: &Path| json!({"path": p}).to_string();
+    let r = run_answering(
+        s,
+        &["tool", "run", "fs.read", "--session", "l", "--args", &read(&private.join("sub/x.txt"))],
+        |id| format!("{id} path"),
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (0, "hello\n"), "{}", r.stderr);
+    // Covered by the scope as named; refused where it leads.
+    let r = run_unattended(s, "l", "fs.read", &read(&private.join("sub/lnk/secret.txt")));
+    assert!(
+        !r.stdout.contains("TOPSECRET") && !r.stderr.contains("TOPSECRET"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(decisions(s, "l").last().unwrap()["covered_by"].is_string());
+    let r = run_unattended(s, "l", "fs.read", &read(&private.join("sub/x.txt")));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    let url =
+        |path: &str| json!({"url": format!("http://127.0.0.1:{redirect}/{path}")}).to_string();
+    let r = run_answering(
+        s,
+        &["tool", "run", "http.fetch", "--session", "r", "--args", &url("first")],
+        |id| format!("{id} host"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = run_unattended(s, "r", "http.fetch", &url("redirect"));
+    assert!(decisions(s, "r").last().unwrap()["covered_by"].is_string());
+    assert!(!r.stdout.contains("secret"), "{}", r.stdout);
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 0, "the other origin was reached");
+}
+
+/// Found by a probe: `bx session show` printed a scope's directory whole, as long as a
+/// call made it.
+#[test]
+fn session_show_bounds_what_it_prints() {
+    let Setup { s, ws, .. } = &setup();
+    let deep = ws.join("docs").join("d".repeat(200).as_str()).join("x".repeat(3000)).join("f.md");
+    let r = run_answering(
+        s,
+        &["tool", "run", "fs.write", "--session", "b", "--args", &write_args(&deep, "x")],
+        |id| format!("{id} path"),
+    );
+    assert!(r.stderr.contains("approval needed"), "{}", r.stderr);
+    assert_eq!(scoped_answers(s, "b").len(), 1);
+    let shown = bx(s, &["session", "show", "b"]).stdout;
+    assert!(shown.lines().all(|l| l.len() < 1400), "{shown}");
+    assert!(shown.contains("bytes cut]"), "{shown}");
+}
+
+/// Found by a probe: at `bx tool run`'s prompt, through a daemon, a scope that did not
+/// fit left the prompt silent until the approval expired. The daemon's refusal is shown
+/// and the prompt asks again.
+#[test]
+fn a_scope_that_does_not_fit_at_the_prompt_asks_again() {
+    use std::io::{BufReader, Read as _, Write as _};
+    let Setup { s, ws, .. } = &setup();
+    let daemon = Daemon::start(s);
+    let target = ws.join("docs/p.md");
+    let mut child = bx_command(s)
+        .args(["tool", "run", "fs.write", "--session", "p", "--args", &write_args(&target, "p")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let (_, id) = super::trust::until_prompt(&mut stderr);
+    writeln!(stdin, "{id} host").unwrap();
+    let (again, id2) = super::trust::until_prompt(&mut stderr);
+    assert_eq!(id2, id);
+    assert!(again.contains("scope host does not fit"), "{again}");
+    writeln!(stdin, "{id} path").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{rest}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "p");
+    assert_eq!(scoped_answers(s, "p").len(), 1);
+    daemon.stop();
 }

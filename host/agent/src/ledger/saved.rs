@@ -1,0 +1,186 @@
+//! The ledger's checkpoint, `ledger.json` beside the audit log's `checkpoint.json`: what
+//! the ledger knew of every session after one record of the log, and where that record
+//! is ([`Position`]). A writer opening the log replays only the records after it. A
+//! checkpoint that does not name a record of the log as it is now (cut, rewritten,
+//! edited), or that does not read back whole, is not trusted: the open replays the
+//! whole log and says why. It is bx's own state, as the session files are, and like them
+//! it is only ever a shortcut to what the log says.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use bx_audit::Position;
+use bx_broker::{Cover, Label, Scope, parse_label};
+use serde::{Deserialize, Serialize};
+
+use super::{Known, Replay, Rise};
+
+/// The file's name, in the audit directory.
+pub(crate) const FILE: &str = "ledger.json";
+
+/// The most bytes read of it (tens of thousands of sessions fit many times over).
+const MAX_BYTES: u64 = 64 << 20;
+
+/// The format's version.
+const VERSION: u32 = 1;
+
+/// The checkpoint as written.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Saved {
+    v: u32,
+    /// The last record it covers.
+    at: Position,
+    sessions: BTreeMap<String, SavedSession>,
+    /// Each session's last request (its call and resources), for a result after `at`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    last: BTreeMap<String, (String, Vec<String>)>,
+    /// The `ask`s not yet answered at `at`: session, call, approval id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    asked: Vec<(String, String, String)>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedSession {
+    taint: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    workspace: Option<PathBuf>,
+    #[serde(default)]
+    results: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    rises: Vec<(u64, String)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    scopes: Vec<SavedScope>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedScope {
+    id: String,
+    tool: String,
+    digest: String,
+    taint: String,
+    kind: String,
+    what: String,
+    approve: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    reason: String,
+}
+
+/// The path of the checkpoint for the log in `audit_dir`.
+pub(crate) fn path(audit_dir: &Path) -> PathBuf {
+    audit_dir.join(FILE)
+}
+
+/// The checkpoint in `audit_dir`: `Ok(None)` when there is none, `Err` (why) when there
+/// is one that cannot be read back whole.
+/// What a checkpoint holds: the sessions, the replay's state, and where it stands.
+pub(crate) type Loaded = (HashMap<String, Known>, Replay, Position);
+
+pub(crate) fn read(audit_dir: &Path) -> Result<Option<Loaded>, String> {
+    let path = path(audit_dir);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let mut text = Vec::new();
+    file.take(MAX_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_BYTES {
+        return Err(format!("{} is over {MAX_BYTES} bytes", path.display()));
+    }
+    let saved: Saved =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    saved.into_known().map(Some).map_err(|why| format!("{}: {why}", path.display()))
+}
+
+/// Writes the checkpoint of `known` at `at` (atomically: a crash leaves the old one).
+pub(crate) fn write(
+    audit_dir: &Path,
+    known: &HashMap<String, Known>,
+    replay: &Replay,
+    at: &Position,
+) -> Result<(), bx_state::StateError> {
+    let saved = Saved {
+        v: VERSION,
+        at: at.clone(),
+        sessions: known.iter().map(|(id, k)| (id.clone(), SavedSession::of(k))).collect(),
+        last: replay.last.iter().map(|(s, l)| (s.clone(), l.clone())).collect(),
+        asked: replay.asked.iter().map(|((s, c), id)| (s.clone(), c.clone(), id.clone())).collect(),
+    };
+    // Plain data: serialising it cannot fail.
+    let text = serde_json::to_vec(&saved).unwrap_or_default();
+    bx_state::write_atomically(&path(audit_dir), &text)
+}
+
+impl SavedSession {
+    fn of(k: &Known) -> SavedSession {
+        SavedSession {
+            taint: k.taint.to_string(),
+            workspace: k.workspace.clone(),
+            results: k.results,
+            rises: k.rises.iter().map(|r| (r.ordinal, r.what.clone())).collect(),
+            scopes: k
+                .scopes
+                .iter()
+                .map(|s| SavedScope {
+                    id: s.id.clone(),
+                    tool: s.tool.clone(),
+                    digest: s.digest.clone(),
+                    taint: s.taint.to_string(),
+                    kind: s.cover.kind().to_owned(),
+                    what: s.cover.what(),
+                    approve: s.approve,
+                    reason: s.reason.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Saved {
+    /// What it says, or why it cannot be taken (every field must read back).
+    fn into_known(self) -> Result<Loaded, String> {
+        if self.v != VERSION {
+            return Err(format!("version {} is not {VERSION}", self.v));
+        }
+        let label = |text: &str| parse_label(text).map_err(|e| format!("label {text:?}: {e}"));
+        let mut known = HashMap::with_capacity(self.sessions.len());
+        for (id, s) in self.sessions {
+            let scopes = s
+                .scopes
+                .into_iter()
+                .map(|x| {
+                    let cover = Cover::from_record(&x.kind, &x.what).ok_or_else(|| {
+                        format!("session {id}: scope {} does not read back", x.id)
+                    })?;
+                    Ok(Scope {
+                        taint: label(&x.taint)?,
+                        id: x.id,
+                        tool: x.tool,
+                        digest: x.digest,
+                        cover,
+                        approve: x.approve,
+                        reason: x.reason,
+                    })
+                })
+                .collect::<Result<Vec<Scope>, String>>()?;
+            let taint: Label = label(&s.taint)?;
+            let rises = s.rises.into_iter().map(|(ordinal, what)| Rise { ordinal, what }).collect();
+            known.insert(
+                id,
+                Known { taint, workspace: s.workspace, scopes, rises, results: s.results },
+            );
+        }
+        let replay = Replay {
+            records: 0,
+            last: self.last.into_iter().collect(),
+            asked: self.asked.into_iter().map(|(s, c, id)| ((s, c), id)).collect(),
+        };
+        Ok((known, replay, self.at))
+    }
+}
