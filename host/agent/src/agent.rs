@@ -83,6 +83,11 @@ impl Agent {
         // The writer's open checkpoints what it read: the next replays only what is new.
         let ledger = Ledger::open_writing(files, &parts.audit)?;
         eprintln!("bx serve: ledger: {}", ledger.replayed());
+        if let Some(why) = ledger.unsaved() {
+            eprintln!(
+                "bx serve: ledger: its checkpoint could not be written ({why}); the next start replays more (see docs/runbook.md#ledger-checkpoint)"
+            );
+        }
         let policy = parts.state.watch_policy(&parts.config);
         let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy, parts.state.secrets());
         record_pending(&parts.store, &parts.audit)?;

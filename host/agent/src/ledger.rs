@@ -162,6 +162,8 @@ pub struct Ledger {
     files: Sessions,
     known: Mutex<HashMap<String, Known>>,
     replayed: Replayed,
+    /// Why the writer's open could not write its checkpoint, when it could not.
+    unsaved: Option<String>,
 }
 
 /// The label a result record carries; one that cannot be read counts as the top.
@@ -303,7 +305,7 @@ impl Ledger {
     /// (from its checkpoint on, when it has a good one), for reading: it writes nothing.
     pub fn open(files: Sessions, audit_dir: &Path) -> Result<Ledger, AgentError> {
         let (known, replayed, _, _) = scan(audit_dir)?;
-        Ok(Ledger { known: Mutex::new(known), files, replayed })
+        Ok(Ledger { known: Mutex::new(known), files, replayed, unsaved: None })
     }
 
     /// [`Ledger::open`] for the writer of `log`, which holds its lock (nothing appends
@@ -312,15 +314,25 @@ impl Ledger {
     pub fn open_writing(files: Sessions, log: &AuditLog) -> Result<Ledger, AgentError> {
         let (known, replayed, replay, end) = scan(log.dir())?;
         let unchanged = matches!(replayed, Replayed::After { records: 0, .. });
-        if let Some(end) = end.filter(|_| !unchanged) {
-            saved::write(log.dir(), &known, &replay, &end)?;
+        let mut unsaved = None;
+        if let Some(end) = end.filter(|_| !unchanged)
+            && let Err(why) = saved::write(log.dir(), &known, &replay, &end)
+        {
+            // Only a shortcut: the next open replays more, and nothing else changes.
+            unsaved = Some(why);
         }
-        Ok(Ledger { known: Mutex::new(known), files, replayed })
+        Ok(Ledger { known: Mutex::new(known), files, replayed, unsaved })
     }
 
     /// How much of the log the open read.
     pub fn replayed(&self) -> &Replayed {
         &self.replayed
+    }
+
+    /// Why the writer's open could not write the ledger's checkpoint, when it could not
+    /// (the next open replays the records since the last one; nothing is refused).
+    pub fn unsaved(&self) -> Option<&str> {
+        self.unsaved.as_deref()
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Known>> {
@@ -793,5 +805,58 @@ mod tests {
         std::fs::OpenOptions::new().write(true).open(&newest).unwrap().set_len(len / 3).unwrap();
         let ledger = Ledger::open(files(state.path()), &audit).unwrap();
         assert!(matches!(ledger.replayed(), Replayed::Mismatch { .. }), "{}", ledger.replayed());
+    }
+
+    /// Found by a probe: a FIFO at `ledger.json` hung every open; a symlink was followed;
+    /// a day file added before the checkpoint's went unread; a directory there stopped
+    /// the writer. Each is now a full replay (or, for the write, a note), never a wait.
+    #[test]
+    fn what_stands_at_the_checkpoint_is_never_waited_on_followed_or_trusted_past_the_files() {
+        let state = tempfile::tempdir().unwrap();
+        let audit = state.path().join("audit");
+        let log = log(&audit);
+        for i in 0..30 {
+            log.append(&entry(i)).unwrap();
+        }
+        drop(Ledger::open_writing(files(state.path()), &log).unwrap());
+        let expected = whole(&audit, state.path());
+        let saved = saved::path(&audit);
+        let good = std::fs::read(&saved).unwrap();
+        let mismatch = |what: &str| {
+            let ledger = Ledger::open(files(state.path()), &audit).unwrap();
+            assert!(
+                matches!(ledger.replayed(), Replayed::Mismatch { .. }),
+                "{what}: {}",
+                ledger.replayed()
+            );
+            assert_eq!(*ledger.known.lock().unwrap(), expected, "{what}");
+        };
+        std::fs::remove_file(&saved).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&saved).status().unwrap().success());
+        mismatch("a FIFO");
+        std::fs::remove_file(&saved).unwrap();
+        let elsewhere = state.path().join("copy.json");
+        std::fs::write(&elsewhere, &good).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &saved).unwrap();
+        mismatch("a symlink to a good copy");
+        std::fs::remove_file(&saved).unwrap();
+        std::fs::write(&saved, &good).unwrap();
+        let first = bx_audit::day_files(&audit).unwrap()[0].clone();
+        let earlier = audit.join("2000-01-01.jsonl");
+        std::fs::copy(&first, &earlier).unwrap();
+        let ledger = Ledger::open(files(state.path()), &audit).unwrap();
+        assert!(
+            ledger.replayed().to_string().contains("added, removed or renamed"),
+            "{}",
+            ledger.replayed()
+        );
+        std::fs::remove_file(&earlier).unwrap();
+        // A directory where the checkpoint goes: the writer opens, and says it could not
+        // write it.
+        std::fs::remove_file(&saved).unwrap();
+        std::fs::create_dir(&saved).unwrap();
+        let ledger = Ledger::open_writing(files(state.path()), &log).unwrap();
+        assert!(ledger.unsaved().is_some());
+        assert_eq!(*ledger.known.lock().unwrap(), expected);
     }
 }

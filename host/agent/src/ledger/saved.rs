@@ -39,6 +39,9 @@ pub(crate) struct Saved {
     /// The `ask`s not yet answered at `at`: session, call, approval id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     asked: Vec<(String, String, String)>,
+    /// The day files up to `at.file`, in order: one added, removed or renamed before it
+    /// since holds records the checkpoint does not cover.
+    files: Vec<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -80,12 +83,22 @@ pub(crate) fn path(audit_dir: &Path) -> PathBuf {
 pub(crate) type Loaded = (HashMap<String, Known>, Replay, Position);
 
 pub(crate) fn read(audit_dir: &Path) -> Result<Option<Loaded>, String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let path = path(audit_dir);
-    let file = match std::fs::File::open(&path) {
+    // Never waited on (a FIFO's open blocks until a writer comes) and never followed (a
+    // symlink puts the checkpoint wherever it leads): only a regular file is read.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW)
+        .open(&path);
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
     let mut text = Vec::new();
     file.take(MAX_BYTES + 1)
         .read_to_end(&mut text)
@@ -95,26 +108,47 @@ pub(crate) fn read(audit_dir: &Path) -> Result<Option<Loaded>, String> {
     }
     let saved: Saved =
         serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let files = day_files_through(audit_dir, &saved.at.file).map_err(|e| e.to_string())?;
+    if files != saved.files {
+        return Err(format!(
+            "{}: the day files up to {} are not those it covered (one was added, removed or renamed)",
+            path.display(),
+            saved.at.file
+        ));
+    }
     saved.into_known().map(Some).map_err(|why| format!("{}: {why}", path.display()))
 }
 
-/// Writes the checkpoint of `known` at `at` (atomically: a crash leaves the old one).
+/// Writes the checkpoint of `known` at `at` (atomically: a crash leaves the old one);
+/// `Err` says why it could not be (the next open then replays more, nothing else).
 pub(crate) fn write(
     audit_dir: &Path,
     known: &HashMap<String, Known>,
     replay: &Replay,
     at: &Position,
-) -> Result<(), bx_state::StateError> {
+) -> Result<(), String> {
+    let files = day_files_through(audit_dir, &at.file).map_err(|e| e.to_string())?;
     let saved = Saved {
         v: VERSION,
         at: at.clone(),
         sessions: known.iter().map(|(id, k)| (id.clone(), SavedSession::of(k))).collect(),
         last: replay.last.iter().map(|(s, l)| (s.clone(), l.clone())).collect(),
         asked: replay.asked.iter().map(|((s, c), id)| (s.clone(), c.clone(), id.clone())).collect(),
+        files,
     };
     // Plain data: serialising it cannot fail.
     let text = serde_json::to_vec(&saved).unwrap_or_default();
-    bx_state::write_atomically(&path(audit_dir), &text)
+    bx_state::write_atomically(&path(audit_dir), &text).map_err(|e| e.to_string())
+}
+
+/// The names of the day files of the log in `audit_dir` up to and including `last`.
+fn day_files_through(audit_dir: &Path, last: &str) -> std::io::Result<Vec<String>> {
+    let files = bx_audit::day_files(audit_dir).map_err(std::io::Error::other)?;
+    Ok(files
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| n.as_str() <= last)
+        .collect())
 }
 
 impl SavedSession {

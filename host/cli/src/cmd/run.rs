@@ -367,7 +367,13 @@ fn here(
     let files = bx_state::Sessions::open(&state.sessions_dir())?;
     let ledger = Ledger::open_writing(files, &log)?;
     if let bx_agent::Replayed::Mismatch { .. } = ledger.replayed() {
-        errln!("bx: warning: the ledger {}", ledger.replayed());
+        errln!("bx: warning: the ledger {}", term::reason(&ledger.replayed().to_string()));
+    }
+    if let Some(why) = ledger.unsaved() {
+        errln!(
+            "bx: warning: the ledger's checkpoint could not be written ({}); see docs/runbook.md#ledger-checkpoint",
+            term::reason(why)
+        );
     }
     let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config), state.secrets());
     let store = Store::open(state, &config)?;
