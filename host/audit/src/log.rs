@@ -33,6 +33,10 @@ const MAX_TORN_SCAN: u64 = 64 << 20;
 /// MiB). Past it an export that lags reads its leaves back from the log.
 const MAX_RECENT_LEAVES: usize = 1 << 20;
 
+/// How far past [`MAX_RECENT_LEAVES`] the kept leaves may grow before the oldest go, so
+/// that trimming costs one move per this many appends.
+const RECENT_TRIM_STEP: usize = 1 << 16;
+
 /// How often a waiting open tries the lock again.
 const LOCK_POLL: Duration = Duration::from_millis(20);
 
@@ -542,8 +546,18 @@ impl AuditLog {
         inner.since_checkpoint += 1;
         inner.offset += line.len() as u64;
         inner.tree.push(leaf);
-        inner.recent.push(leaf);
-        if inner.recent.len() > MAX_RECENT_LEAVES {
+        // Only exports read these: a log without an anchor keeps none (it kept every leaf
+        // of the writer's life, up to 32 MiB). Either way `recent` holds the leaves from
+        // `recent_start` to the tree's end, which is how an export slices it.
+        if self.anchor.is_some() {
+            inner.recent.push(leaf);
+        } else {
+            inner.recent.clear();
+            inner.recent_start = inner.tree.size();
+        }
+        // Trimmed in steps, not a leaf at a time: past the cap, dropping one leaf per
+        // append moved all 32 MiB of them on every append.
+        if inner.recent.len() > MAX_RECENT_LEAVES + RECENT_TRIM_STEP {
             let drop = inner.recent.len() - MAX_RECENT_LEAVES;
             inner.recent.drain(..drop);
             inner.recent_start += drop as u64;
@@ -980,4 +994,31 @@ fn previous_head(dir: &Path, last: &Path) -> Result<Head, AuditError> {
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log without an anchor keeps no leaves for exports: it kept every leaf of the
+    /// writer's life, and past 1 Mi of them moved them all on every append.
+    #[test]
+    fn an_unanchored_writer_keeps_no_leaves_for_exports() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::open(dir.path()).unwrap();
+        for i in 0..50 {
+            let entry = Entry::Recovered(Recovered {
+                file: format!("f{i}"),
+                offset: i,
+                bytes: 0,
+                sha256: String::new(),
+                moved_to: String::new(),
+            });
+            log.append_deferred(&entry).unwrap();
+        }
+        let inner = log.lock();
+        assert!(inner.recent.is_empty());
+        assert_eq!(inner.recent_start, inner.tree.size());
+        assert_eq!(inner.tree.size(), 50);
+    }
 }
