@@ -395,8 +395,12 @@ impl Grant {
                             std::net::IpAddr::V6(a) => url::Host::Ipv6(a),
                         },
                     ),
+                    // A rule's name has no trailing dot (the URL's may).
                     Err(_) => (
-                        HostRule::Name { name: host.clone(), port: Some(*port) },
+                        HostRule::Name {
+                            name: host.trim_end_matches('.').to_owned(),
+                            port: Some(*port),
+                        },
                         url::Host::Domain(host.as_str()),
                     ),
                 };

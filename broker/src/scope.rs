@@ -56,6 +56,10 @@ impl ScopeKind {
     /// Parses a scope as the owner types it: `call`, `args`, `path`, `path=/dir` or
     /// `host`.
     pub fn parse(text: &str) -> Result<ScopeKind, String> {
+        Self::parse_unbounded(text).map_err(shown_error)
+    }
+
+    fn parse_unbounded(text: &str) -> Result<ScopeKind, String> {
         let text = text.trim();
         match text {
             "" | "call" => Ok(ScopeKind::Call),
@@ -76,7 +80,7 @@ impl ScopeKind {
                 }
                 None => Err(format!(
                     "unknown scope {:?}: use call, args, path, path=/dir or host",
-                    crate::approval::escape_untrusted(&bounded(text, 64), false)
+                    bounded(text, 64)
                 )),
             },
         }
@@ -94,6 +98,21 @@ impl std::fmt::Display for ScopeKind {
             ScopeKind::Host => f.write_str("host"),
         }
     }
+}
+
+/// The most bytes of an error about a scope: it can echo a path the call or the owner
+/// named, of any length.
+const MAX_ERROR_BYTES: usize = 1 << 10;
+
+/// An error about a scope as the owner and the model are shown it: escaped, and cut at
+/// [`MAX_ERROR_BYTES`] with the length it had.
+fn shown_error(why: String) -> String {
+    let cut = if why.len() > MAX_ERROR_BYTES {
+        format!("{}…[{} bytes]", bounded(&why, MAX_ERROR_BYTES), why.len())
+    } else {
+        why
+    };
+    crate::approval::escape_untrusted(&cut, false)
 }
 
 fn bounded(text: &str, max: usize) -> String {
@@ -262,6 +281,15 @@ pub fn cover_for(
     kind: &ScopeKind,
     approve: bool,
 ) -> Result<Option<Cover>, String> {
+    cover_unbounded(ask, args, kind, approve).map_err(shown_error)
+}
+
+fn cover_unbounded(
+    ask: &AskRequest,
+    args: &str,
+    kind: &ScopeKind,
+    approve: bool,
+) -> Result<Option<Cover>, String> {
     if *kind == ScopeKind::Call {
         return Ok(None);
     }
@@ -298,9 +326,9 @@ pub fn cover_for(
                 Some(dir) => {
                     if let Some(outside) = paths.iter().find(|p| !under(p, dir)) {
                         return Err(format!(
-                            "scope path={} does not hold {}, which this call asks about",
-                            dir.display(),
-                            outside.display()
+                            "the scope's directory does not hold {}, which this call asks about (scope path={})",
+                            outside.display(),
+                            dir.display()
                         ));
                     }
                     dir.clone()
@@ -476,5 +504,18 @@ mod tests {
         assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/").unwrap(), true).is_err());
         assert!(ScopeKind::parse("path=w").is_err());
         assert!(cover_for(&a, "{}", &ScopeKind::Host, true).is_err());
+    }
+
+    #[test]
+    fn an_error_echoes_at_most_a_kibibyte_escaped() {
+        let long = format!("path=relative/{}\u{1b}[31m", "x".repeat(1 << 20));
+        let why = ScopeKind::parse(&long).unwrap_err();
+        assert!(why.len() < 1200 && why.contains("bytes]"), "{} bytes", why.len());
+        let named = format!("path=/{}", "d/".repeat(100_000));
+        let a = ask(vec![Resource::PathWrite(format!("/w/{}x", "e/".repeat(100_000)))]);
+        let why = cover_for(&a, "{}", &ScopeKind::parse(&named).unwrap(), true).unwrap_err();
+        assert!(why.len() < 1200 && why.contains("does not hold"), "{} bytes", why.len());
+        let hostile = ScopeKind::parse("\u{1b}]0;pwned\u{7}").unwrap_err();
+        assert!(!hostile.chars().any(crate::approval::is_hidden), "{hostile}");
     }
 }
