@@ -870,7 +870,7 @@ impl Allowed<'_> {
             }
             Err(_) => Vec::new(),
         };
-        let (touched, touched_more) = match &outcome {
+        let (touched, touched_more): (Vec<String>, u64) = match &outcome {
             Ok(report) => (
                 report
                     .touched
@@ -881,6 +881,27 @@ impl Allowed<'_> {
             ),
             Err(_) => (Vec::new(), 0),
         };
+        // The taint rises first (a call that ran has been seen, even if its record then
+        // cannot be written, and then nobody sees its output), noting what it reached with
+        // each item's label, as its record shows it, and the URLs it named: what raised it.
+        let reached: Vec<(Label, &str)> = match &outcome {
+            Ok(report) => {
+                { report.touched.iter().map(|t| t.label()).zip(touched.iter().map(String::as_str)) }
+                    .collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        let urls: Vec<&str> = r
+            .resources
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| match r {
+                Resource::Url(u) => Some(u.as_str()),
+                Resource::PathRead(_) | Resource::PathWrite(_) => None,
+            })
+            .collect();
+        let taint = in_place(|| trust.ledger.observe(&r.session, &r.call, label, &reached, &urls))?;
         let (output_sha256, output_bytes, error) = match output {
             Some(t) => (Some(sha256_hex(t.as_bytes())), Some(t.len() as u64), None),
             None => (None, None, Some(bounded(&for_model, MAX_FIELD_BYTES))),
@@ -915,29 +936,7 @@ impl Allowed<'_> {
                 })
                 .collect(),
         });
-        // The taint rises first: a call that ran has been seen, even if its record then
-        // cannot be written (and then nobody sees its output).
-        let taint = in_place(|| -> Result<Label, AgentError> {
-            // What it reached, as its record shows it, for "where the taint came from".
-            let reached: Vec<(Label, String)> = match &outcome {
-                Ok(report) => report
-                    .touched
-                    .iter()
-                    .map(|t| (t.label(), bounded(&t.to_string(), bx_audit::MAX_ITEM_BYTES)))
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
-            let declared: Vec<String> = r
-                .resources
-                .as_deref()
-                .unwrap_or_default()
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            let taint = trust.ledger.observe(&r.session, &r.call, label, &reached, &declared)?;
-            trust.audit.append(&record)?;
-            Ok(taint)
-        })?;
+        in_place(|| trust.audit.append(&record))?;
         let now = bx_audit::format_rfc3339(std::time::SystemTime::now());
         trust.secrets.note_uses(&activity.used, &now);
         trust.secrets.quarantine(&activity.leaks, &now);

@@ -56,13 +56,7 @@ impl Known {
     /// label), noting the first item that raised the taint when the result did.
     /// `declared` are the resources the call's request named (`fetch URL`, `read PATH`):
     /// a host it reached is shown as the URL it named there.
-    fn result(
-        &mut self,
-        label: Label,
-        touched: &[(Label, String)],
-        declared: &[String],
-        call: &str,
-    ) {
+    fn result(&mut self, label: Label, touched: &[(Label, &str)], urls: &[&str], call: &str) {
         self.results += 1;
         let raised = self.taint.join(label);
         if raised != self.taint {
@@ -72,7 +66,7 @@ impl Known {
             let what = touched
                 .iter()
                 .find(|(l, _)| !l.flows_to(self.taint))
-                .map_or_else(|| format!("call {call} ({label})"), |(l, t)| named(t, *l, declared));
+                .map_or_else(|| format!("call {call} ({label})"), |(l, t)| named(t, *l, urls));
             self.rises.push(Rise { ordinal: self.results, what });
         }
         self.taint = raised;
@@ -124,15 +118,13 @@ fn scope_of(a: &bx_audit::Approval) -> Option<Scope> {
     })
 }
 
-/// A host a call reached (`fetch HOST (LABEL)`) as the URL its request named for it,
-/// `fetch URL (LABEL)`; anything else as shown.
-fn named(touched: &str, label: Label, declared: &[String]) -> String {
+/// A host a call reached (`fetch HOST (LABEL)`) as the URL its request named for it
+/// (among `urls`), `fetch URL (LABEL)`; anything else as shown.
+fn named(touched: &str, label: Label, urls: &[&str]) -> String {
     let Some(host) = touched.strip_prefix("fetch ").and_then(|t| t.split(' ').next()) else {
         return touched.to_owned();
     };
-    declared
-        .iter()
-        .filter_map(|d| d.strip_prefix("fetch "))
+    urls.iter()
         .find(|u| url::Url::parse(u).is_ok_and(|u| u.host_str() == Some(host)))
         .map_or_else(|| touched.to_owned(), |u| format!("fetch {u} ({label})"))
 }
@@ -140,7 +132,7 @@ fn named(touched: &str, label: Label, declared: &[String]) -> String {
 /// What a result record says it reached, each item with the label it names last, in
 /// parentheses (`fetch example.org (public/untrusted)`); an item without one counts as
 /// the top label.
-fn reached(touched: &[String]) -> Vec<(Label, String)> {
+fn reached(touched: &[String]) -> Vec<(Label, &str)> {
     touched
         .iter()
         .map(|t| {
@@ -148,7 +140,7 @@ fn reached(touched: &[String]) -> Vec<(Label, String)> {
                 .strip_suffix(')')
                 .and_then(|t| t.rsplit_once(" ("))
                 .map_or(Label::TOP, |(_, l)| result_label(l));
-            (label, t.clone())
+            (label, t.as_str())
         })
         .collect()
 }
@@ -211,19 +203,19 @@ impl std::fmt::Display for Replayed {
     }
 }
 
-/// What a scan found: the sessions, how much it read, the replay's own state (for the
-/// next checkpoint), and the last record it read.
-type Scanned = (HashMap<String, Known>, Replayed, Replay, Option<bx_audit::Position>);
+/// What a scan found: the sessions, how much it read, and the last record it read.
+type Scanned = (HashMap<String, Known>, Replayed, Option<bx_audit::Position>);
 
 /// What the log in `audit_dir` says of every session: from its checkpoint on, when it
 /// has one that names a record of the log, else from the first record. Returns the
 /// sessions, how much was read, and the last record read.
 fn scan(audit_dir: &Path) -> Result<Scanned, AgentError> {
-    let (mut known, mut replay, from, bad) = match saved::read(audit_dir) {
-        Ok(Some((known, replay, at))) => (known, replay, Some(at), None),
-        Ok(None) => (HashMap::new(), Replay::default(), None, None),
-        Err(why) => (HashMap::new(), Replay::default(), None, Some(why)),
+    let (mut known, from, bad) = match saved::read(audit_dir) {
+        Ok(Some((known, at))) => (known, Some(at), None),
+        Ok(None) => (HashMap::new(), None, None),
+        Err(why) => (HashMap::new(), None, Some(why)),
     };
+    let mut replay = Replay::default();
     let (resumed, end) = bx_audit::for_each_entry_after(audit_dir, from.as_ref(), |_, e| {
         replay.apply(e, &mut known);
     })?;
@@ -242,13 +234,15 @@ fn scan(audit_dir: &Path) -> Result<Scanned, AgentError> {
                 replay.apply(e, &mut fresh);
             })?;
             let replayed = Replayed::Mismatch { why, records: replay.records };
-            return Ok((fresh, replayed, replay, end));
+            return Ok((fresh, replayed, end));
         }
     };
-    Ok((known, replayed, replay, end))
+    Ok((known, replayed, end))
 }
 
-/// One pass over records, applying each to what the ledger knows.
+/// One pass over records, applying each to what the ledger knows. What it holds of calls
+/// in flight (asks not yet answered, each session's last request) is not checkpointed: a
+/// checkpoint is written as the log's writer opens, when no call is in flight.
 #[derive(Debug, Default)]
 struct Replay {
     records: u64,
@@ -269,11 +263,13 @@ impl Replay {
                 self.last.insert(session.to_owned(), (r.call.clone(), r.resources.clone()));
             }
             Entry::Result(r) => {
-                let declared = match self.last.get(session) {
-                    Some((call, resources)) if *call == r.call => resources.as_slice(),
-                    _ => &[],
+                let urls: Vec<&str> = match self.last.get(session) {
+                    Some((call, resources)) if *call == r.call => {
+                        resources.iter().filter_map(|d| d.strip_prefix("fetch ")).collect()
+                    }
+                    _ => Vec::new(),
                 };
-                k.result(result_label(&r.label), &reached(&r.touched), declared, &r.call);
+                k.result(result_label(&r.label), &reached(&r.touched), &urls, &r.call);
             }
             Entry::Decision(d) => {
                 if let Some(id) = &d.approval {
@@ -304,7 +300,7 @@ impl Ledger {
     /// The ledger of the session files in `files`, rebuilt from the log in `audit_dir`
     /// (from its checkpoint on, when it has a good one), for reading: it writes nothing.
     pub fn open(files: Sessions, audit_dir: &Path) -> Result<Ledger, AgentError> {
-        let (known, replayed, _, _) = scan(audit_dir)?;
+        let (known, replayed, _) = scan(audit_dir)?;
         Ok(Ledger { known: Mutex::new(known), files, replayed, unsaved: None })
     }
 
@@ -312,11 +308,11 @@ impl Ledger {
     /// while it reads): it then checkpoints what it read, so that the next open replays
     /// only the records after this one's end.
     pub fn open_writing(files: Sessions, log: &AuditLog) -> Result<Ledger, AgentError> {
-        let (known, replayed, replay, end) = scan(log.dir())?;
+        let (known, replayed, end) = scan(log.dir())?;
         let unchanged = matches!(replayed, Replayed::After { records: 0, .. });
         let mut unsaved = None;
         if let Some(end) = end.filter(|_| !unchanged)
-            && let Err(why) = saved::write(log.dir(), &known, &replay, &end)
+            && let Err(why) = saved::write(log.dir(), &known, &end)
         {
             // Only a shortcut: the next open replays more, and nothing else changes.
             unsaved = Some(why);
@@ -438,18 +434,18 @@ impl Ledger {
 
     /// Raises the session's taint to include `label` (never lowers it), in memory and
     /// in its state file, for the result of `call` that reached `touched` (each item as
-    /// shown, with its label), having named `declared`; returns the new taint.
+    /// shown, with its label), having named `urls`; returns the new taint.
     pub fn observe(
         &self,
         session: &str,
         call: &str,
         label: Label,
-        touched: &[(Label, String)],
-        declared: &[String],
+        touched: &[(Label, &str)],
+        urls: &[&str],
     ) -> Result<Label, AgentError> {
         let mut known = self.lock();
         let k = known.entry(session.to_owned()).or_default();
-        k.result(label, touched, declared, call);
+        k.result(label, touched, urls, call);
         let taint = k.taint;
         let (state, _) = self.files.state(session)?;
         let taint =
@@ -494,8 +490,9 @@ impl Ledger {
             }
             _ => held,
         };
-        // Revoking what is not held records nothing (an id the session never had).
-        if hit == 0 && !ended {
+        // Ending what is not held records nothing (an id the session never had, or a
+        // session left with no scoped answers).
+        if hit == 0 {
             return Ok(0);
         }
         log.append(&Entry::Session(Session {
@@ -731,7 +728,9 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let audit = state.path().join("audit");
         let mut n = 0;
-        for batch in [0, 1, 37, 100, 3, 260] {
+        // Whole calls (five records each), as a writer leaves them: a checkpoint is taken
+        // as the writer opens, never with a call in flight.
+        for batch in [0, 5, 35, 100, 5, 260] {
             {
                 let log = log(&audit);
                 for _ in 0..batch {

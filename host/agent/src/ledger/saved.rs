@@ -14,7 +14,7 @@ use bx_audit::Position;
 use bx_broker::{Cover, Label, Scope, parse_label};
 use serde::{Deserialize, Serialize};
 
-use super::{Known, Replay, Rise};
+use super::{Known, Rise};
 
 /// The file's name, in the audit directory.
 pub(crate) const FILE: &str = "ledger.json";
@@ -33,12 +33,6 @@ pub(crate) struct Saved {
     /// The last record it covers.
     at: Position,
     sessions: BTreeMap<String, SavedSession>,
-    /// Each session's last request (its call and resources), for a result after `at`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    last: BTreeMap<String, (String, Vec<String>)>,
-    /// The `ask`s not yet answered at `at`: session, call, approval id.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    asked: Vec<(String, String, String)>,
     /// The day files up to `at.file`, in order: one added, removed or renamed before it
     /// since holds records the checkpoint does not cover.
     files: Vec<String>,
@@ -79,8 +73,10 @@ pub(crate) fn path(audit_dir: &Path) -> PathBuf {
 
 /// The checkpoint in `audit_dir`: `Ok(None)` when there is none, `Err` (why) when there
 /// is one that cannot be read back whole.
-/// What a checkpoint holds: the sessions, the replay's state, and where it stands.
-pub(crate) type Loaded = (HashMap<String, Known>, Replay, Position);
+/// What a checkpoint holds: the sessions, and where it stands. (Nothing of a call in
+/// flight: it is written when the log's writer opens, so a call whose request came before
+/// it never goes on, and one after it is replayed whole.)
+pub(crate) type Loaded = (HashMap<String, Known>, Position);
 
 pub(crate) fn read(audit_dir: &Path) -> Result<Option<Loaded>, String> {
     use std::os::unix::fs::OpenOptionsExt as _;
@@ -124,7 +120,6 @@ pub(crate) fn read(audit_dir: &Path) -> Result<Option<Loaded>, String> {
 pub(crate) fn write(
     audit_dir: &Path,
     known: &HashMap<String, Known>,
-    replay: &Replay,
     at: &Position,
 ) -> Result<(), String> {
     let files = day_files_through(audit_dir, &at.file).map_err(|e| e.to_string())?;
@@ -132,8 +127,6 @@ pub(crate) fn write(
         v: VERSION,
         at: at.clone(),
         sessions: known.iter().map(|(id, k)| (id.clone(), SavedSession::of(k))).collect(),
-        last: replay.last.iter().map(|(s, l)| (s.clone(), l.clone())).collect(),
-        asked: replay.asked.iter().map(|((s, c), id)| (s.clone(), c.clone(), id.clone())).collect(),
         files,
     };
     // Plain data: serialising it cannot fail.
@@ -210,11 +203,6 @@ impl Saved {
                 Known { taint, workspace: s.workspace, scopes, rises, results: s.results },
             );
         }
-        let replay = Replay {
-            records: 0,
-            last: self.last.into_iter().collect(),
-            asked: self.asked.into_iter().map(|(s, c, id)| ((s, c), id)).collect(),
-        };
-        Ok((known, replay, self.at))
+        Ok((known, self.at))
     }
 }

@@ -218,30 +218,28 @@ struct Chat<'a> {
 
 impl Chat<'_> {
     /// The owner leaves the chat: the session's scoped answers end with it (they answer
-    /// for "the rest of this session"); its taint and transcript stay.
+    /// for "the rest of this session"); its taint and transcript stay. As `bx session
+    /// end` does it: through the daemon when one runs, else on the log here.
     fn leave(&mut self) -> anyhow::Result<u8> {
         let session = self.args.session.clone();
-        let ended = Conn::connect_or_start(self.state)
-            .and_then(|mut conn| conn.request(Body::EndSession { session }));
+        let ended = super::session::end_scopes(
+            self.state,
+            &session,
+            Body::EndSession { session: session.clone() },
+        );
         match ended {
-            Ok(Body::ScopesEnded { count, .. }) if count > 0 => {
+            Ok(Some(0)) => Ok(EXIT_OK),
+            Ok(Some(count)) => {
                 errln!("bx chat: {count} scoped answer(s) of this session ended with it");
                 Ok(EXIT_OK)
             }
-            Ok(Body::ScopesEnded { .. }) => Ok(EXIT_OK),
-            Ok(other) => {
-                errln!(
-                    "bx: the session's scoped answers may not have ended (the daemon answered {}); run `bx session end {}`",
-                    term::one_line(other.type_name()),
-                    term::one_line(&self.args.session)
-                );
-                Ok(EXIT_ERROR)
-            }
+            // The daemon said why (printed).
+            Ok(None) => Ok(EXIT_ERROR),
             Err(e) => {
                 errln!(
                     "bx: the session's scoped answers may not have ended ({}); run `bx session end {}`",
                     term::shown(&format!("{e:#}")),
-                    term::one_line(&self.args.session)
+                    term::one_line(&session)
                 );
                 Ok(EXIT_ERROR)
             }

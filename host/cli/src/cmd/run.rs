@@ -313,6 +313,7 @@ fn via_daemon(
                 let until = std::time::Instant::now() + Duration::from_secs(args.approval_timeout);
                 asked = Some((approval, until));
             }
+            Body::ToolStarted { covered_by: Some(answer), .. } => covered(&answer),
             Body::ToolOutput { outcome, text, stderr, .. } => {
                 return Ok(print(outcome, &text, &stderr));
             }
@@ -436,7 +437,19 @@ struct Prompt {
     timeout: Duration,
 }
 
+/// Says that the call runs without a prompt because of the owner's scoped answer: what
+/// runs unasked is still shown.
+fn covered(answer: &str) {
+    errln!("bx: runs under your scoped answer {}", term::reason(answer));
+}
+
 impl Owner for Prompt {
+    fn started(&mut self, _proposal: &bx_agent::Proposal<'_>, by: Option<&bx_agent::Covered>) {
+        if let Some(c) = by {
+            covered(&format!("{}: {}", c.id, c.what));
+        }
+    }
+
     // It blocks its thread while the owner reads and types (up to `timeout`): the call
     // runs on a one-shot command's own current-thread runtime, where nothing else waits.
     async fn answer(&mut self, asking: &Asking<'_>) -> Answer {

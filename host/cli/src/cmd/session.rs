@@ -151,7 +151,7 @@ pub(crate) fn run(state: &StateDir, command: SessionCommand) -> anyhow::Result<u
 /// Ends scoped answers of session `id` as `body` says (`revoke_scopes` or
 /// `end_session`): through the daemon when one runs (it holds them), else on the log
 /// here. How many ended; `None` when the daemon said why not (printed).
-fn end_scopes(state: &StateDir, id: &str, body: Body) -> anyhow::Result<Option<u64>> {
+pub(crate) fn end_scopes(state: &StateDir, id: &str, body: Body) -> anyhow::Result<Option<u64>> {
     match Conn::connect(state) {
         Ok(mut conn) => match conn.request(body)? {
             Body::ScopesEnded { count, .. } => Ok(Some(count)),

@@ -132,6 +132,12 @@ fn a_path_scope_covers_the_next_write_below_it_and_only_that() {
     let next = ws.join("docs/deeper/b.md");
     let r = run_unattended(s, "w", "fs.write", &write_args(&next, "b"));
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // What runs unasked is still shown.
+    assert!(
+        r.stderr.contains(&format!("runs under your scoped answer {id}: fs.write writing")),
+        "{}",
+        r.stderr
+    );
     assert_eq!(std::fs::read_to_string(&next).unwrap(), "b");
     let last = decisions(s, "w").pop().unwrap();
     assert_eq!(
@@ -273,6 +279,8 @@ fn a_scope_survives_a_daemon_restart_and_ends_with_a_revoke_or_the_session() {
         let r =
             run_unattended(s, "d", "fs.write", &write_args(&ws.join(format!("docs/{name}")), "x"));
         assert!(r.code == 0 || asked(&r), "{}", r.stderr);
+        // What runs unasked is shown, through the daemon and without one.
+        assert_eq!(r.code == 0, r.stderr.contains("runs under your scoped answer"), "{}", r.stderr);
         r.code == 0
     };
     let id = scope("a.md");
@@ -587,5 +595,40 @@ fn a_scope_that_does_not_fit_at_the_prompt_asks_again() {
     assert!(child.wait().unwrap().success(), "{rest}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "p");
     assert_eq!(scoped_answers(s, "p").len(), 1);
+    daemon.stop();
+}
+
+/// Leaving an interactive `bx chat` ends the session's scoped answers, as `bx session
+/// end` does (through the daemon when one runs).
+#[test]
+fn leaving_bx_chat_ends_the_sessions_scoped_answers() {
+    let Setup { s, ws, .. } = &setup();
+    let daemon = Daemon::start(s);
+    let r = run_answering(
+        s,
+        &[
+            "tool",
+            "run",
+            "fs.write",
+            "--session",
+            "c",
+            "--args",
+            &write_args(&ws.join("docs/a.md"), "a"),
+        ],
+        |id| format!("{id} path"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(scoped_answers(s, "c").len(), 1);
+    let out = bx_command(s)
+        .args(["chat", "--session", "c"])
+        .current_dir(ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("1 scoped answer(s) of this session ended with it"), "{stderr}");
+    assert!(bx(s, &["session", "show", "c"]).stdout.contains("no scoped answers"));
+    let r = run_unattended(s, "c", "fs.write", &write_args(&ws.join("docs/b.md"), "b"));
+    assert!(asked(&r), "{}", r.stderr);
     daemon.stop();
 }
