@@ -91,6 +91,8 @@ fn wasmtime_version() -> &'static str {
 impl Runtime {
     /// Builds the engine, the linker and the epoch ticker with `limits`.
     pub fn new(limits: Limits) -> Result<Runtime, RunError> {
+        // Which mount is the root file system, asked before any call runs.
+        crate::mounts::root_mount();
         let engine = Engine::new(&config(&limits)).map_err(|e| RunError::Engine(chain(&e)))?;
         let mut linker = Linker::new(&engine);
         // WASI for std: stdio (bounded pipes), clocks, random. The context built per call

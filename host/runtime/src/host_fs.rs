@@ -92,11 +92,9 @@ pub(crate) struct Roots {
     denied_real: Option<Vec<(PathBuf, bool)>>,
     /// (device, inode) of every directory and file inside bx's own directories (three
     /// levels deep), sorted; scanned only when an opened object could be a second name
-    /// of one: a file with more than one link, or a path under a bind mount.
+    /// of one: a file with more than one link, a path under a bind mount, or an object
+    /// reached through a mount that gives second names or that the table does not hold.
     own_deep: Option<(Vec<(u64, u64)>, bool)>,
-    /// Where a directory is mounted a second time (a bind mount of something other
-    /// than a file system's root), from `/proc/self/mountinfo`; read on first use.
-    bind_points: Option<Vec<PathBuf>>,
     /// The policy's path labels as their paths resolve on disk: a grant named by a
     /// symlink labels what it leads to, whatever name a call reaches it by.
     labels_real: Option<Vec<(PathBuf, bx_broker::Label)>>,
@@ -114,7 +112,6 @@ impl Roots {
             slots: grant.roots().map(|_| None).collect(),
             denied_real: None,
             own_deep: None,
-            bind_points: None,
             labels_real: None,
             own_ids: None,
             not_own: std::collections::HashSet::new(),
@@ -156,62 +153,6 @@ fn own_identities(dirs: &[PathBuf]) -> (Vec<(u64, u64)>, bool) {
     out.sort_unstable();
     out.dedup();
     (out, true)
-}
-
-/// The mount points of `/proc/self/mountinfo` that give something a second name: a
-/// mount of part of a file system (its root is not `/`: a bind mount of a directory or a
-/// file), or one of a file system mounted at more than one place (a bind of a whole
-/// mount). Read as bytes (a mount point need not be UTF-8). When the table cannot be read
-/// or parsed, every path counts as under such a mount (`/`), so the full comparison runs.
-fn bind_mount_points() -> Vec<PathBuf> {
-    std::fs::read("/proc/self/mountinfo")
-        .ok()
-        .and_then(|table| second_name_mounts(&table))
-        .unwrap_or_else(|| vec![PathBuf::from("/")])
-}
-
-/// [`bind_mount_points`] of a mountinfo table; `None` when a line does not parse.
-fn second_name_mounts(table: &[u8]) -> Option<Vec<PathBuf>> {
-    let mut mounts: Vec<(&[u8], &[u8], PathBuf)> = Vec::new();
-    for line in table.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let mut fields = line.split(|b| *b == b' ');
-        let (Some(device), Some(root), Some(point)) = (fields.nth(2), fields.next(), fields.next())
-        else {
-            return None;
-        };
-        mounts.push((device, root, unescape_mountinfo(point)));
-    }
-    let points = mounts
-        .iter()
-        .filter(|(device, root, _)| {
-            *root != b"/" || mounts.iter().filter(|(d, r, _)| d == device && *r == b"/").count() > 1
-        })
-        .map(|(_, _, point)| point.clone())
-        .collect();
-    Some(points)
-}
-
-/// A mountinfo path with its octal escapes (`\040` for a space) undone, as bytes.
-fn unescape_mountinfo(bytes: &[u8]) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt as _;
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match (bytes[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push(
-                    (d[0] - b'0').wrapping_mul(64).wrapping_add((d[1] - b'0') * 8 + (d[2] - b'0')),
-                );
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// `O_NONBLOCK`: opening a FIFO for reading or writing must not wait for its other end.
@@ -278,6 +219,32 @@ fn fd_id(proc_path: &Path) -> Result<((u64, u64), u64), Error> {
     // file's count says it has another name.
     let links = if meta.is_file() { meta.nlink() } else { 1 };
     Ok(((meta.dev(), meta.ino()), links))
+}
+
+/// The mount an opened object was reached through.
+#[derive(Debug, Clone, Copy)]
+struct Through {
+    /// Its mount ID (`statx`'s `STATX_MNT_ID`, mountinfo's first field), when known.
+    mount: Option<u64>,
+    /// The mount ID of the root file system the process started with, when known.
+    root: Option<u64>,
+    /// Whether the object lies on an overlay file system (`statfs`).
+    overlay: bool,
+}
+
+/// `OVERLAYFS_SUPER_MAGIC`.
+const OVERLAY_FS: i64 = 0x794c_7630;
+
+impl Through {
+    #[allow(clippy::useless_conversion, reason = "`f_type` is not an i64 on every target")]
+    fn of(fd: std::os::fd::BorrowedFd<'_>) -> Through {
+        Through {
+            mount: crate::mounts::mount_id(fd, "", rustix::fs::AtFlags::EMPTY_PATH),
+            root: crate::mounts::root_mount(),
+            // Unknown counts as an overlay: refused unless it is the root's.
+            overlay: rustix::fs::fstatfs(fd).map_or(true, |s| i64::from(s.f_type) == OVERLAY_FS),
+        }
+    }
 }
 
 /// The kernel's idea of where an open descriptor lives.
@@ -421,7 +388,8 @@ impl CallState {
             )));
         }
         self.check_real(&real, shown)?;
-        self.check_identity(fd_id(&real_fd_path(fd.as_fd()))?, &real, shown)?;
+        let through = Through::of(fd.as_fd());
+        self.check_identity(fd_id(&real_fd_path(fd.as_fd()))?, through, &real, shown)?;
         Ok((logical, real))
     }
 
@@ -431,6 +399,7 @@ impl CallState {
     fn check_identity(
         &mut self,
         (opened, links): ((u64, u64), u64),
+        through: Through,
         real: &Path,
         shown: &str,
     ) -> Result<(), Error> {
@@ -468,10 +437,33 @@ impl CallState {
                 return Err(refuse());
             }
         }
+        // Asked after the open, every time: the opened object holds its mount, so its ID
+        // cannot be handed to another mount meanwhile, and a mount made or undone since
+        // the table was last read makes it be read again (a table kept for the whole
+        // call let a bind of a state file take the ID of a mount the table still held).
+        let mounts = crate::mounts::table();
+        // An overlay shows what its layers hold under device and inode numbers of its
+        // own, and the mount table names its layers only by the strings given when it was
+        // made (a layer can be a bind since detached, a symlink since retargeted, a
+        // relative path): nothing tells whether bx's state is one of them. Only the root
+        // file system's (a container's) is read through.
+        if through.overlay && (through.mount.is_none() || through.root.is_none()) {
+            return Err(Error::Denied(format!(
+                "{shown}: lies on an overlay, and the kernel does not say which mount it was reached through (statx has STATX_MNT_ID from Linux 5.8), so it could be bx's own state under another name (see docs/runbook.md#own-state)"
+            )));
+        }
+        if through.overlay && through.mount != through.root {
+            return Err(Error::Denied(format!(
+                "{shown}: lies on an overlay mount other than the root file system, which can show bx's own state under another name (see docs/runbook.md#own-state)"
+            )));
+        }
         // Under a bind mount (of a directory inside bx's state, say), or a file with
         // another name: compare with everything inside bx's own directories too.
-        let binds = self.roots.bind_points.get_or_insert_with(bind_mount_points);
-        if links > 1 || binds.iter().any(|b| real.starts_with(b)) {
+        let binds = &mounts.points;
+        // Opened through a mount the table does not hold (one detached since, or made
+        // after the table was read): what it shows is unknown, so compare everything.
+        let second_mount = through.mount.is_none_or(|m| mounts.ids.get(&m) != Some(&false));
+        if links > 1 || second_mount || binds.iter().any(|b| real.starts_with(b)) {
             let deep = self.roots.own_deep.get_or_insert_with(|| {
                 let own: Vec<PathBuf> =
                     grant.denied().filter(|d| grant.is_own(d)).map(Path::to_path_buf).collect();
@@ -1075,20 +1067,6 @@ impl crate::bindings::bx::tool::types::Host for CallState {}
 #[cfg(test)]
 mod tests {
     use super::utf8_complete_prefix;
-
-    #[test]
-    fn second_names_are_bind_mounts_and_file_systems_mounted_twice() {
-        use std::os::unix::ffi::OsStrExt as _;
-        let table = b"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
-            30 22 8:1 /s/tools /w/m\\040x rw - ext4 /dev/sda1 rw\n\
-            31 22 0:40 / /s/sessions rw - tmpfs none rw\n\
-            32 22 0:40 / /w/\xff rw - tmpfs none rw\n\
-            33 22 0:41 / /media rw - tmpfs none rw\n";
-        let points = super::second_name_mounts(table).unwrap();
-        let shown: Vec<&[u8]> = points.iter().map(|p| p.as_os_str().as_bytes()).collect();
-        assert_eq!(shown, [&b"/w/m x"[..], b"/s/sessions", b"/w/\xff"]);
-        assert_eq!(super::second_name_mounts(b"22 1 8:1\n"), None);
-    }
 
     #[test]
     fn keeps_only_complete_characters() {

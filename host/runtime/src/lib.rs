@@ -17,6 +17,7 @@ mod error;
 mod host_fs;
 mod host_http;
 mod limits;
+mod mounts;
 mod secrets;
 mod state;
 mod tool;

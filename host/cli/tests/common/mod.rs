@@ -107,7 +107,21 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(state: &Path) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bx"))
+        Daemon::start_under(state, &[])
+    }
+
+    /// `bx serve` run by `wrapper` (a command that execs the rest of its arguments, such
+    /// as `unshare -m`), so that the daemon is the wrapper's process.
+    pub fn start_under(state: &Path, wrapper: &[&str]) -> Daemon {
+        let mut command = match wrapper {
+            [] => Command::new(env!("CARGO_BIN_EXE_bx")),
+            [program, args @ ..] => {
+                let mut c = Command::new(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_bx"));
+                c
+            }
+        };
+        let mut child = command
             .arg("--state-dir")
             .arg(state)
             .arg("serve")

@@ -360,6 +360,26 @@ fn a_hard_link_to_the_signing_key_outside_the_state_directory_is_refused() {
     }
 }
 
+/// Runs the shell `script` in a mount namespace of its own (`unshare -m`, which needs
+/// root: CI runs as root), so its mounts are seen by the commands it runs and no one
+/// else; its stdout and stderr.
+fn in_a_mount_namespace(script: &str) -> (String, String) {
+    let out = Command::new("unshare").args(["-m", "sh", "-c", script]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "unshare -m and mount need root: {stdout}{stderr}");
+    (stdout, stderr)
+}
+
+/// Runs the shell `script` in the mount namespace of `daemon` (started under `unshare
+/// -m`), with `nsenter`, which needs root.
+fn in_the_daemons_namespace(daemon: &Daemon, script: &str) {
+    let pid = daemon.pid().to_string();
+    let out =
+        Command::new("nsenter").args(["-t", &pid, "-m", "sh", "-c", script]).output().unwrap();
+    assert!(out.status.success(), "nsenter needs root: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() {
     // A bind mount is a second name no path rule knows; the directory's (device,
@@ -390,10 +410,7 @@ fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() 
         ws = ws.display(),
         bx = env!("CARGO_BIN_EXE_bx"),
     );
-    let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "unshare -m needs root: {stdout}{stderr}");
+    let (stdout, stderr) = in_a_mount_namespace(&script);
     assert!(stdout.contains("read=3") && stdout.contains("write=3"), "{stdout}{stderr}");
     // A directory inside the state directory, bound elsewhere, is refused too.
     assert!(stdout.contains("sub=3") && stdout.contains("subwrite=3"), "{stdout}{stderr}");
@@ -402,6 +419,124 @@ fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() 
     assert!(!s.join("tools/new.json").exists());
     assert!(stderr.contains("#own-state"), "{stderr}");
     assert_eq!(std::fs::read_to_string(s.join("policy.toml")).unwrap(), before);
+}
+
+#[test]
+fn nothing_is_read_or_written_through_an_overlay_but_the_root_file_systems() {
+    // An overlay shows its layers under device and inode numbers of its own, and the
+    // mount table names them only by the strings given at mount time, so nothing tells
+    // whether bx's state is a layer. Found probing: a lower layer of the state directory
+    // read the log; an upper layer of sessions/ let a tool write session files; a layer
+    // that was a bind of the key's directory (detached since), a nested overlay, a
+    // relative or retargeted layer each got past a check of the layers by path. Needs
+    // root for `unshare -m`.
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_read");
+    install(s, "fs_write");
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let scratch = tempfile::tempdir_in(ws.parent().unwrap()).unwrap();
+    let o = scratch.path().display();
+    for d in ["ov", "ov2", "ov3", "harmless", "empty"] {
+        std::fs::create_dir(ws.join(d)).unwrap();
+    }
+    std::fs::write(ws.join("harmless/h.txt"), "harmless\n").unwrap();
+    let script = format!(
+        "mkdir -p {o}/u1 {o}/w1 {o}/w2 {o}/u3 {o}/w3 {o}/kb {state}/sessions || exit 90\n\
+         mount --bind {state} {o}/kb || exit 91\n\
+         mount -t overlay a -o lowerdir={o}/kb,upperdir={o}/u1,workdir={o}/w1 {ws}/ov || exit 92\n\
+         umount -l {o}/kb || exit 93\n\
+         mount -t overlay b -o lowerdir={ws}/empty,upperdir={state}/sessions,workdir={o}/w2 {ws}/ov2 || exit 94\n\
+         mount -t overlay c -o lowerdir={ws}/harmless,upperdir={o}/u3,workdir={o}/w3 {ws}/ov3 || exit 95\n\
+         {bx} --state-dir {state} tool run fs.read --allow-read {ws} --args '{{\"path\":\"{ws}/ov/policy.toml\"}}'; echo lower=$?\n\
+         {bx} --state-dir {state} tool run fs.write --allow-write {ws} --args '{{\"path\":\"{ws}/ov2/new.json\",\"content\":\"x\"}}'; echo upper=$?\n\
+         {bx} --state-dir {state} tool run fs.read --allow-read {ws} --args '{{\"path\":\"{ws}/ov3/h.txt\"}}'; echo other=$?\n\
+         {bx} --state-dir {state} tool run fs.read --allow-read {ws} --args '{{\"path\":\"{ws}/harmless/h.txt\"}}'; echo plain=$?\n",
+        state = s.display(),
+        ws = ws.display(),
+        bx = env!("CARGO_BIN_EXE_bx"),
+    );
+    let (stdout, stderr) = in_a_mount_namespace(&script);
+    for refused in ["lower=3", "upper=3", "other=3"] {
+        assert!(stdout.contains(refused), "{refused}: {stdout}{stderr}");
+    }
+    assert!(stderr.contains("overlay mount other than the root") && stderr.contains("#own-state"));
+    assert!(!s.join("sessions/new.json").exists());
+    // The neighbour: the same file, not through an overlay, reads as before.
+    assert!(stdout.contains("harmless\n") && stdout.contains("plain=0"), "{stdout}{stderr}");
+}
+
+#[test]
+fn an_overlay_made_the_root_after_the_daemon_started_is_not_read_through() {
+    // The root file system's overlay (a container's) is read through; one swapped in
+    // under the running daemon with pivot_root is not that mount (a probe's showed the
+    // state directory under another name through a redirect). Needs root for `unshare`
+    // and `nsenter` (CI runs as root).
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_read");
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(ws.join("h.txt"), "harmless\n").unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let o = std::fs::canonicalize(scratch.path()).unwrap();
+    let daemon = Daemon::start_under(s, &["unshare", "-m", "--propagation", "private"]);
+    let read = || {
+        let args = json!({ "path": ws.join("h.txt") }).to_string();
+        bx(s, &["tool", "run", "fs.read", "--allow-read", ws.to_str().unwrap(), "--args", &args])
+    };
+    let before = read();
+    assert_eq!(before.code, 0, "{}", before.stderr);
+    let o = o.display();
+    let pivot = format!(
+        "mount -t tmpfs t {o} && mkdir -p {o}/up {o}/wk {o}/nr || exit 90\n\
+         mount -t overlay ov -o lowerdir=/,upperdir={o}/up,workdir={o}/wk {o}/nr || exit 91\n\
+         mount --rbind /proc {o}/nr/proc && mount --rbind /dev {o}/nr/dev || exit 92\n\
+         cd {o}/nr && mkdir -p oldr && pivot_root . oldr && umount -l /oldr || exit 93\n"
+    );
+    in_the_daemons_namespace(&daemon, &pivot);
+    let after = read();
+    assert_eq!(after.code, 3, "{}{}", after.stdout, after.stderr);
+    assert!(after.stderr.contains("overlay mount other than the root"), "{}", after.stderr);
+    daemon.stop();
+}
+
+#[test]
+fn a_bind_mount_made_while_the_daemon_runs_is_seen_at_its_next_call() {
+    // The daemon keeps the mount table between calls (host/runtime/src/mounts.rs) and
+    // reads it again when the kernel says it changed: a directory of bx's state bound
+    // into the workspace after a call has run is refused at the next one. Needs root for
+    // `unshare -m` and `nsenter` (CI runs as root).
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_read");
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    std::fs::write(ws.join("ok.txt"), "fine\n").unwrap();
+    let daemon = Daemon::start_under(s, &["unshare", "-m", "--propagation", "private"]);
+    let read = |path: &Path| {
+        let args = json!({ "path": path }).to_string();
+        bx(s, &["tool", "run", "fs.read", "--allow-read", ws.to_str().unwrap(), "--args", &args])
+    };
+    let before = read(&ws.join("ok.txt"));
+    assert_eq!(before.code, 0, "{}", before.stderr);
+    assert!(before.stdout.contains("fine"), "{}", before.stdout);
+    let (tools, sub) = (s.join("tools"), ws.join("sub"));
+    in_the_daemons_namespace(
+        &daemon,
+        &format!("mount --bind {} {}", tools.display(), sub.display()),
+    );
+    let after = read(&ws.join("sub/installed.json"));
+    assert_eq!(after.code, 3, "{}{}", after.stdout, after.stderr);
+    assert!(after.stderr.contains("#own-state"), "{}", after.stderr);
+    // Outside the daemon's namespace nothing was bound: the test's own view is unchanged.
+    assert!(!ws.join("sub/installed.json").exists());
+    daemon.stop();
 }
 
 /// `--raw` never writes a call's bytes onto a terminal (run under `script`, which gives
