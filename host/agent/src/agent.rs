@@ -83,6 +83,11 @@ impl Agent {
         // The writer's open checkpoints what it read: the next replays only what is new.
         let ledger = Ledger::open_writing(files, &parts.audit)?;
         eprintln!("bx serve: ledger: {}", ledger.replayed());
+        if let Some(read) = parts.audit.records_read_at_open() {
+            // What the anchored open read to check the log against its exports (the days
+            // `audit/checked.json` vouched for are not read again).
+            eprintln!("bx serve: audit: read {read} records to check the log against its exports");
+        }
         if let Some(why) = ledger.unsaved() {
             eprintln!(
                 "bx serve: ledger: its checkpoint could not be written ({why}); the next start replays more (see docs/runbook.md#ledger-checkpoint)"

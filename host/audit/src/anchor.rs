@@ -109,6 +109,9 @@ pub struct Anchor {
     verifier: String,
     key: PathBuf,
     exports: Vec<PathBuf>,
+    /// The key of `checked.json`'s MAC (`crate::checked`): SHA-256 of a label and the
+    /// signing key, so only a holder of the key can vouch for what was checked.
+    marker_key: [u8; 32],
 }
 
 impl std::fmt::Debug for Anchor {
@@ -137,7 +140,15 @@ impl Anchor {
         let signer = StandardSigner::new(&skey)
             .map_err(|e| AuditError::Key(format!("{}: not a signing key ({e})", key.display())))?;
         let verifier = read_verifier(&read_small(&verifier_path(key), "verifier key")?)?;
+        let marker_key = {
+            use sha2::Digest as _;
+            let mut h = sha2::Sha256::new();
+            h.update(b"bx audit checked.json v1\n");
+            h.update(skey.as_bytes());
+            h.finalize().into()
+        };
         let anchor = Anchor {
+            marker_key,
             origin: signer.name().to_owned(),
             signer,
             verifier,
@@ -154,6 +165,11 @@ impl Anchor {
             )));
         }
         Ok(anchor)
+    }
+
+    /// The key of `checked.json`'s MAC.
+    pub(crate) fn marker_key(&self) -> &[u8; 32] {
+        &self.marker_key
     }
 
     /// The origin (the key's name).

@@ -16,13 +16,15 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use tlog_tiles::tlog::{self, HashReader};
 
 use crate::anchor::{SignedCheckpoint, checkpoint_files, open_note, origin_dir, read_note};
+use crate::checked::{HeadMark, Mark, Start};
 use crate::error::AuditError;
 use crate::log::day_files;
-use crate::tree::{Hash, Tree};
+use crate::tree::Hash;
 
 /// A signed checkpoint found in an export directory, and its file.
 #[derive(Debug, Clone)]
@@ -142,37 +144,103 @@ pub(crate) enum Verdict {
     TreeDiffers,
     /// A head the key signed contradicts the records: why, naming the head's file.
     Contradicted(String),
+    /// Only from a start (`crate::checked`): what it vouched for no longer holds, or a
+    /// head or a proof needs what it did not read. No verdict on the log: check from the
+    /// first record.
+    Unsure,
+}
+
+/// What [`check_log`] found, and the start a later check may take from this one: the
+/// files it read whole that no writer appends to again (all but the newest), settled
+/// and unchanged while read, after those it was given; the tree after them; the heads
+/// their records extend.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    pub(crate) verdict: Verdict,
+    pub(crate) next: Start,
+    /// Records read and hashed (those of the files `start` vouched for are not).
+    pub(crate) read: u64,
 }
 
 /// Checks the log in `dir` against the signed `heads`: its tree over the first `size`
 /// records, computed from them, must have root `root`, and for each head an RFC 6962
 /// consistency proof (from the records' hashes) from the head's size to `size` must
 /// check against the head's signed root and `root`.
+///
+/// With a non-empty `start` (`crate::checked`), the files it names are not read when
+/// each is still exactly as recorded: the tree begins from its edge, and a head no larger
+/// than that tree must be one it knows. Any doubt (a file changed, a head it does not
+/// know, a proof that reads a hash it did not keep) is [`Verdict::Unsure`]: the caller
+/// checks again from the first record, whose verdict is the one that counts.
+///
+/// With `record` (the open's clock), the files read are made ready to be vouched for
+/// (synced, `crate::checked::settle`) and the result's `next` says which may be;
+/// without it nothing is synced and `next` holds only `start`'s files.
 pub(crate) fn check_log(
     dir: &Path,
+    start: &Start,
     size: u64,
     root: Hash,
     heads: &[Head],
-) -> Result<Verdict, AuditError> {
+    record: Option<SystemTime>,
+) -> Result<Checked, AuditError> {
+    let unsure = |read| Checked { verdict: Verdict::Unsure, next: Start::default(), read };
+    let files = day_files(dir)?;
+    let trusted = start.files.len();
+    let name = |path: &Path| {
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    };
+    let same = |(mark, path): (&Mark, &PathBuf)| {
+        let name = name(path);
+        crate::file::open_read(path)
+            .ok()
+            .filter(crate::checked::vouchable)
+            .and_then(|f| Mark::of(&f, &name).ok())
+            .is_some_and(|m| m == *mark)
+    };
+    // The newest file is never vouched for: a writer appends to it.
+    if trusted > 0 && (files.len() <= trusted || !start.files.iter().zip(&files).all(same)) {
+        return Ok(unsure(0));
+    }
     let mut gathered = Gathered::default();
     for head in heads.iter().filter(|h| (1..=size).contains(&h.cp.size)) {
         gathered.want.extend(proof_indexes(size, head.cp.size));
     }
-    let mut tree = Tree::new();
-    for path in day_files(dir)? {
+    let mut tree = start.tree.clone();
+    let mut next = Start { files: start.files.clone(), tree: tree.clone(), heads: Vec::new() };
+    let mut read = 0u64;
+    let newest = files.len().saturating_sub(1);
+    for (i, path) in files.iter().enumerate().skip(trusted) {
         if tree.size() >= size {
             break;
         }
-        let file = crate::file::open_read(&path).map_err(|e| AuditError::io(&path, e))?;
-        crate::verify::each_leaf(&mut std::io::BufReader::new(file), &path, |leaf| {
+        let name = name(path);
+        let file = crate::file::open_read(path).map_err(|e| AuditError::io(path, e))?;
+        // A file that may be vouched for is made clean first (`crate::checked::settle`).
+        let candidate = record.is_some()
+            && next.files.len() == i
+            && i < newest
+            && crate::checked::vouchable(&file)
+            && crate::checked::settle(&file).is_ok();
+        let before = Mark::of(&file, &name).map_err(|e| AuditError::io(path, e))?;
+        let mut whole = true;
+        crate::verify::each_leaf(&mut std::io::BufReader::new(&file), path, |leaf| {
             if tree.size() < size {
                 let (first, new) = tree.push_stored(leaf);
                 gathered.keep(first, &new);
+                read += 1;
+            } else {
+                whole = false;
             }
         })?;
+        let after = Mark::of(&file, &name).map_err(|e| AuditError::io(path, e))?;
+        if candidate && whole && before == after && record.is_some_and(|now| before.settled(now)) {
+            next.files.push(before);
+            next.tree = tree.clone();
+        }
     }
     if tree.size() != size || tree.root() != root {
-        return Ok(Verdict::TreeDiffers);
+        return Ok(Checked { verdict: Verdict::TreeDiffers, next: Start::default(), read });
     }
     for head in heads {
         let (n, file) = (head.cp.size, head.path.display());
@@ -180,20 +248,41 @@ pub(crate) fn check_log(
             continue;
         }
         if n > size {
-            return Ok(Verdict::Contradicted(format!(
-                "{file} signs {n} records and the log has {size}: records {}..={n} were cut off",
-                size + 1
-            )));
+            return Ok(Checked {
+                verdict: Verdict::Contradicted(format!(
+                    "{file} signs {n} records and the log has {size}: records {}..={n} were cut off",
+                    size + 1
+                )),
+                next: Start::default(),
+                read,
+            });
+        }
+        if n <= start.tree.size() {
+            // Within the files trusted unread: only a head their check found extended.
+            if start.knows(n, &head.cp.root) {
+                continue;
+            }
+            return Ok(unsure(read));
         }
         let checks = tlog::prove_tree(size, n, &gathered)
             .and_then(|proof| tlog::check_tree(&proof, size, root, n, head.cp.root));
         if checks.is_err() {
-            return Ok(Verdict::Contradicted(format!(
-                "the log's first {n} records are not those {file} signed: the log was rewritten within them"
-            )));
+            if trusted > 0 {
+                return Ok(unsure(read));
+            }
+            return Ok(Checked {
+                verdict: Verdict::Contradicted(format!(
+                    "the log's first {n} records are not those {file} signed: the log was rewritten within them"
+                )),
+                next: Start::default(),
+                read,
+            });
         }
     }
-    Ok(Verdict::Consistent)
+    next.heads = start.heads.clone();
+    next.heads
+        .extend(heads.iter().map(|h| HeadMark { size: h.cp.size, root: h.cp.root.to_string() }));
+    Ok(Checked { verdict: Verdict::Consistent, next, read })
 }
 
 /// Checks that every head in `others` is consistent with the checkpoint `cp` (the one a

@@ -18,6 +18,7 @@
 
 mod anchor;
 mod anchored;
+mod checked;
 mod consistent;
 mod entry;
 mod error;

@@ -93,6 +93,8 @@ struct Inner {
     /// Nothing is signed while one that is there is not checked. Once checked, a
     /// directory stays so: the tree only grows by the writer's own records.
     checked: std::collections::BTreeSet<PathBuf>,
+    /// Records the check at open against exported checkpoints read, when one ran.
+    read_by_check: Option<u64>,
 }
 
 /// One export of a signed checkpoint: where, and what went wrong if it did.
@@ -284,6 +286,7 @@ impl AuditLog {
             recent: Vec::new(),
             recent_start: 0,
             checked: std::collections::BTreeSet::new(),
+            read_by_check: None,
         };
         let mut torn = None;
         if let Some(last) = day_files(dir)?.pop() {
@@ -373,7 +376,7 @@ impl AuditLog {
                 inner.failed = Some(crate::consistent::foreign_reason(&path));
             } else if heads.is_empty() {
                 self.check_local_note(&mut inner, &anchor);
-            } else if let Err(why) = self.check_heads(&mut inner, &heads) {
+            } else if let Err(why) = self.check_heads(&mut inner, &heads, &anchor) {
                 inner.failed = Some(why);
             }
             inner.checked = checked;
@@ -404,25 +407,53 @@ impl AuditLog {
     /// Checks the writer's tree against signed checkpoints kept off the host; when the
     /// tree is not the records' own (an edited `checkpoint.json`), rebuilds it from every
     /// line first. Returns why the log cannot be signed, as the sticky failure's text.
-    fn check_heads(&self, inner: &mut Inner, heads: &[Signed]) -> Result<(), String> {
-        let check = |inner: &Inner| {
-            crate::consistent::check_log(&self.dir, inner.tree.size(), inner.tree.root(), heads)
+    /// Reads only the records after what `checked.json` vouches for when it still holds
+    /// (`crate::checked`), and records what this check read for the next.
+    fn check_heads(
+        &self,
+        inner: &mut Inner,
+        heads: &[Signed],
+        anchor: &Anchor,
+    ) -> Result<(), String> {
+        let now = Some(self.clock.now());
+        let check = |inner: &Inner, start: &crate::checked::Start| {
+            crate::consistent::check_log(
+                &self.dir,
+                start,
+                inner.tree.size(),
+                inner.tree.root(),
+                heads,
+                now,
+            )
         };
         let fail = |e: AuditError| {
             format!(
                 "cannot check the log against its exported checkpoints ({e}); nothing is signed"
             )
         };
-        let mut verdict = check(inner).map_err(fail)?;
-        if verdict == Verdict::TreeDiffers {
+        let start = crate::checked::read(&self.dir, anchor.marker_key());
+        let mut checked = check(inner, &start).map_err(fail)?;
+        let mut read = checked.read;
+        if checked.verdict != Verdict::Consistent && !start.files.is_empty() {
+            // Unsure, or any verdict against the log reached from the start: the check
+            // from the first record decides.
+            checked = check(inner, &crate::checked::Start::default()).map_err(fail)?;
+            read += checked.read;
+        }
+        if checked.verdict == Verdict::TreeDiffers {
             let (tree, start, recent) = rebuild_tree(&self.dir, None).map_err(fail)?;
             inner.tree = tree;
             inner.recent_start = start;
             inner.recent = recent;
-            verdict = check(inner).map_err(fail)?;
+            checked = check(inner, &crate::checked::Start::default()).map_err(fail)?;
+            read += checked.read;
         }
-        match verdict {
-            Verdict::Consistent => Ok(()),
+        inner.read_by_check = Some(read);
+        match checked.verdict {
+            Verdict::Consistent => {
+                crate::checked::write(&self.dir, anchor.marker_key(), &checked.next);
+                Ok(())
+            }
             Verdict::TreeDiffers => {
                 Err(AuditError::AnchorMismatch("its files changed while it was read".into())
                     .to_string())
@@ -431,7 +462,17 @@ impl AuditLog {
                 "{why}; the writer signs and exports nothing"
             ))
             .to_string()),
+            // Only from a start, which the check from the first record replaced above.
+            Verdict::Unsure => {
+                Err(fail(AuditError::Unavailable("the check could not decide".into())))
+            }
         }
+    }
+
+    /// How many records the check against the exported checkpoints read at open (those
+    /// `checked.json` vouched for are not read); `None` when no such check ran.
+    pub fn records_read_at_open(&self) -> Option<u64> {
+        self.lock().read_by_check
     }
 
     /// The anchor, when there is one.
@@ -664,7 +705,11 @@ impl AuditLog {
                 Err(_) => continue,
             };
             let (size, root) = (inner.tree.size(), inner.tree.root());
-            let why = match crate::consistent::check_log(&self.dir, size, root, &heads) {
+            // From the first record, recording nothing: this runs under the writer's
+            // lock, before a checkpoint is signed, and `checked.json` is the open's.
+            let start = crate::checked::Start::default();
+            let checked = crate::consistent::check_log(&self.dir, &start, size, root, &heads, None);
+            let why = match checked.map(|c| c.verdict) {
                 Ok(Verdict::Consistent) => {
                     inner.checked.insert(dir.clone());
                     continue;
@@ -677,6 +722,11 @@ impl AuditLog {
                     "{why}; the writer signs and exports nothing more"
                 ))
                 .to_string(),
+                // Only from a start, and this check has none: fail closed all the same.
+                Ok(Verdict::Unsure) => format!(
+                    "cannot check the log against the checkpoints in {} (the check could not decide); nothing is signed",
+                    dir.display()
+                ),
                 Err(e) => format!(
                     "cannot check the log against the checkpoints in {} ({e}); nothing is signed",
                     dir.display()

@@ -5,10 +5,13 @@
 //!   same run, with the checkpoint removed (the whole log replayed, as every open did
 //!   before checkpoints);
 //! - a whole `bx tool run fs.read` process with no daemon (open the log, the ledger, the
-//!   store, run the call, record it), the same two ways.
+//!   store, run the call, record it), the same two ways;
+//! - the same process with the log anchored (a signing key and an export directory), so
+//!   that every open checks the log against the exported checkpoint: after an open that
+//!   recorded what it checked (`audit/checked.json`) and, in the same run, without it.
 //!
-//! The log is written straight to its day file (hashing the chain, not syncing every
-//! line: that would measure the disk), then opened once by `bx` so that its
+//! The log is written straight to day files of 10,000 records (hashing the chain, not
+//! syncing every line: that would measure the disk), then opened once by `bx` so that its
 //! `checkpoint.json` holds the tree.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 
@@ -21,6 +24,10 @@ use bx_audit::{CallStatus, Entry, Outcome, Request};
 #[path = "../../bench/measure.rs"]
 mod measure;
 use measure::{Stats, fmt, measure};
+
+#[path = "../../bench/daylog.rs"]
+mod daylog;
+use daylog::write_days;
 
 const SESSIONS: u64 = 100;
 
@@ -56,29 +63,20 @@ fn entry(i: u64, file: &str) -> Entry {
     }
 }
 
-/// Writes `n` records to the log in `audit`, chained, into one day file; its size.
-fn generate(audit: &Path, n: u64, file: &str) -> u64 {
-    use std::io::Write as _;
-    std::fs::create_dir_all(audit).unwrap();
-    let path = audit.join("2026-11-29.jsonl");
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    let mut prev = bx_audit::GENESIS.to_owned();
-    for i in 1..=n {
-        let entry = entry(i - 1, file);
-        let record = bx_audit::Record {
-            seq: i,
-            time: "2026-11-29T12:00:00.000Z".into(),
-            prev,
-            kind: entry.kind(),
-            fields: entry.fields(),
-        };
-        let line = record.to_line();
-        prev = bx_audit::line_hash(line.as_bytes());
-        out.write_all(line.as_bytes()).unwrap();
-        out.write_all(b"\n").unwrap();
-    }
-    out.flush().unwrap();
-    std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
+/// Anchors the log of `state`: a key beside it, an export directory, and a first signed
+/// checkpoint exported (`bx audit checkpoint`).
+fn anchor(state: &Path, root: &Path) {
+    let key = root.join("keys/audit.key");
+    let init =
+        ["audit", "key", "init", "--out", key.to_str().unwrap(), "--origin", "bx.bench/open"];
+    let out = bx(state).args(init).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let usb = root.join("usb");
+    std::fs::create_dir(&usb).unwrap();
+    let config = format!("[audit]\nkey = {:?}\nexport = [{:?}]\n", key.display(), usb.display());
+    std::fs::write(state.join("config.toml"), config).unwrap();
+    let out = bx(state).args(["audit", "checkpoint"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn bx(state: &Path) -> Command {
@@ -94,9 +92,9 @@ fn main() {
     let digest = format!("sha256:{}", bx_audit::sha256_hex(&bytes));
     println!("bx open cost by log size (median and p90 of 5 runs; same binary, same files)\n");
     println!(
-        "| records | log | ledger open, from checkpoint | ledger open, whole log | bx tool run, from checkpoint | bx tool run, whole log |"
+        "| records | log | ledger open, from checkpoint | ledger open, whole log | bx tool run, from checkpoint | bx tool run, whole log | bx tool run, anchored | bx tool run, anchored, reading every record |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut at_zero = None;
     for n in [0u64, 10_000, 100_000, 1_000_000] {
         let root = tempfile::tempdir_in(".").unwrap();
@@ -107,7 +105,7 @@ fn main() {
         std::fs::write(&file, "a note, 12b\n").unwrap();
         let file = file.to_str().unwrap().to_owned();
         let audit = state.join("audit");
-        let size = generate(&audit, n, &file);
+        let size = write_days(&audit, n, |i| entry(i - 1, &file));
         let ok = bx(&state)
             .args(["tool", "install"])
             .arg(&wasm)
@@ -148,22 +146,42 @@ fn main() {
             let _ = std::fs::remove_file(&ledger);
             run();
         });
+        // Anchored: every open checks the log against the export. After one open that
+        // recorded what it checked (audit/checked.json, once the generated days are two
+        // seconds old, as a real log's earlier days always are), against every record.
+        anchor(&state, root.path());
+        std::thread::sleep(Duration::from_secs(3));
+        run();
+        let checked = audit.join("checked.json");
+        let saved_checked = std::fs::read(&checked).ok();
+        let run_anchored = measure(5, run);
+        let run_every = measure(5, || {
+            let _ = std::fs::remove_file(&checked);
+            run();
+        });
+        if let Some(saved) = saved_checked {
+            std::fs::write(&checked, saved).unwrap();
+        }
         let row = |s: Stats| format!("{} (p90 {})", fmt(s.median), fmt(s.p90));
         println!(
-            "| {n} | {:.0} MB | {} | {} | {} | {} |",
+            "| {n} | {:.0} MB | {} | {} | {} | {} | {} | {} |",
             size as f64 / 1e6,
             row(from_checkpoint),
             row(whole),
             row(run_checkpoint),
-            row(run_whole)
+            row(run_whole),
+            row(run_anchored),
+            row(run_every)
         );
-        let zero = *at_zero.get_or_insert(run_checkpoint.median);
+        let zero = *at_zero.get_or_insert((run_checkpoint.median, run_anchored.median));
         if n == 1_000_000 {
-            let ratio = |d: Duration| d.as_secs_f64() / zero.as_secs_f64();
+            let ratio = |d: Duration, at: Duration| d.as_secs_f64() / at.as_secs_f64();
             println!(
-                "\nbx tool run at 1,000,000 records against 0: {:.2}x from the checkpoint, {:.2}x replaying the whole log (target: within 1.5x)",
-                ratio(run_checkpoint.median),
-                ratio(run_whole.median)
+                "\nbx tool run at 1,000,000 records against 0: {:.2}x from the checkpoint, {:.2}x replaying the whole log; anchored {:.2}x, {:.2}x reading every record (target: within 1.5x)",
+                ratio(run_checkpoint.median, zero.0),
+                ratio(run_whole.median, zero.0),
+                ratio(run_anchored.median, zero.1),
+                ratio(run_every.median, zero.1)
             );
         }
     }

@@ -41,12 +41,7 @@ impl Anchored {
     /// `calls` calls of three records each, then close (which exports).
     pub(crate) fn write(&self, calls: usize) {
         let log = self.open();
-        for i in 0..calls {
-            let call = format!("c{i}");
-            log.append(&request("s1", &call, "{}")).unwrap();
-            log.append(&decision("s1", &call, Verdict::Allow)).unwrap();
-            log.append(&result("s1", &call)).unwrap();
-        }
+        append_calls(&log, "c", calls);
         log.close().unwrap();
     }
 
@@ -65,6 +60,16 @@ impl Anchored {
 
     pub(crate) fn exported(&self) -> PathBuf {
         bx_audit::origin_dir(&self.export, "bx.test/anchor")
+    }
+}
+
+/// `calls` calls of three records each (request, decision, result), named `{prefix}{i}`.
+fn append_calls(log: &AuditLog, prefix: &str, calls: usize) {
+    for i in 0..calls {
+        let call = format!("{prefix}{i}");
+        log.append(&request("s1", &call, "{}")).unwrap();
+        log.append(&decision("s1", &call, Verdict::Allow)).unwrap();
+        log.append(&result("s1", &call)).unwrap();
     }
 }
 
@@ -486,4 +491,152 @@ fn the_newest_signed_checkpoint_skips_forged_and_misnamed_ones() {
     std::fs::copy(a.exported().join("3.checkpoint"), a.exported().join("8.checkpoint")).unwrap();
     let (size, path, _) = bx_audit::newest_signed(&a.export, &a.vkey).unwrap();
     assert_eq!((size, path), (6, a.exported().join("6.checkpoint")));
+}
+
+/// 2030-01-01T12:00:00Z in milliseconds: days after any file these tests write was
+/// changed, so the days written are settled (`checked.json` records only those).
+const LATER: u64 = 1_893_499_200_000;
+
+/// An anchored log written on days of a clock the test moves, from [`LATER`] on.
+struct OnDays {
+    a: Anchored,
+    ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl OnDays {
+    fn new() -> OnDays {
+        OnDays { a: Anchored::new(), ms: Arc::new(std::sync::atomic::AtomicU64::new(LATER)) }
+    }
+
+    /// The writer, opened with the clock on `day`.
+    fn open(&self, day: u64) -> AuditLog {
+        self.ms.store(LATER + day * 86_400_000, std::sync::atomic::Ordering::SeqCst);
+        self.a.open_with(Box::new(ManualClock(Arc::clone(&self.ms))))
+    }
+
+    /// Opens on `day`, writes `calls` calls of three records and closes (which exports);
+    /// how many records the open read to check the log.
+    fn write(&self, day: u64, calls: usize) -> Option<u64> {
+        let log = self.open(day);
+        assert_eq!(log.failure(), None);
+        let read = log.records_read_at_open();
+        append_calls(&log, &format!("d{day}c"), calls);
+        log.close().unwrap();
+        read
+    }
+}
+
+#[test]
+fn an_anchored_open_reads_only_what_the_last_check_did_not() {
+    let d = OnDays::new();
+    let (a, write) = (&d.a, |day, calls| d.write(day, calls));
+    // No export yet, so no check; then every open checks against the last close's export.
+    assert_eq!(write(0, 4), None);
+    // The first day is the newest file: read, and not recorded (a writer appends to it).
+    assert_eq!(write(1, 4), Some(12));
+    // Now it is an earlier day: read once more and recorded, as is each day after.
+    assert_eq!(write(2, 2), Some(24));
+    assert_eq!(write(2, 0), Some(12 + 6));
+    // From here on only the newest day is read.
+    assert_eq!(write(2, 0), Some(6));
+    assert!(a.log.join("checked.json").exists());
+    assert!(a.verify().is_clean(), "{:?}", a.verify().problems);
+
+    // Whoever edits checked.json (to vouch for more) has no key to sign it: ignored, and
+    // the check reads every record.
+    let checked = a.log.join("checked.json");
+    let text = std::fs::read_to_string(&checked).unwrap();
+    let forged = text.replacen(&text[..1], if &text[..1] == "0" { "1" } else { "0" }, 1);
+    std::fs::write(&checked, forged).unwrap();
+    assert_eq!(write(2, 0), Some(30));
+    assert_eq!(write(2, 0), Some(6));
+
+    // A record of the first day edited in place, nothing else touched (the chain then
+    // breaks there, which only a full read sees): the day vouched for has changed, so
+    // the open reads every record and refuses to sign over them.
+    let first = &day_files(&a.log).unwrap()[0];
+    let text = std::fs::read_to_string(first).unwrap();
+    assert!(text.contains("\"why\":\"\""), "{text}");
+    std::fs::write(first, text.replacen("\"why\":\"\"", "\"why\":\"edited by hand\"", 1)).unwrap();
+    let log = d.open(2);
+    let failure = log.failure().unwrap_or_default();
+    assert!(failure.contains("rewritten within them"), "{failure}");
+    // Every record twice: once to find the records' tree is not the writer's, once
+    // against the tree rebuilt from them.
+    assert_eq!(log.records_read_at_open(), Some(60));
+}
+
+/// Keeps a shared writable mapping of a file: writes one byte as it was (the fault gives
+/// the file a change time and leaves the page writable), says `primed`, and on a line of
+/// input writes `argv[3]` over `argv[2]` through the mapping and says `edited`.
+const MAPPER: &str = r#"
+import mmap, sys
+path, old, new = sys.argv[1], sys.argv[2].encode(), sys.argv[3].encode()
+f = open(path, "r+b")
+m = mmap.mmap(f.fileno(), 0)
+k = m.find(old)
+assert k >= 0 and len(old) == len(new)
+m[k] = m[k]
+print("primed", flush=True)
+sys.stdin.readline()
+m[k:k + len(new)] = new
+print("edited", flush=True)
+sys.stdin.readline()
+"#;
+
+#[test]
+fn a_day_edited_through_a_mapping_made_before_its_check_is_read_again_and_refused() {
+    use std::io::{BufRead as _, Write as _};
+    let d = OnDays::new();
+    let (a, open) = (&d.a, |day| d.open(day));
+    assert_eq!((d.write(0, 4), d.write(1, 4)), (None, Some(12)));
+    let first = day_files(&a.log).unwrap()[0].clone();
+    let mut mapper = std::process::Command::new("python3")
+        .args(["-c", MAPPER])
+        .arg(&first)
+        .args(["\"d0c1\"", "\"d0c9\""])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut said = std::io::BufReader::new(mapper.stdout.take().unwrap()).lines();
+    let mut tell = mapper.stdin.take().unwrap();
+    assert_eq!(said.next().unwrap().unwrap(), "primed");
+    // This open reads both days and vouches for the first (it is no longer the newest).
+    let log = open(2);
+    assert_eq!((log.failure(), log.records_read_at_open()), (None, Some(24)));
+    log.close().unwrap();
+    let checked = std::fs::read_to_string(a.log.join("checked.json")).unwrap();
+    assert!(checked.contains(first.file_name().unwrap().to_str().unwrap()), "{checked}");
+    // The mapping writes the edit. Had the page stayed writable since the first write,
+    // no fault would move the change time and the next open would trust the day.
+    writeln!(tell, "go").unwrap();
+    assert_eq!(said.next().unwrap().unwrap(), "edited");
+    assert!(std::fs::read_to_string(&first).unwrap().contains("\"d0c9\""));
+    let log = open(2);
+    let failure = log.failure().unwrap_or_default();
+    assert!(failure.contains("rewritten within them"), "{failure}");
+    drop(tell);
+    let _ = mapper.wait();
+}
+
+#[test]
+fn a_day_on_a_file_system_whose_change_times_do_not_hold_is_never_vouched_for() {
+    // tmpfs takes writes through a mapping with no new change time, and a `/proc` file
+    // behind a symlink changes with none at all: such a day is read at every open.
+    let shm = tempfile::tempdir_in("/dev/shm").expect("this test needs /dev/shm, a tmpfs");
+    let d = OnDays::new();
+    let (a, open) = (&d.a, |day| d.open(day));
+    assert_eq!((d.write(0, 4), d.write(1, 4)), (None, Some(12)));
+    let first = day_files(&a.log).unwrap()[0].clone();
+    let moved = shm.path().join("day.jsonl");
+    std::fs::copy(&first, &moved).unwrap();
+    std::fs::remove_file(&first).unwrap();
+    std::os::unix::fs::symlink(&moved, &first).unwrap();
+    for _ in 0..2 {
+        let log = open(2);
+        assert_eq!((log.failure(), log.records_read_at_open()), (None, Some(24)));
+        log.close().unwrap();
+    }
+    assert!(!a.log.join("checked.json").exists());
 }
