@@ -206,44 +206,47 @@ fn real_fd_path(fd: std::os::fd::BorrowedFd<'_>) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
-/// (device, inode) of what `/proc/self/fd/N` names: the opened object itself, however
-/// it was reached.
-fn fd_id(proc_path: &Path) -> Result<((u64, u64), u64), Error> {
-    use std::os::unix::fs::MetadataExt as _;
-    let meta = std::fs::metadata(proc_path).map_err(|e| {
-        Error::Denied(format!(
-            "cannot verify what an opened path is ({e}); see docs/runbook.md#path-unverifiable"
-        ))
-    })?;
-    // A directory always has several links ("." and its subdirectories' ".."); only a
-    // file's count says it has another name.
-    let links = if meta.is_file() { meta.nlink() } else { 1 };
-    Ok(((meta.dev(), meta.ino()), links))
-}
-
-/// The mount an opened object was reached through.
+/// What the kernel says of an opened object, in one `statx` of its descriptor.
 #[derive(Debug, Clone, Copy)]
-struct Through {
-    /// Its mount ID (`statx`'s `STATX_MNT_ID`, mountinfo's first field), when known.
+struct Identity {
+    /// (device, inode): the object itself, however it was reached.
+    id: (u64, u64),
+    /// Its link count when it is a file; 1 for anything else (a directory always has
+    /// several: "." and its subdirectories' ".."; only a file's count says it has
+    /// another name).
+    links: u64,
+    /// The mount it was reached through (`STATX_MNT_ID`, mountinfo's first field), when
+    /// the kernel says (Linux 5.8 and later).
     mount: Option<u64>,
-    /// The mount ID of the root file system the process started with, when known.
-    root: Option<u64>,
-    /// Whether the object lies on an overlay file system (`statfs`).
+    /// Whether it lies on an overlay file system (`fstatfs`); unknown counts as one.
     overlay: bool,
 }
 
 /// `OVERLAYFS_SUPER_MAGIC`.
 const OVERLAY_FS: i64 = 0x794c_7630;
 
-impl Through {
+impl Identity {
     #[allow(clippy::useless_conversion, reason = "`f_type` is not an i64 on every target")]
-    fn of(fd: std::os::fd::BorrowedFd<'_>) -> Through {
-        Through {
-            mount: crate::mounts::mount_id(fd, "", rustix::fs::AtFlags::EMPTY_PATH),
-            root: crate::mounts::root_mount(),
-            // Unknown counts as an overlay: refused unless it is the root's.
-            overlay: rustix::fs::fstatfs(fd).map_or(true, |s| i64::from(s.f_type) == OVERLAY_FS),
-        }
+    fn of(fd: std::os::fd::BorrowedFd<'_>) -> Result<Identity, Error> {
+        use rustix::fs::{AtFlags, FileType, StatxFlags};
+        let s = rustix::fs::statx(
+            fd,
+            "",
+            AtFlags::EMPTY_PATH,
+            StatxFlags::BASIC_STATS | StatxFlags::MNT_ID,
+        )
+        .map_err(|e| {
+            Error::Denied(format!(
+                "cannot verify what an opened path is ({e}); see docs/runbook.md#path-unverifiable"
+            ))
+        })?;
+        let file = FileType::from_raw_mode(u32::from(s.stx_mode)) == FileType::RegularFile;
+        Ok(Identity {
+            id: (rustix::fs::makedev(s.stx_dev_major, s.stx_dev_minor), s.stx_ino),
+            links: if file { u64::from(s.stx_nlink) } else { 1 },
+            mount: (s.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(s.stx_mnt_id),
+            overlay: rustix::fs::fstatfs(fd).map_or(true, |f| i64::from(f.f_type) == OVERLAY_FS),
+        })
     }
 }
 
@@ -388,22 +391,16 @@ impl CallState {
             )));
         }
         self.check_real(&real, shown)?;
-        let through = Through::of(fd.as_fd());
-        self.check_identity(fd_id(&real_fd_path(fd.as_fd()))?, through, &real, shown)?;
+        self.check_identity(Identity::of(fd.as_fd())?, &real, shown)?;
         Ok((logical, real))
     }
 
     /// Refuses an opened object that is one of bx's own paths, or lies in one, by
     /// (device, inode) rather than by name: the state directory bind-mounted into a
     /// workspace, or a hard link to the signing key, has a name no rule knows.
-    fn check_identity(
-        &mut self,
-        (opened, links): ((u64, u64), u64),
-        through: Through,
-        real: &Path,
-        shown: &str,
-    ) -> Result<(), Error> {
-        let opened = &opened;
+    fn check_identity(&mut self, opened: Identity, real: &Path, shown: &str) -> Result<(), Error> {
+        let Identity { id, links, mount, overlay } = opened;
+        let opened = &id;
         let grant = &self.grant;
         let own = self.roots.own_ids.get_or_insert_with(|| {
             let mut ids: Vec<(u64, u64)> = grant
@@ -447,12 +444,13 @@ impl CallState {
         // made (a layer can be a bind since detached, a symlink since retargeted, a
         // relative path): nothing tells whether bx's state is one of them. Only the root
         // file system's (a container's) is read through.
-        if through.overlay && (through.mount.is_none() || through.root.is_none()) {
+        let root = crate::mounts::root_mount();
+        if overlay && (mount.is_none() || root.is_none()) {
             return Err(Error::Denied(format!(
                 "{shown}: lies on an overlay, and the kernel does not say which mount it was reached through (statx has STATX_MNT_ID from Linux 5.8), so it could be bx's own state under another name (see docs/runbook.md#own-state)"
             )));
         }
-        if through.overlay && through.mount != through.root {
+        if overlay && mount != root {
             return Err(Error::Denied(format!(
                 "{shown}: lies on an overlay mount other than the root file system, which can show bx's own state under another name (see docs/runbook.md#own-state)"
             )));
@@ -462,7 +460,7 @@ impl CallState {
         let binds = &mounts.points;
         // Opened through a mount the table does not hold (one detached since, or made
         // after the table was read): what it shows is unknown, so compare everything.
-        let second_mount = through.mount.is_none_or(|m| mounts.ids.get(&m) != Some(&false));
+        let second_mount = mount.is_none_or(|m| mounts.ids.get(&m) != Some(&false));
         if links > 1 || second_mount || binds.iter().any(|b| real.starts_with(b)) {
             let deep = self.roots.own_deep.get_or_insert_with(|| {
                 let own: Vec<PathBuf> =
@@ -1067,6 +1065,26 @@ impl crate::bindings::bx::tool::types::Host for CallState {}
 #[cfg(test)]
 mod tests {
     use super::utf8_complete_prefix;
+
+    #[test]
+    fn an_opened_objects_identity_is_what_stat_says_of_its_name() {
+        // The own-state check compares this with `std::fs::metadata` of bx's own paths:
+        // the device numbers must be encoded alike, and only a file's links count.
+        use std::os::fd::AsFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        std::fs::hard_link(&file, dir.path().join("g")).unwrap();
+        for (path, links) in [(&file, 2), (&dir.path().to_path_buf(), 1)] {
+            let opened = std::fs::File::open(path).unwrap();
+            let id = super::Identity::of(opened.as_fd()).unwrap();
+            let meta = std::fs::metadata(path).unwrap();
+            assert_eq!((id.id, id.links), ((meta.dev(), meta.ino()), links), "{path:?}");
+            // The mount it was reached through is one the mount table names (Linux 5.8+).
+            assert!(id.mount.is_some_and(|m| crate::mounts::table().ids.contains_key(&m)));
+        }
+    }
 
     #[test]
     fn keeps_only_complete_characters() {

@@ -13,6 +13,7 @@
 //! table is read: a change between the two is both in what was read and reported by the
 //! next poll.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -37,14 +38,14 @@ pub(crate) struct Table {
     pub(crate) points: Vec<PathBuf>,
     /// Every mount by its ID (mountinfo's first field; what `statx`'s `STATX_MNT_ID`
     /// says of an object opened through it), and whether it is one of those.
-    pub(crate) ids: std::collections::HashMap<u64, bool>,
+    pub(crate) ids: HashMap<u64, bool>,
 }
 
 impl Table {
     /// When the table cannot be read or parsed: every path counts as under a second
     /// name's mount (`/`), so the full comparison runs.
     fn unknown() -> Table {
-        Table { points: vec![PathBuf::from("/")], ids: std::collections::HashMap::new() }
+        Table { points: vec![PathBuf::from("/")], ids: HashMap::new() }
     }
 }
 
@@ -53,23 +54,16 @@ static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
 static ROOT_MOUNT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
 
 /// The mount ID of the root file system as the process first asked (the runtime asks as
-/// it starts): an overlay there is a container's, made before bx ran. A root swapped in
-/// later (`pivot_root` onto an overlay that shows bx's state under another name, as a
-/// probe did) is not that mount.
+/// it starts; `statx`'s `STATX_MNT_ID`, mountinfo's first field; `None` on a kernel
+/// before Linux 5.8): an overlay there is a container's, made before bx ran. A root
+/// swapped in later (`pivot_root` onto an overlay that shows bx's state under another
+/// name, as a probe did) is not that mount.
 pub(crate) fn root_mount() -> Option<u64> {
-    *ROOT_MOUNT.get_or_init(|| mount_id(rustix::fs::CWD, "/", rustix::fs::AtFlags::empty()))
-}
-
-/// The ID of the mount `path` (from `dirfd`, with `flags`) was reached through (`statx`'s
-/// `STATX_MNT_ID`, mountinfo's first field); `None` on a kernel before Linux 5.8.
-pub(crate) fn mount_id(
-    dirfd: impl std::os::fd::AsFd,
-    path: &str,
-    flags: rustix::fs::AtFlags,
-) -> Option<u64> {
-    use rustix::fs::{StatxFlags, statx};
-    let s = statx(dirfd, path, flags, StatxFlags::MNT_ID).ok()?;
-    (s.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(s.stx_mnt_id)
+    use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
+    *ROOT_MOUNT.get_or_init(|| {
+        let s = statx(CWD, "/", AtFlags::empty(), StatxFlags::MNT_ID).ok()?;
+        (s.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(s.stx_mnt_id)
+    })
 }
 
 /// What `/proc/self/mountinfo` says of second names ([`Table`]). Read as bytes (a mount
@@ -119,16 +113,22 @@ fn parse(table: &[u8]) -> Option<Table> {
         };
         mounts.push((id, device, root, unescape_mountinfo(point)));
     }
-    let second = |device: &[u8], root: &[u8]| {
-        root != b"/" || mounts.iter().filter(|(_, d, r, _)| *d == device && *r == b"/").count() > 1
-    };
-    let points = mounts
-        .iter()
-        .filter(|(_, device, root, _)| second(device, root))
-        .map(|(_, _, _, point)| point.clone())
-        .collect();
-    let ids = mounts.iter().map(|(id, device, root, _)| (*id, second(device, root))).collect();
-    Some(Table { points, ids })
+    // How many times each file system is mounted whole (its root at the mount point).
+    let mut whole: HashMap<&[u8], usize> = HashMap::new();
+    for (_, device, root, _) in &mounts {
+        if *root == b"/" {
+            *whole.entry(device).or_default() += 1;
+        }
+    }
+    let mut table = Table { points: Vec::new(), ids: HashMap::with_capacity(mounts.len()) };
+    for (id, device, root, point) in mounts {
+        let second = root != b"/" || whole.get(device).is_some_and(|n| *n > 1);
+        table.ids.insert(id, second);
+        if second {
+            table.points.push(point);
+        }
+    }
+    Some(table)
 }
 
 /// A mountinfo path with its octal escapes (`\040` for a space) undone, as bytes.
