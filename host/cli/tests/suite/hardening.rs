@@ -360,6 +360,17 @@ fn a_hard_link_to_the_signing_key_outside_the_state_directory_is_refused() {
     }
 }
 
+/// A state directory with `tools` (crate names under `tools/`) installed and `bx policy
+/// init`'s policy.
+fn with_tools(tools: &[&str]) -> tempfile::TempDir {
+    let state = tempfile::tempdir().unwrap();
+    for tool in tools {
+        install(state.path(), tool);
+    }
+    assert_eq!(bx(state.path(), &["policy", "init"]).code, 0);
+    state
+}
+
 /// Runs the shell `script` in a mount namespace of its own (`unshare -m`, which needs
 /// root: CI runs as root), so its mounts are seen by the commands it runs and no one
 /// else; its stdout and stderr.
@@ -385,11 +396,8 @@ fn the_state_directory_bind_mounted_into_a_workspace_is_refused_in_every_mode() 
     // A bind mount is a second name no path rule knows; the directory's (device,
     // inode) gives it away, whatever else the mount table holds (a mount point that is
     // not UTF-8 once hid every bind). Needs root for `unshare -m` (CI runs as root).
-    let state = tempfile::tempdir().unwrap();
+    let state = with_tools(&["fs_read", "fs_write"]);
     let s = state.path();
-    install(s, "fs_read");
-    install(s, "fs_write");
-    assert_eq!(bx(s, &["policy", "init"]).code, 0);
     let before = std::fs::read_to_string(s.join("policy.toml")).unwrap();
     let ws = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
@@ -430,11 +438,8 @@ fn nothing_is_read_or_written_through_an_overlay_but_the_root_file_systems() {
     // that was a bind of the key's directory (detached since), a nested overlay, a
     // relative or retargeted layer each got past a check of the layers by path. Needs
     // root for `unshare -m`.
-    let state = tempfile::tempdir().unwrap();
+    let state = with_tools(&["fs_read", "fs_write"]);
     let s = state.path();
-    install(s, "fs_read");
-    install(s, "fs_write");
-    assert_eq!(bx(s, &["policy", "init"]).code, 0);
     let ws = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     let scratch = tempfile::tempdir_in(ws.parent().unwrap()).unwrap();
@@ -474,10 +479,8 @@ fn an_overlay_made_the_root_after_the_daemon_started_is_not_read_through() {
     // under the running daemon with pivot_root is not that mount (a probe's showed the
     // state directory under another name through a redirect). Needs root for `unshare`
     // and `nsenter` (CI runs as root).
-    let state = tempfile::tempdir().unwrap();
+    let state = with_tools(&["fs_read"]);
     let s = state.path();
-    install(s, "fs_read");
-    assert_eq!(bx(s, &["policy", "init"]).code, 0);
     let ws = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     std::fs::write(ws.join("h.txt"), "harmless\n").unwrap();
@@ -510,10 +513,8 @@ fn a_bind_mount_made_while_the_daemon_runs_is_seen_at_its_next_call() {
     // reads it again when the kernel says it changed: a directory of bx's state bound
     // into the workspace after a call has run is refused at the next one. Needs root for
     // `unshare -m` and `nsenter` (CI runs as root).
-    let state = tempfile::tempdir().unwrap();
+    let state = with_tools(&["fs_read"]);
     let s = state.path();
-    install(s, "fs_read");
-    assert_eq!(bx(s, &["policy", "init"]).code, 0);
     let ws = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     std::fs::create_dir(ws.join("sub")).unwrap();
@@ -557,10 +558,8 @@ fn raw_arguments_never_reach_a_terminal() {
 
 #[test]
 fn a_closed_pipe_ends_a_command_quietly() {
-    let state = tempfile::tempdir().unwrap();
+    let state = with_tools(&["fs_read"]);
     let s = state.path();
-    install(s, "fs_read");
-    assert_eq!(bx(s, &["policy", "init"]).code, 0);
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("notes.txt"), "milk\n").unwrap();
     let args = json!({"path": data.path().join("notes.txt")}).to_string();
@@ -585,10 +584,8 @@ fn a_closed_pipe_ends_a_command_quietly() {
 /// half-recorded by a panic: nobody can approve what nobody saw.
 #[test]
 fn a_block_that_cannot_be_shown_is_a_refusal() {
-    let state = tempfile::tempdir().unwrap();
+    let state = with_tools(&["fs_write"]);
     let s = state.path();
-    install(s, "fs_write");
-    assert_eq!(bx(s, &["policy", "init"]).code, 0);
     let ws = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     let (reader, writer) = std::io::pipe().unwrap();
@@ -654,10 +651,8 @@ fn http_bounds_slow_and_idle_connections() {
 fn what_a_call_touched_names_the_file_as_it_lies_on_disk() {
     // A session's workspace replaced by a symlink after the session was made: the read
     // follows it, and the result record names the file actually read.
-    let state = tempfile::tempdir().unwrap();
+    let state = with_tools(&["fs_read"]);
     let s = state.path();
-    install(s, "fs_read");
-    assert_eq!(bx(s, &["policy", "init"]).code, 0);
     let top = tempfile::tempdir().unwrap();
     let top = std::fs::canonicalize(top.path()).unwrap();
     let (ws, other) = (top.join("ws"), top.join("other"));
