@@ -1,7 +1,12 @@
 //! Name patterns: the file names and short relative paths that `[[deny]]` and `[[ask]]`
-//! rules match wherever they appear in a path, ASCII case-insensitively.
+//! rules match wherever they appear in a path, ASCII case-insensitively, with the backup
+//! and copy spellings of each name ([`spelling`]).
+
+mod spelling;
 
 use std::path::{Component, Path};
+
+use spelling::Spellings;
 
 /// Why a name rule (`name = ".env"`) was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,6 +49,12 @@ pub enum NameError {
 /// Matching is ASCII case-insensitive (`*.pem` matches `server.PEM`, `.env` matches
 /// `.ENV`): a rule that refuses or asks about more is the safe side, and the file systems
 /// of macOS and Windows fold case anyway. Non-ASCII characters compare exactly.
+///
+/// A component also matches when it is a backup or a copy of a name that matches:
+/// `.env` matches `.env~`, `.env.bak`, `.env.swp`, `#.env#`; `.docker/config.json`
+/// matches `.docker/config (1).json`; `.ssh` matches `.ssh.bak/id_ed25519` (the
+/// spellings are listed in the `spelling` module and the Rules section of `docs/policy.md`). A copy of
+/// a secret is the same secret, and an owner who denies a name means its copies too.
 ///
 /// Written by hand rather than with a glob crate: one `*` per component is all these
 /// rules need, and no `?`, `[` or `**` means no surprises about what a rule matches.
@@ -102,17 +113,16 @@ impl NamePattern {
     /// Whether `path` has the pattern's components one after the other anywhere: the
     /// named file or directory itself, or anything below it.
     pub fn matches(&self, path: &Path) -> bool {
-        let names: Vec<std::borrow::Cow<'_, str>> = normal_components(path).collect();
-        self.matches_components(&names)
+        self.matches_components(&spelled_components(path))
     }
 
-    fn matches_components<S: AsRef<str>>(&self, names: &[S]) -> bool {
+    fn matches_components(&self, names: &[Spellings<'_>]) -> bool {
         let k = self.0.parts.len();
         names.len() >= k
             && names.windows(k).any(|w| {
                 w.iter()
                     .zip(&self.0.parts)
-                    .all(|(name, part)| component_matches(part, name.as_ref()))
+                    .all(|(name, part)| name.any(|n| component_matches(part, n)))
             })
     }
 }
@@ -132,11 +142,14 @@ fn component_matches(pattern: &str, name: &str) -> bool {
     }
 }
 
-fn normal_components(path: &Path) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
-    path.components().filter_map(|c| match c {
-        Component::Normal(n) => Some(n.to_string_lossy()),
-        _ => None,
-    })
+/// Each normal component of `path` with the names it may be a copy of.
+fn spelled_components(path: &Path) -> Vec<Spellings<'_>> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(Spellings::of(n.to_string_lossy())),
+            _ => None,
+        })
+        .collect()
 }
 
 impl std::fmt::Display for NamePattern {
@@ -145,13 +158,14 @@ impl std::fmt::Display for NamePattern {
     }
 }
 
-/// The first of `patterns` that `path` matches. The path's components are split once,
-/// whatever the number of patterns (the runtime asks this for every listed entry).
+/// The first of `patterns` that `path` matches. The path's components are split and
+/// unwrapped into their spellings once, whatever the number of patterns (the runtime
+/// asks this for every listed entry).
 pub(crate) fn denied_name<'p>(patterns: &'p [NamePattern], path: &Path) -> Option<&'p NamePattern> {
     if patterns.is_empty() {
         return None;
     }
-    let names: Vec<std::borrow::Cow<'_, str>> = normal_components(path).collect();
+    let names = spelled_components(path);
     patterns.iter().find(|p| p.matches_components(&names))
 }
 
@@ -192,6 +206,30 @@ mod tests {
         assert!(!hit(".git/modules/*/config", "/h/p/.git/modules/config"));
         assert!(!hit(".git/modules/*/config", "/h/p/.git/modules/a/b/config"));
         assert!(!hit(".cargo/credentials.toml", "/h/credentials.toml"));
+    }
+
+    #[test]
+    fn a_component_matches_as_the_backups_and_copies_of_a_name() {
+        assert!(hit(".env", "/a/.env~"));
+        assert!(hit(".env", "/a/#.ENV#"));
+        assert!(hit(".env", "/a/.env.swp"));
+        assert!(hit("*.pem", "/a/server.pem.bak"));
+        assert!(hit("*_history", "/h/.bash_history.1"));
+        assert!(hit(".ssh", "/h/.ssh.bak/id_ed25519"));
+        assert!(hit(".git/config", "/h/p/.git/config.lock"));
+        assert!(hit(".git/config", "/h/p/.git.old/config"));
+        assert!(hit(".docker/config.json", "/h/.docker/config (1).json"));
+        assert!(hit("Login Data", "/h/Default/Login Data-journal"));
+        assert!(hit("id_rsa", "/h/.id_rsa.swp"));
+        // A name that is no copy is only itself.
+        assert!(!hit(".env", "/a/.envx"));
+        assert!(!hit(".env", "/a/.env.example"));
+        assert!(!hit("*.pem", "/a/server.pem.txt"));
+        assert!(!hit(".git/config", "/h/p/.git/config.worktree"));
+        assert!(!hit("diary", "/h/diary.md"));
+        // Past the bound on spellings, a component matches every rule.
+        let piled = format!("/h/x{}", ".bak".repeat(spelling::MAX_SPELLINGS));
+        assert!(hit(".env", &piled));
     }
 
     #[test]

@@ -12,7 +12,12 @@ use super::{call, read, write};
 
 /// "allow", "ask: <reasons>" or "deny: <reason>".
 fn outcome(p: &Policy, c: &CallRequest) -> String {
-    match decide(p, Label::CLEAN, c) {
+    outcome_at(p, Label::CLEAN, c)
+}
+
+/// [`outcome`] in a session of taint `taint`.
+fn outcome_at(p: &Policy, taint: Label, c: &CallRequest) -> String {
+    match decide(p, taint, c) {
         Decision::Allow(_) => "allow".into(),
         Decision::Ask(a) => format!("ask: {}", a.reasons.join("; ")),
         Decision::Deny(r) => format!("deny: {r}"),
@@ -257,4 +262,283 @@ fn doctor_finds_no_gap_in_the_default_policy_and_every_gap_without_its_denies() 
     let gaps = p.missing_credential_denies(home);
     assert_eq!(gaps.len(), CREDENTIAL_STORES.len());
     assert!(gaps.iter().all(|g| g.tool == "*" && g.decision == Expect::Allow), "{gaps:?}");
+}
+
+/// A directory under the system's temporary directory, removed when dropped: the broker
+/// has no `tempfile` dependency, and these tests need real files only to walk them.
+struct TempHome(std::path::PathBuf);
+
+impl TempHome {
+    fn new(tag: &str) -> TempHome {
+        let dir = std::env::temp_dir().join(format!("bx-broker-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempHome(std::fs::canonicalize(&dir).unwrap())
+    }
+
+    /// Writes each file (a path below the home), with its folders.
+    fn with(self, files: &[&str]) -> TempHome {
+        for rel in files {
+            let path = self.0.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, "token=not-a-real-secret\n").unwrap();
+        }
+        self
+    }
+}
+
+impl Drop for TempHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The files a search of `root` under `grant` reaches: a walk that, as the runtime's
+/// listing does, leaves out every entry the grant refuses (and so all below it).
+fn reachable(grant: &bx_broker::Grant, root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for path in entries {
+        if grant.denied_prefix(&path).is_some() {
+            continue;
+        }
+        if path.is_dir() {
+            reachable(grant, root, &path, out);
+        } else {
+            out.push(path.strip_prefix(root).unwrap().display().to_string());
+        }
+    }
+}
+
+/// Backups and editor copies of names the default policy denies (issue 40, class 1).
+const BACKUPS: &[&str] = &[
+    ".env~",
+    ".env.bak",
+    ".env.swp",
+    ".env.swo",
+    "#.env#",
+    ".#.env",
+    ".env.orig",
+    ".env.old",
+    "proj/.env.save.1",
+    ".netrc~",
+    ".netrc.bak",
+    ".netrc.~1~",
+    "_netrc.old",
+    ".pgpass.orig",
+    ".pgpass.dpkg-old",
+    ".my.cnf copy 2",
+    ".npmrc.old",
+    ".npmrc-backup",
+    ".pypirc.swp",
+    ".git-credentials.bak",
+    ".vault-token (1)",
+    ".ssh.bak/id_ed25519",
+    ".aws~/credentials",
+    ".config/gcloud.old/credentials.db",
+    "backup/.id_rsa.swp",
+    "backup/#id_ed25519#",
+    "certs/server.pem.bak",
+    "certs/client.key~",
+    "certs/client.p12.orig",
+    ".docker/config.json.bak",
+    ".docker/config-old.json",
+    ".docker/config (1).json",
+    ".docker/config copy.json",
+    ".docker/config - Copy.json",
+    ".docker/.config.json.swp",
+    ".kube.orig/config",
+    ".claude/.credentials.json~",
+    ".m2/settings.xml.orig",
+    ".m2/settings_BACKUP_4242.xml",
+    "proj/.git/config.lock",
+    "proj/.git/config~",
+    ".config/google-chrome/Default/Cookies-journal",
+    ".config/google-chrome/Default/Login Data-journal",
+    ".mozilla/firefox/abc.default/key4.db-wal",
+    ".mozilla/firefox/abc.default/logins-backup.json",
+    ".bash_history.1",
+    ".zsh_history.bak",
+];
+
+/// Per-directory environment files (issue 40, class 2).
+const ENV_FILES: &[&str] = &[
+    ".envrc",
+    "proj/.envrc",
+    "proj/.envrc.local",
+    "proj/.envrc.private",
+    "proj/.env.local",
+    "proj/.env-staging",
+    "proj/.env_prod",
+    "proj/deploy/production.env",
+    "proj/.envs/.production/.django",
+    "proj/worker/.dev.vars",
+    "proj/.secrets",
+];
+
+/// Package managers' and build tools' logins (issue 40, class 3).
+const BUILD_LOGINS: &[&str] = &[
+    ".gradle/gradle.properties",
+    ".gradle/init.gradle",
+    ".gradle/init.gradle.kts",
+    ".gradle/init.d/repos.gradle",
+    "proj/gradle.properties",
+    "proj/app/gradle.properties",
+    ".gitconfig",
+    ".gitconfig.local",
+    ".gitconfig-work",
+    ".config/git/config",
+    ".config/git/ignore",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".npmrc",
+    "proj/.npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    "proj/.yarnrc.yml",
+    ".bunfig.toml",
+    ".pypirc",
+    ".config/pip/pip.conf",
+    ".pip/pip.conf",
+    "AppData/Roaming/pip/pip.ini",
+    ".config/pypoetry/auth.toml",
+    ".local/share/uv/credentials/credentials.toml",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".gem/credentials",
+    ".bundle/config",
+    "proj/.bundle/config",
+    ".nuget/NuGet/NuGet.Config",
+    ".config/NuGet/NuGet.Config",
+    ".sbt/.credentials",
+    ".ivy2/.credentials",
+    ".config/composer/auth.json",
+    ".composer/auth.json",
+    ".config/hub",
+    ".config/gh/hosts.yml",
+    ".terraformrc",
+    ".terraform.d/credentials.tfrc.json",
+    ".docker/config.json",
+    ".kube/config",
+    ".config/helm/repositories.yaml",
+    ".config/helm/registry/config.json",
+    ".pulumi/credentials.json",
+    ".jfrog/jfrog-cli.conf.v6",
+    ".config/dart/pub-tokens.json",
+];
+
+/// What sits beside them and stays readable: a search of the home reaches exactly these.
+const NEIGHBOURS: &[&str] = &[
+    "README.md",
+    ".bashrc",
+    ".cargo/config.toml",
+    ".gradle/wrapper/dists/gradle-8.5-bin/gradle-8.5-bin.zip.ok",
+    ".m2/repository/org/example/lib/1.0/lib-1.0.pom",
+    "notes/todo.md",
+    "notes/todo.md~",
+    "notes/todo.old.md",
+    "notes/env-setup.md",
+    "proj/README.md",
+    "proj/build.gradle",
+    "proj/build.gradle.kts",
+    "proj/settings.gradle",
+    "proj/gradlew",
+    "proj/gradle/wrapper/gradle-wrapper.properties",
+    "proj/app/build.gradle",
+    "proj/app/src/main/java/App.java",
+    "proj/src/credentials.rs",
+    "proj/src/env.rs",
+    "proj/src/id_map.rs",
+    "proj/src/locales/en/auth.json",
+    "proj/src/config.old.json",
+    "proj/docs/environment.md",
+    "proj/package.json",
+    "proj/Cargo.toml",
+    "proj/Cargo.lock",
+    "proj/.gitignore",
+    "proj/.git/HEAD",
+    "proj/.github/workflows/ci.yml",
+];
+
+/// Regression (issue 40): with the default policy and the workspace at the owner's home,
+/// fs.read and fs.search read `.env~` beside a refused `.env`, direnv's `.envrc`,
+/// Gradle's `~/.gradle/gradle.properties` and `~/.gitconfig` without a prompt. Every
+/// backup or editor copy of a denied name, every per-directory environment file and
+/// every package manager's or build tool's login is now refused at every taint, and a
+/// search of the home reaches exactly the files beside them.
+#[test]
+fn the_default_policy_refuses_backups_env_files_and_build_logins_in_a_home() {
+    let files: Vec<&str> = [BACKUPS, ENV_FILES, BUILD_LOGINS, NEIGHBOURS]
+        .iter()
+        .flat_map(|l| l.iter().copied())
+        .collect();
+    let home = TempHome::new("home").with(&files);
+    let root = home.0.display().to_string();
+    let p = default_at(&root);
+    for rel in BACKUPS.iter().chain(ENV_FILES).chain(BUILD_LOGINS) {
+        let path = format!("{root}/{rel}");
+        for tool in ["fs.read", "fs.search"] {
+            for taint in [Label::CLEAN, Label::TOP] {
+                let got = outcome_at(&p, taint, &call(tool, vec![read(&path)]));
+                let want = format!("deny: read {path} is refused by deny[");
+                assert!(got.starts_with(&want), "{tool} {rel} at {taint}: {got}");
+            }
+        }
+    }
+    for rel in NEIGHBOURS {
+        let path = format!("{root}/{rel}");
+        for tool in ["fs.read", "fs.search"] {
+            assert_eq!(outcome(&p, &call(tool, vec![read(&path)])), "allow", "{tool} {rel}");
+        }
+    }
+    let Decision::Allow(search) = decide(&p, Label::CLEAN, &call("fs.search", vec![read(&root)]))
+    else {
+        panic!("a search of the home workspace runs")
+    };
+    let mut got = Vec::new();
+    reachable(&search, &home.0, &home.0, &mut got);
+    let mut want: Vec<String> = NEIGHBOURS.iter().map(|s| (*s).to_owned()).collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+}
+
+/// Regression (issue 40): a name the owner denies also refuses its backup and editor
+/// spellings (`diary.txt~`, `diary.bak.txt`, `#diary.txt#`, `.diary.txt.swp`), in their
+/// own rules too, and an `[[ask]]` rule asks about them; other names stay as they were.
+#[test]
+fn an_owners_name_rule_covers_the_names_backup_and_editor_spellings() {
+    let text = "[[grant]]\ntool = \"*\"\npath = \"/w\"\nmode = \"read\"\nlabel = \"public/trusted\"\n\n\
+                [[grant]]\ntool = \"*\"\npath = \"/w\"\nmode = \"write\"\nlabel = \"public/trusted\"\n\n\
+                [[deny]]\ntool = \"*\"\nname = [\"diary.txt\", \"vault\"]\n\n\
+                [[ask]]\ntool = \"*\"\nmode = \"write\"\nname = \"Makefile\"\n";
+    let p = Policy::parse("p.toml", text).unwrap();
+    for (path, by) in [
+        ("/w/diary.txt", "diary.txt"),
+        ("/w/a/diary.txt~", "diary.txt"),
+        ("/w/diary.txt.bak", "diary.txt"),
+        ("/w/Diary.TXT.OLD", "diary.txt"),
+        ("/w/diary.bak.txt", "diary.txt"),
+        ("/w/diary (2).txt", "diary.txt"),
+        ("/w/diary copy.txt", "diary.txt"),
+        ("/w/#diary.txt#", "diary.txt"),
+        ("/w/.diary.txt.swp", "diary.txt"),
+        ("/w/diary.txt.~3~", "diary.txt"),
+        ("/w/diary.txt.orig.swp", "diary.txt"),
+        ("/w/vault.bak/key", "vault"),
+        ("/w/vault~", "vault"),
+    ] {
+        let got = outcome(&p, &call("fs.read", vec![read(path)]));
+        assert_eq!(got, format!("deny: read {path} is refused by deny[0] (line 13), name {by}"));
+    }
+    for path in ["/w/diary.md", "/w/diary.txt.md", "/w/mydiary.txt", "/w/vaults", "/w/vault.rs"] {
+        assert_eq!(outcome(&p, &call("fs.read", vec![read(path)])), "allow", "{path}");
+    }
+    for path in ["/w/Makefile", "/w/Makefile.orig", "/w/sub/#Makefile#"] {
+        let got = outcome(&p, &call("fs.write", vec![write(path)]));
+        assert!(got.starts_with("ask: "), "{path}: {got}");
+    }
+    assert_eq!(outcome(&p, &call("fs.write", vec![write("/w/Makefile.am")])), "allow");
 }
