@@ -14,13 +14,13 @@ pub enum HostRuleError {
     #[error("host rule {0:?}: give a host, not a URL")]
     Url(String),
     /// The URL parser does not read it as a host.
-    #[error("host rule {rule:?}: {source}")]
+    #[error("host rule {rule:?}: {error}")]
     Unparsable {
         /// The rule.
         rule: String,
-        /// What the URL parser said.
-        #[source]
-        source: url::ParseError,
+        /// What the URL parser said (in the message, and so not also a `source()`: a
+        /// chain printed whole names it once).
+        error: url::ParseError,
     },
     /// The rule has a user name or password.
     #[error("host rule {0:?}: credentials are not part of a host")]
@@ -76,7 +76,7 @@ impl HostRule {
         // Let the URL parser do the host grammar (IDNA, IPv4 forms, IPv6 brackets), so a
         // rule is read exactly as a request's host will be.
         let parsed = url::Url::parse(&format!("http://{text}/"))
-            .map_err(|source| HostRuleError::Unparsable { rule: rule(), source })?;
+            .map_err(|error| HostRuleError::Unparsable { rule: rule(), error })?;
         if !parsed.username().is_empty() || parsed.password().is_some() {
             return Err(HostRuleError::Credentials(rule()));
         }

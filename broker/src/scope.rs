@@ -55,11 +55,7 @@ pub enum ScopeKind {
 impl ScopeKind {
     /// Parses a scope as the owner types it: `call`, `args`, `path`, `path=/dir` or
     /// `host`.
-    pub fn parse(text: &str) -> Result<ScopeKind, String> {
-        Self::parse_unbounded(text).map_err(shown_error)
-    }
-
-    fn parse_unbounded(text: &str) -> Result<ScopeKind, String> {
+    pub fn parse(text: &str) -> Result<ScopeKind, ScopeError> {
         let text = text.trim();
         match text {
             "" | "call" => Ok(ScopeKind::Call),
@@ -70,18 +66,12 @@ impl ScopeKind {
                 Some(dir) => {
                     let dir = Path::new(dir);
                     if !dir.is_absolute() {
-                        return Err(format!(
-                            "scope path={}: the directory must be an absolute path",
-                            dir.display()
-                        ));
+                        return Err(ScopeError::RelativeDir(dir.to_path_buf()));
                     }
-                    let dir = normalize(dir).map_err(|e| format!("scope path=: {e}"))?;
+                    let dir = normalize(dir).map_err(ScopeError::BadDir)?;
                     Ok(ScopeKind::Path(Some(dir)))
                 }
-                None => Err(format!(
-                    "unknown scope {:?}: use call, args, path, path=/dir or host",
-                    bounded(text, 64)
-                )),
+                None => Err(ScopeError::Unknown(bounded(text, 64))),
             },
         }
     }
@@ -103,6 +93,104 @@ impl std::fmt::Display for ScopeKind {
 /// The most bytes of an error about a scope: it can echo a path the call or the owner
 /// named, of any length.
 const MAX_ERROR_BYTES: usize = 1 << 10;
+
+/// Why a scope the owner named is refused, or does not fit the call it would answer.
+///
+/// Its text is what the owner and the model are shown: escaped, and cut at
+/// [`MAX_ERROR_BYTES`] with the length it had (it can echo a path or a URL the call named,
+/// of any length, with any characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", shown_error(self.unbounded()))]
+#[non_exhaustive]
+pub enum ScopeError {
+    /// `path=DIR` with a relative directory.
+    RelativeDir(PathBuf),
+    /// `path=DIR` whose directory does not normalise.
+    BadDir(crate::PathError),
+    /// Not a scope (what was typed, cut at 64 bytes).
+    Unknown(String),
+    /// An approving scope, in a session that has read untrusted content.
+    Untrusted,
+    /// An `[[ask]]` rule asks before every use of a path the call names.
+    AskedEveryUse,
+    /// The scope's kind does not fit a resource the call asks about (`path` for a URL,
+    /// `host` for a path).
+    Unfit {
+        /// The scope typed: `path` or `host`.
+        scope: &'static str,
+        /// The resource it does not fit.
+        resource: Resource,
+        /// The scopes that would fit, in words.
+        instead: &'static str,
+    },
+    /// `path` for a call that both reads and writes.
+    ReadAndWrite,
+    /// A path the call asks about does not normalise.
+    BadPath {
+        /// The resource.
+        resource: Resource,
+        /// Why its path does not normalise.
+        error: crate::PathError,
+    },
+    /// `path` for a call that asks about no path.
+    NoPath,
+    /// The directory named (`path=DIR`) does not hold a path the call asks about.
+    NotHeld {
+        /// The path outside it.
+        path: PathBuf,
+        /// The directory named.
+        dir: PathBuf,
+    },
+    /// The scope would cover the whole file system.
+    WholeFileSystem,
+    /// A URL the call asks about has no host.
+    NoHost(Resource),
+    /// `host` for a call that asks about more than one origin.
+    ManyOrigins,
+    /// `host` for a call that asks about no URL.
+    NoUrl,
+}
+
+impl ScopeError {
+    /// The message before it is cut and escaped.
+    fn unbounded(&self) -> String {
+        match self {
+            ScopeError::RelativeDir(dir) => {
+                format!("scope path={}: the directory must be an absolute path", dir.display())
+            }
+            ScopeError::BadDir(e) => format!("scope path=: {e}"),
+            ScopeError::Unknown(text) => {
+                format!("unknown scope {text:?}: use call, args, path, path=/dir or host")
+            }
+            ScopeError::Untrusted => format!("no scope: {UNTRUSTED_NO_SCOPE}"),
+            ScopeError::AskedEveryUse => "an [[ask]] rule asks before every use of a path this call names; only this call can be answered".to_owned(),
+            ScopeError::Unfit { scope, resource, instead } => format!(
+                "scope {scope} does not fit: this call also asks to {resource}; use {instead}"
+            ),
+            ScopeError::ReadAndWrite => {
+                "scope path does not fit: this call asks both to read and to write; use args"
+                    .to_owned()
+            }
+            ScopeError::BadPath { resource, error } => format!("{resource}: {error}"),
+            ScopeError::NoPath => "scope path does not fit: this call asks about no path".to_owned(),
+            ScopeError::NotHeld { path, dir } => format!(
+                "the scope's directory does not hold {}, which this call asks about (scope path={})",
+                path.display(),
+                dir.display()
+            ),
+            ScopeError::WholeFileSystem => {
+                "scope path would cover the whole file system; name a directory with path=/dir"
+                    .to_owned()
+            }
+            ScopeError::NoHost(resource) => format!("{resource}: not a URL with a host"),
+            ScopeError::ManyOrigins => {
+                "scope host does not fit: this call asks about more than one origin; use args"
+                    .to_owned()
+            }
+            ScopeError::NoUrl => "scope host does not fit: this call asks about no URL".to_owned(),
+        }
+    }
+}
 
 /// An error about a scope as the owner and the model are shown it: escaped, and cut at
 /// [`MAX_ERROR_BYTES`] with the length it had.
@@ -280,25 +368,14 @@ pub fn cover_for(
     args: &str,
     kind: &ScopeKind,
     approve: bool,
-) -> Result<Option<Cover>, String> {
-    cover_unbounded(ask, args, kind, approve).map_err(shown_error)
-}
-
-fn cover_unbounded(
-    ask: &AskRequest,
-    args: &str,
-    kind: &ScopeKind,
-    approve: bool,
-) -> Result<Option<Cover>, String> {
+) -> Result<Option<Cover>, ScopeError> {
     if *kind == ScopeKind::Call {
         return Ok(None);
     }
     if approve && ask.flow.integrity == Integrity::Untrusted {
-        return Err(format!("no scope: {UNTRUSTED_NO_SCOPE}"));
+        return Err(ScopeError::Untrusted);
     }
-    let asking = coverable(ask).ok_or_else(|| {
-        "an [[ask]] rule asks before every use of a path this call names; only this call can be answered".to_owned()
-    })?;
+    let asking = coverable(ask).ok_or(ScopeError::AskedEveryUse)?;
     match kind {
         ScopeKind::Call => Ok(None),
         ScopeKind::Args => Ok(Some(Cover::Args(args_digest(args)))),
@@ -310,36 +387,37 @@ fn cover_unbounded(
                     Resource::PathRead(p) => (p, false),
                     Resource::PathWrite(p) => (p, true),
                     Resource::Url(_) => {
-                        return Err(format!(
-                            "scope path does not fit: this call also asks to {r}; use host or args"
-                        ));
+                        return Err(ScopeError::Unfit {
+                            scope: "path",
+                            resource: r.clone(),
+                            instead: "host or args",
+                        });
                     }
                 };
                 if writes.is_some_and(|w| w != write) {
-                    return Err("scope path does not fit: this call asks both to read and to write; use args".into());
+                    return Err(ScopeError::ReadAndWrite);
                 }
                 writes = Some(write);
-                paths.push(normalize(Path::new(p)).map_err(|e| format!("{r}: {e}"))?);
+                paths.push(
+                    normalize(Path::new(p))
+                        .map_err(|error| ScopeError::BadPath { resource: r.clone(), error })?,
+                );
             }
-            let write = writes.ok_or("scope path does not fit: this call asks about no path")?;
+            let write = writes.ok_or(ScopeError::NoPath)?;
             let prefix = match named {
                 Some(dir) => {
                     if let Some(outside) = paths.iter().find(|p| !under(p, dir)) {
-                        return Err(format!(
-                            "the scope's directory does not hold {}, which this call asks about (scope path={})",
-                            outside.display(),
-                            dir.display()
-                        ));
+                        return Err(ScopeError::NotHeld {
+                            path: outside.clone(),
+                            dir: dir.clone(),
+                        });
                     }
                     dir.clone()
                 }
                 None => common_parent(&paths),
             };
             if prefix == Path::new("/") {
-                return Err(
-                    "scope path would cover the whole file system; name a directory with path=/dir"
-                        .into(),
-                );
+                return Err(ScopeError::WholeFileSystem);
             }
             Ok(Some(Cover::Path { prefix, write }))
         }
@@ -347,18 +425,19 @@ fn cover_unbounded(
             let mut found: Option<(String, String, u16)> = None;
             for r in asking {
                 let Resource::Url(u) = r else {
-                    return Err(format!(
-                        "scope host does not fit: this call also asks to {r}; use path or args"
-                    ));
+                    return Err(ScopeError::Unfit {
+                        scope: "host",
+                        resource: r.clone(),
+                        instead: "path or args",
+                    });
                 };
-                let o = origin(u).ok_or_else(|| format!("{r}: not a URL with a host"))?;
+                let o = origin(u).ok_or_else(|| ScopeError::NoHost(r.clone()))?;
                 if found.as_ref().is_some_and(|f| *f != o) {
-                    return Err("scope host does not fit: this call asks about more than one origin; use args".into());
+                    return Err(ScopeError::ManyOrigins);
                 }
                 found = Some(o);
             }
-            let (scheme, host, port) =
-                found.ok_or("scope host does not fit: this call asks about no URL")?;
+            let (scheme, host, port) = found.ok_or(ScopeError::NoUrl)?;
             Ok(Some(Cover::Host { scheme, host, port }))
         }
     }
@@ -500,22 +579,34 @@ mod tests {
     fn a_named_directory_must_hold_the_call() {
         let a = ask(vec![Resource::PathWrite("/w/docs/a".into())]);
         assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/w").unwrap(), true).is_ok());
-        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/w/doc").unwrap(), true).is_err());
-        assert!(cover_for(&a, "{}", &ScopeKind::parse("path=/").unwrap(), true).is_err());
-        assert!(ScopeKind::parse("path=w").is_err());
-        assert!(cover_for(&a, "{}", &ScopeKind::Host, true).is_err());
+        assert_eq!(
+            cover_for(&a, "{}", &ScopeKind::parse("path=/w/doc").unwrap(), true),
+            Err(ScopeError::NotHeld { path: "/w/docs/a".into(), dir: "/w/doc".into() })
+        );
+        assert_eq!(
+            cover_for(&a, "{}", &ScopeKind::parse("path=/").unwrap(), true),
+            Err(ScopeError::WholeFileSystem)
+        );
+        assert_eq!(ScopeKind::parse("path=w"), Err(ScopeError::RelativeDir("w".into())));
+        let unfit = cover_for(&a, "{}", &ScopeKind::Host, true).unwrap_err();
+        assert!(matches!(unfit, ScopeError::Unfit { scope: "host", .. }), "{unfit:?}");
+        assert_eq!(
+            unfit.to_string(),
+            "scope host does not fit: this call also asks to write /w/docs/a; use path or args"
+        );
     }
 
     #[test]
     fn an_error_echoes_at_most_a_kibibyte_escaped() {
         let long = format!("path=relative/{}\u{1b}[31m", "x".repeat(1 << 20));
-        let why = ScopeKind::parse(&long).unwrap_err();
+        let why = ScopeKind::parse(&long).unwrap_err().to_string();
         assert!(why.len() < 1200 && why.contains("bytes]"), "{} bytes", why.len());
         let named = format!("path=/{}", "d/".repeat(100_000));
         let a = ask(vec![Resource::PathWrite(format!("/w/{}x", "e/".repeat(100_000)))]);
-        let why = cover_for(&a, "{}", &ScopeKind::parse(&named).unwrap(), true).unwrap_err();
+        let why =
+            cover_for(&a, "{}", &ScopeKind::parse(&named).unwrap(), true).unwrap_err().to_string();
         assert!(why.len() < 1200 && why.contains("does not hold"), "{} bytes", why.len());
-        let hostile = ScopeKind::parse("\u{1b}]0;pwned\u{7}").unwrap_err();
+        let hostile = ScopeKind::parse("\u{1b}]0;pwned\u{7}").unwrap_err().to_string();
         assert!(!hostile.chars().any(crate::approval::is_hidden), "{hostile}");
     }
 }

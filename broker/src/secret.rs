@@ -92,62 +92,96 @@ impl std::fmt::Display for SecretBinding {
     }
 }
 
-/// Why a template or name in a `[[secret]]` rule is refused.
-pub(crate) fn check_template(name: &str, template: &str) -> Result<(), String> {
+/// Why a name or a template in a `[[secret]]` rule is refused. The policy's parser adds
+/// where (file:line:column and the rule); this says what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SecretRuleError {
+    /// The template does not hold the binding's own placeholder.
+    #[error("the value must hold the placeholder {}", placeholder(.0))]
+    NoPlaceholder(String),
+    /// The template holds another secret's placeholder too.
+    #[error("a binding puts in only its own secret ({})", placeholder(.0))]
+    OtherSecret(String),
+    /// The template is longer than [`MAX_TEMPLATE_BYTES`].
+    #[error("longer than {MAX_TEMPLATE_BYTES} bytes")]
+    TooLong,
+    /// The template holds a character a header or a query cannot carry as shown.
+    #[error("{0:?} cannot be sent in a header or a query (printable ASCII only)")]
+    Unprintable(char),
+    /// Not a header name (a token of at most 128 bytes).
+    #[error("{0:?} is not a header name")]
+    NotAHeaderName(String),
+    /// A header the host sets from the URL and the body.
+    #[error("{0:?} is set by the host from the URL and the body")]
+    HostHeader(String),
+    /// Not a query parameter name of unreserved URL characters.
+    #[error("{0:?}: a query parameter name of letters, digits, - . _ ~")]
+    NotAQueryName(String),
+    /// Not an environment variable name of `A-Z`, `0-9` and `_`.
+    #[error("{0:?}: an environment variable name of A-Z, 0-9 and _")]
+    NotAnEnvName(String),
+}
+
+/// The longest template a binding may set (a header's or a query parameter's value).
+const MAX_TEMPLATE_BYTES: usize = 1024;
+
+/// Why `template` cannot be the value of a header or query parameter that binds secret
+/// `name`.
+pub(crate) fn check_template(name: &str, template: &str) -> Result<(), SecretRuleError> {
     let own = placeholder(name);
     if !template.contains(&own) {
-        return Err(format!("the value must hold the placeholder {own}"));
+        return Err(SecretRuleError::NoPlaceholder(name.to_owned()));
     }
     let others = template.replace(&own, "");
     if others.contains("{secret:") {
-        return Err(format!("a binding puts in only its own secret ({own})"));
+        return Err(SecretRuleError::OtherSecret(name.to_owned()));
     }
-    if template.len() > 1024 {
-        return Err("longer than 1024 bytes".into());
+    if template.len() > MAX_TEMPLATE_BYTES {
+        return Err(SecretRuleError::TooLong);
     }
     if let Some(c) = template.chars().find(|c| !(c.is_ascii_graphic() || *c == ' ')) {
-        return Err(format!("{c:?} cannot be sent in a header or a query (printable ASCII only)"));
+        return Err(SecretRuleError::Unprintable(c));
     }
     Ok(())
 }
 
 /// Whether `name` is a header a binding may set: a token, and not one the URL and the
 /// body decide.
-pub(crate) fn check_header_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_header_name(name: &str) -> Result<(), SecretRuleError> {
     if name.is_empty()
         || name.len() > 128
         || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
     {
-        return Err(format!("{name:?} is not a header name"));
+        return Err(SecretRuleError::NotAHeaderName(name.to_owned()));
     }
     if ["host", "content-length", "transfer-encoding", "connection"]
         .contains(&name.to_ascii_lowercase().as_str())
     {
-        return Err(format!("{name:?} is set by the host from the URL and the body"));
+        return Err(SecretRuleError::HostHeader(name.to_owned()));
     }
     Ok(())
 }
 
 /// Whether `name` is a query parameter name a binding may set (unreserved URL
 /// characters only, so what is shown is what is sent).
-pub(crate) fn check_query_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_query_name(name: &str) -> Result<(), SecretRuleError> {
     if name.is_empty()
         || name.len() > 128
         || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
     {
-        return Err(format!("{name:?}: a query parameter name of letters, digits, - . _ ~"));
+        return Err(SecretRuleError::NotAQueryName(name.to_owned()));
     }
     Ok(())
 }
 
 /// Whether `name` is an environment variable name a binding may set.
-pub(crate) fn check_env_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_env_name(name: &str) -> Result<(), SecretRuleError> {
     let first_ok = name.bytes().next().is_some_and(|b| b.is_ascii_uppercase() || b == b'_');
     if !first_ok
         || name.len() > 128
         || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
     {
-        return Err(format!("{name:?}: an environment variable name of A-Z, 0-9 and _"));
+        return Err(SecretRuleError::NotAnEnvName(name.to_owned()));
     }
     Ok(())
 }
@@ -164,15 +198,37 @@ mod tests {
         for bad in ["", "GitHub", "-x", "a b", "a}", &"a".repeat(65), "é"] {
             assert!(!valid_secret_name(bad), "{bad}");
         }
-        assert!(check_template("gh", "Bearer {secret:gh}").is_ok());
-        assert!(check_template("gh", "Bearer {secret:other}").is_err());
-        assert!(check_template("gh", "{secret:gh} {secret:other}").is_err());
-        assert!(check_template("gh", "{secret:gh}\n").is_err());
-        assert!(check_header_name("Content-Length").is_err());
-        assert!(check_header_name("x-api-key").is_ok());
-        assert!(check_query_name("api_key").is_ok());
-        assert!(check_query_name("a&b").is_err());
-        assert!(check_env_name("GITHUB_TOKEN").is_ok());
-        assert!(check_env_name("1X").is_err());
+        use SecretRuleError as E;
+        assert_eq!(check_template("gh", "Bearer {secret:gh}"), Ok(()));
+        assert_eq!(
+            check_template("gh", "Bearer {secret:other}"),
+            Err(E::NoPlaceholder("gh".into()))
+        );
+        assert_eq!(
+            check_template("gh", "{secret:gh} {secret:other}"),
+            Err(E::OtherSecret("gh".into()))
+        );
+        assert_eq!(check_template("gh", "{secret:gh}\n"), Err(E::Unprintable('\n')));
+        let long = format!("{{secret:gh}}{}", "x".repeat(MAX_TEMPLATE_BYTES));
+        assert_eq!(check_template("gh", &long), Err(E::TooLong));
+        assert_eq!(
+            check_header_name("Content-Length"),
+            Err(E::HostHeader("Content-Length".into()))
+        );
+        assert_eq!(check_header_name("x y"), Err(E::NotAHeaderName("x y".into())));
+        assert_eq!(check_header_name("x-api-key"), Ok(()));
+        assert_eq!(check_query_name("api_key"), Ok(()));
+        assert_eq!(check_query_name("a&b"), Err(E::NotAQueryName("a&b".into())));
+        assert_eq!(check_env_name("GITHUB_TOKEN"), Ok(()));
+        assert_eq!(check_env_name("1X"), Err(E::NotAnEnvName("1X".into())));
+        // The words the owner reads under file:line:column.
+        assert_eq!(
+            E::NoPlaceholder("gh".into()).to_string(),
+            "the value must hold the placeholder {secret:gh}"
+        );
+        assert_eq!(
+            E::Unprintable('\n').to_string(),
+            "'\\n' cannot be sent in a header or a query (printable ASCII only)"
+        );
     }
 }

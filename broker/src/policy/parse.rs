@@ -364,7 +364,7 @@ fn secret_rule(
     }
     let mut places = |table: &Option<std::collections::BTreeMap<String, Spanned<String>>>,
                       what: &str,
-                      check_key: fn(&str) -> Result<(), String>,
+                      check_key: fn(&str) -> Result<(), crate::secret::SecretRuleError>,
                       lower: bool|
      -> Vec<(String, String)> {
         let mut out = Vec::new();
@@ -372,10 +372,10 @@ fn secret_rule(
         for (key, value) in table {
             let at = format!("{rule}.{what}.{key}");
             if let Err(why) = check_key(key) {
-                errors.push(src.error(value.span(), &at, why));
+                errors.push(src.error(value.span(), &at, why.to_string()));
             }
             if let Err(why) = crate::secret::check_template(&name, value.get_ref()) {
-                errors.push(src.error(value.span(), &at, why));
+                errors.push(src.error(value.span(), &at, why.to_string()));
             }
             let key = if lower { key.to_ascii_lowercase() } else { key.clone() };
             out.push((key, value.get_ref().clone()));
@@ -391,7 +391,7 @@ fn secret_rule(
         for (var, span) in each_name(raw_env) {
             match crate::secret::check_env_name(&var) {
                 Ok(()) => env.push(var),
-                Err(why) => errors.push(src.error(span, &format!("{rule}.env"), why)),
+                Err(why) => errors.push(src.error(span, &format!("{rule}.env"), why.to_string())),
             }
         }
     }

@@ -242,7 +242,8 @@ fn a_session_that_read_untrusted_content_gets_no_approving_scope() {
     let tainted = parse_label("public/untrusted").unwrap();
     let Decision::Ask(ask) = decide(&policy(), tainted, &next) else { panic!() };
     let why = cover_for(&ask, "{}", &ScopeKind::Path(None), true).unwrap_err();
-    assert!(why.contains("untrusted content"), "{why}");
+    assert_eq!(why, bx_broker::ScopeError::Untrusted);
+    assert!(why.to_string().contains("untrusted content"), "{why}");
     assert!(bx_broker::offers(&ask, "{}").is_empty());
     assert!(cover_for(&ask, "{}", &ScopeKind::Path(None), false).unwrap().is_some());
     // A call that reads untrusted content itself is decided at that taint too.

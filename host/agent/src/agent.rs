@@ -334,8 +334,10 @@ impl Owner for Connected<'_> {
 /// daemon before its tools change, and a one-shot command that holds the log.
 pub fn record_pending(store: &bx_store::Store, audit: &AuditLog) -> Result<usize, AgentError> {
     Ok(store.drain_pending(&mut |line| {
-        let change: bx_audit::ToolChange = serde_json::from_str(line)
-            .map_err(|e| format!("a waiting tool change record is malformed: {e}"))?;
-        audit.append(&bx_audit::Entry::Tool(change)).map(drop).map_err(|e| e.to_string())
+        let change: bx_audit::ToolChange = serde_json::from_str(line).map_err(|e| {
+            bx_store::StoreError::Pending(format!("a waiting tool change record is malformed: {e}"))
+        })?;
+        let appended = audit.append(&bx_audit::Entry::Tool(change));
+        appended.map(drop).map_err(|e| bx_store::StoreError::Pending(e.to_string()))
     })?)
 }

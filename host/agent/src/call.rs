@@ -101,7 +101,7 @@ pub fn resolve_noting(
 ) -> Result<(Vec<Resource>, Value, Vec<Redirected>), ArgsError> {
     // A standard component's function takes typed values: arguments that do not
     // convert are refused before the broker, by the conversion the call itself makes.
-    tool.check_args(args).map_err(ArgsError::Types)?;
+    tool.check_args(args).map_err(|e| ArgsError::Types(e.to_string()))?;
     let mut out = Vec::new();
     let mut redirected = Vec::new();
     let mut resolved = args.clone();

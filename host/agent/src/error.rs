@@ -37,7 +37,7 @@ pub enum AgentError {
         why: String,
     },
     /// The audit log cannot record, so nothing runs.
-    #[error("{0}")]
+    #[error(transparent)]
     Audit(#[from] bx_audit::AuditError),
     /// A turn limit was reached.
     #[error("turn limit reached: {0}")]
@@ -58,13 +58,13 @@ pub enum AgentError {
     #[error("turn cancelled: {0}")]
     Cancelled(String),
     /// The inference request failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Inference(#[from] bx_infer::InferError),
     /// State on disk could not be read or written.
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] bx_store::StoreError),
     /// A file of the state directory could not be read or written.
-    #[error("{0}")]
+    #[error(transparent)]
     State(#[from] bx_state::StateError),
     /// Something that should not happen (a worker thread panicked).
     #[error("internal error: {0}")]

@@ -223,7 +223,7 @@ fn scan(audit_dir: &Path) -> Result<Scanned, AgentError> {
         (bx_audit::Resumed::After(seq), _) => Replayed::After { seq, records: replay.records },
         (bx_audit::Resumed::Start, None) => Replayed::Whole { records: replay.records },
         (bx_audit::Resumed::Start, Some(why)) => {
-            Replayed::Mismatch { why, records: replay.records }
+            Replayed::Mismatch { why: why.to_string(), records: replay.records }
         }
         (bx_audit::Resumed::Mismatch(why), _) => {
             // The checkpoint's sessions were taken before the mismatch was found: read
@@ -315,7 +315,7 @@ impl Ledger {
             && let Err(why) = saved::write(log.dir(), &known, &end)
         {
             // Only a shortcut: the next open replays more, and nothing else changes.
-            unsaved = Some(why);
+            unsaved = Some(why.to_string());
         }
         Ok(Ledger { known: Mutex::new(known), files, replayed, unsaved })
     }

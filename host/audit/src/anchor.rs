@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use signed_note::{Note, Signer as _, StandardSigner, StandardVerifier, VerifierList};
 use tlog_tiles::checkpoint::Checkpoint as Body;
 
-use crate::error::AuditError;
+use crate::error::{AuditError, CheckpointError};
 use crate::tree::{Hash, Tree};
 
 /// The longest key or verifier-key file read (4 KiB; a key is about 100 bytes).
@@ -217,19 +217,28 @@ pub struct SignedCheckpoint {
 
 /// Checks `note`'s signature by `verifier` and reads its checkpoint, whose origin must be
 /// the key's name.
-pub fn open_note(note: &[u8], verifier: &str) -> Result<SignedCheckpoint, String> {
-    let v = StandardVerifier::new(verifier).map_err(|e| format!("verifier key: {e}"))?;
+pub fn open_note(note: &[u8], verifier: &str) -> Result<SignedCheckpoint, CheckpointError> {
+    let v = StandardVerifier::new(verifier).map_err(CheckpointError::Verifier)?;
     let name = signed_note::Verifier::name(&v).to_owned();
-    let note = Note::from_bytes(note).map_err(|e| e.to_string())?;
+    let note = Note::from_bytes(note).map_err(CheckpointError::Note)?;
     note.verify(&VerifierList::new(vec![Box::new(v)])).map_err(|e| match e {
-        signed_note::NoteError::UnverifiedNote => format!("not signed by {name}"),
-        e => e.to_string(),
+        signed_note::NoteError::UnverifiedNote => CheckpointError::NotSigned(name.clone()),
+        e => CheckpointError::Note(e),
     })?;
-    let body = Body::from_bytes(note.text()).map_err(|e| e.to_string())?;
+    let body = Body::from_bytes(note.text()).map_err(CheckpointError::Body)?;
     if body.origin() != name {
-        return Err(format!("origin {:?} is not the key's name {name:?}", body.origin()));
+        return Err(CheckpointError::Origin { origin: body.origin().to_owned(), name });
     }
     Ok(SignedCheckpoint { origin: name, size: body.size(), root: *body.hash() })
+}
+
+/// [`open_note`] of the checkpoint file at `path`.
+pub(crate) fn open_note_file(
+    path: &Path,
+    verifier: &str,
+) -> Result<SignedCheckpoint, CheckpointError> {
+    let bytes = read_note(path).map_err(CheckpointError::Unreadable)?;
+    open_note(&bytes, verifier)
 }
 
 /// Sets up `export` for the log of `origin`: makes its subdirectory (the export directory
@@ -269,6 +278,60 @@ fn other_origin(export: &Path) -> Option<PathBuf> {
         .find(|sub| sub.is_dir() && checkpoint_files(sub).is_ok_and(|(files, _)| !files.is_empty()))
 }
 
+/// Why one export of a signed checkpoint failed (it goes on the log as an
+/// `export-failed` record, and into `export.json`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExportError {
+    /// The export directory (the origin's subdirectory) is not there.
+    #[error(
+        "{} is not there: the export directory is not mounted, or was never set up (`bx audit checkpoint` sets it up; see docs/runbook.md#audit-export-failed)",
+        .0.display()
+    )]
+    NotThere(PathBuf),
+    /// Another writer holds the directory's lock.
+    #[error(
+        "another bx is exporting to {} right now: two logs share this origin and export directory (give each its own origin; see docs/runbook.md#audit-export-failed)",
+        .0.display()
+    )]
+    Busy(PathBuf),
+    /// Reading or writing a file of it failed (what was being done).
+    #[error("{what}: {error}")]
+    Io {
+        /// What was being done, and to which file.
+        what: String,
+        /// The failure.
+        error: std::io::Error,
+    },
+    /// `leaves` is not a regular file.
+    #[error("{} is not a regular file", .0.display())]
+    NotAFile(PathBuf),
+    /// It holds more leaves than the log has records.
+    #[error(
+        "it holds {have} records and the log only {size}: records were cut from the log, or this directory belongs to another log (run `bx audit verify`; see docs/runbook.md#audit-export-failed)"
+    )]
+    AheadOfLog {
+        /// Leaves it holds.
+        have: u64,
+        /// Records the log has.
+        size: u64,
+    },
+    /// The leaves it lacks could not be read from the log.
+    #[error("{0}")]
+    Leaves(AuditError),
+    /// A checkpoint of the same size with other bytes is there.
+    #[error(
+        "{} is already there with another head: the log forked (run `bx audit verify`; see docs/runbook.md#audit-export-failed)",
+        .0.display()
+    )]
+    Forked(PathBuf),
+}
+
+impl ExportError {
+    fn io(what: impl Into<String>, error: std::io::Error) -> ExportError {
+        ExportError::Io { what: what.into(), error }
+    }
+}
+
 /// Writes one export: appends the leaves `dir` lacks (from `leaves(from, to)`), then the
 /// signed checkpoint of `size`, never overwriting one. Refuses when `dir` knows more
 /// records than the log has (the log was cut, or `dir` is another log's), and when `dir`
@@ -278,12 +341,9 @@ pub(crate) fn export(
     size: u64,
     note: &[u8],
     leaves: &mut dyn FnMut(u64, u64) -> Result<Vec<Hash>, AuditError>,
-) -> Result<(), String> {
+) -> Result<(), ExportError> {
     if !dir.is_dir() {
-        return Err(format!(
-            "{} is not there: the export directory is not mounted, or was never set up (`bx audit checkpoint` sets it up; see docs/runbook.md#audit-export-failed)",
-            dir.display()
-        ));
+        return Err(ExportError::NotThere(dir.to_path_buf()));
     }
     // One writer at a time: two logs given one origin and one export directory (two
     // state directories, or a copy of one) would interleave their leaves.
@@ -292,17 +352,14 @@ pub(crate) fn export(
         OpenOptions::new().create(true).truncate(false).write(true),
         &lock_path,
     )
-    .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+    .map_err(|e| ExportError::io(format!("cannot open {}", lock_path.display()), e))?;
     match lock.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
-            return Err(format!(
-                "another bx is exporting to {} right now: two logs share this origin and export directory (give each its own origin; see docs/runbook.md#audit-export-failed)",
-                dir.display()
-            ));
+            return Err(ExportError::Busy(dir.to_path_buf()));
         }
         Err(std::fs::TryLockError::Error(e)) => {
-            return Err(format!("locking {}: {e}", lock_path.display()));
+            return Err(ExportError::io(format!("locking {}", lock_path.display()), e));
         }
     }
     let path = dir.join("leaves");
@@ -310,29 +367,27 @@ pub(crate) fn export(
         OpenOptions::new().read(true).write(true).create(true).truncate(false),
         &path,
     )
-    .map_err(|e| format!("cannot open leaves: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("leaves: {e}"))?;
+    .map_err(|e| ExportError::io("cannot open leaves", e))?;
+    let meta = file.metadata().map_err(|e| ExportError::io("leaves", e))?;
     if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
+        return Err(ExportError::NotAFile(path));
     }
     let len = meta.len();
     // A crash mid-append leaves part of a hash; no checkpoint covers it yet.
     let have = len / LEAF_BYTES;
     if have > size {
-        return Err(format!(
-            "it holds {have} records and the log only {size}: records were cut from the log, or this directory belongs to another log (run `bx audit verify`; see docs/runbook.md#audit-export-failed)"
-        ));
+        return Err(ExportError::AheadOfLog { have, size });
     }
     if len % LEAF_BYTES != 0 {
-        file.set_len(have * LEAF_BYTES).map_err(|e| format!("leaves: {e}"))?;
+        file.set_len(have * LEAF_BYTES).map_err(|e| ExportError::io("leaves", e))?;
     }
     if have < size {
-        let new = leaves(have, size).map_err(|e| e.to_string())?;
+        let new = leaves(have, size).map_err(ExportError::Leaves)?;
         let bytes: Vec<u8> = new.iter().flat_map(|h| h.0).collect();
         file.seek(SeekFrom::End(0))
             .and_then(|_| file.write_all(&bytes))
             .and_then(|()| file.sync_data())
-            .map_err(|e| format!("appending leaves: {e}"))?;
+            .map_err(|e| ExportError::io("appending leaves", e))?;
     }
     let cp = dir.join(format!("{size}.checkpoint"));
     match crate::file::open_with(OpenOptions::new().write(true).create_new(true), &cp) {
@@ -340,7 +395,7 @@ pub(crate) fn export(
             f.write_all(note)
                 .and_then(|()| f.sync_all())
                 .and_then(|()| File::open(dir)?.sync_all())
-                .map_err(|e| format!("writing {}: {e}", cp.display()))?;
+                .map_err(|e| ExportError::io(format!("writing {}", cp.display()), e))?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             // Signatures are deterministic: the same head signs to the same bytes.
@@ -348,13 +403,10 @@ pub(crate) fn export(
             let read = crate::file::open_read(&cp)
                 .and_then(|f| f.take(MAX_NOTE_BYTES).read_to_end(&mut there));
             if read.is_err() || there != note {
-                return Err(format!(
-                    "{} is already there with another head: the log forked (run `bx audit verify`; see docs/runbook.md#audit-export-failed)",
-                    cp.display()
-                ));
+                return Err(ExportError::Forked(cp));
             }
         }
-        Err(e) => return Err(format!("writing {}: {e}", cp.display())),
+        Err(e) => return Err(ExportError::io(format!("writing {}", cp.display()), e)),
     }
     Ok(())
 }
@@ -428,7 +480,9 @@ mod tests {
         assert_eq!((cp.size, cp.root, cp.origin.as_str()), (1, tree.root(), "bx.test/host-1"));
 
         let other = init_key(&tmp.path().join("other.key"), "bx.test/host-1").unwrap();
-        assert!(open_note(&note, &other).unwrap_err().contains("not signed"));
+        let refused = open_note(&note, &other).unwrap_err();
+        assert!(matches!(refused, CheckpointError::NotSigned(_)), "{refused:?}");
+        assert!(refused.to_string().starts_with("not signed by "), "{refused}");
         let mut forged = note.clone();
         let at = forged.iter().position(|b| *b == b'\n').unwrap() + 1;
         forged[at] = b'2';

@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{BufReader, Read as _};
 use std::path::{Path, PathBuf};
 
-use crate::anchor::{
-    LEAF_BYTES, SignedCheckpoint, checkpoint_files, open_note, origin_dir, read_note,
-};
+use crate::anchor::{LEAF_BYTES, SignedCheckpoint, checkpoint_files, open_note_file, origin_dir};
 use crate::tree::{Hash, Tree};
 use crate::verify::Problem;
 
@@ -430,8 +428,7 @@ impl Source {
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_suffix(".checkpoint"))
                 .and_then(|n| n.parse::<u64>().ok());
-            match read_note(&path).map_err(|e| e.to_string()).and_then(|b| open_note(&b, verifier))
-            {
+            match open_note_file(&path, verifier) {
                 Ok(cp) if named.is_some_and(|n| n != cp.size) => found.push(problem(
                     "anchor-unreadable",
                     &shown,

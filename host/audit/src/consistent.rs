@@ -293,7 +293,7 @@ pub(crate) fn check_heads(
     tree: &crate::tree::FullTree,
     cp: &SignedCheckpoint,
     others: &[Head],
-) -> Result<(), String> {
+) -> Result<(), AuditError> {
     for head in others {
         let (n, file) = (head.cp.size, head.path.display());
         let consistent = match n.cmp(&cp.size) {
@@ -305,20 +305,20 @@ pub(crate) fn check_heads(
                         .is_ok()
             }
             std::cmp::Ordering::Greater if tree.size() < n => {
-                return Err(format!(
+                return Err(AuditError::AnchorMismatch(format!(
                     "{file} signs {n} records and the log has {}: records were cut off after the checkpoint proved from",
                     tree.size()
-                ));
+                )));
             }
             std::cmp::Ordering::Greater => tlog::prove_tree(n, cp.size, tree)
                 .and_then(|p| tlog::check_tree(&p, n, head.cp.root, cp.size, cp.root))
                 .is_ok(),
         };
         if !consistent {
-            return Err(format!(
+            return Err(AuditError::AnchorMismatch(format!(
                 "{file}, signed by the same key, does not agree with the checkpoint of {} records proved from: the key signed two histories",
                 cp.size
-            ));
+            )));
         }
     }
     Ok(())

@@ -472,10 +472,8 @@ impl Entry {
 
     /// Reads the `fields` of a record of `kind` (JSON text) strictly as that kind's
     /// struct.
-    pub fn parse(kind: Kind, fields: &str) -> Result<Entry, String> {
-        fn typed<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-            serde_json::from_str(text).map_err(|e| e.to_string())
-        }
+    pub fn parse(kind: Kind, fields: &str) -> Result<Entry, serde_json::Error> {
+        use serde_json::from_str as typed;
         Ok(match kind {
             Kind::Request => Entry::Request(typed(fields)?),
             Kind::Decision => Entry::Decision(typed(fields)?),
@@ -500,7 +498,8 @@ mod tests {
         let text = serde_json::to_string(&e.fields()).unwrap();
         assert_eq!(Entry::parse(Kind::Request, &text).unwrap(), e);
         let extra = text.replacen('{', "{\"extra\":1,", 1);
-        assert!(Entry::parse(Kind::Request, &extra).unwrap_err().contains("unknown field"));
+        let refused = Entry::parse(Kind::Request, &extra).unwrap_err();
+        assert!(refused.to_string().contains("unknown field"), "{refused}");
         assert!(
             Entry::parse(Kind::Result, &text).is_err(),
             "a request's fields are not a result's"

@@ -67,3 +67,82 @@ impl AuditError {
         AuditError::Io { path: path.display().to_string(), message: err.to_string() }
     }
 }
+
+/// Why a signed checkpoint does not open: the note, its signature, its body or its
+/// origin is not what the verifier key vouches for.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The checkpoint file could not be read.
+    #[error("{0}")]
+    Unreadable(std::io::Error),
+    /// The verifier key is not one.
+    #[error("verifier key: {0}")]
+    Verifier(signed_note::VerifierError),
+    /// The bytes are not a signed note, or its signatures do not check.
+    #[error("{0}")]
+    Note(signed_note::NoteError),
+    /// No signature on it is the verifier key's (the key named).
+    #[error("not signed by {0}")]
+    NotSigned(String),
+    /// The signed text is not a checkpoint body.
+    #[error("{0}")]
+    Body(tlog_tiles::checkpoint::MalformedCheckpointError),
+    /// The checkpoint's origin is not the key's name.
+    #[error("origin {origin:?} is not the key's name {name:?}")]
+    Origin {
+        /// The origin it names.
+        origin: String,
+        /// The key's name.
+        name: String,
+    },
+}
+
+/// Why a `tlog-proof` bundle does not check ([`crate::check_proof`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProofError {
+    /// Longer than [`crate::MAX_PROOF_BYTES`].
+    #[error("over {} bytes", crate::MAX_PROOF_BYTES)]
+    TooLarge,
+    /// The bundle is not UTF-8.
+    #[error("not UTF-8")]
+    NotUtf8,
+    /// No blank line, and no checkpoint after it.
+    #[error("no checkpoint after the proof")]
+    NoCheckpoint,
+    /// The first line is not the `tlog-proof` header.
+    #[error("the first line is not {}", crate::prove::HEADER)]
+    NoHeader,
+    /// The `extra` line is not base64.
+    #[error("extra: {0}")]
+    Extra(base64::DecodeError),
+    /// The `extra` data is not UTF-8.
+    #[error("extra: not UTF-8")]
+    ExtraNotUtf8,
+    /// No `index N` line (or one whose number is not a plain decimal).
+    #[error("no `index N` line")]
+    NoIndex,
+    /// A line of the proof is not a hash (the line, cut at 60 characters).
+    #[error("proof hash {line}: {error}")]
+    Hash {
+        /// The line, cut.
+        line: String,
+        /// Why it is not a hash.
+        error: tlog_tiles::tlog::Error,
+    },
+    /// The checkpoint does not open with the verifier key.
+    #[error("{0}")]
+    Checkpoint(CheckpointError),
+    /// No `extra` data: no record to check.
+    #[error("no record in the proof's extra data to check")]
+    NoRecord,
+    /// The record is not at that index under the checkpoint's root.
+    #[error("the record is not at index {index} of the {size} records the checkpoint signs")]
+    NotIncluded {
+        /// The index the proof names.
+        index: u64,
+        /// The records the checkpoint signs.
+        size: u64,
+    },
+}

@@ -40,7 +40,7 @@ pub use entry::{
     MAX_FIELD_BYTES, MAX_ITEM_BYTES, MAX_RECORD_BYTES, Outcome, OwnerAnswer, Recovered, Request,
     ScopeRecord, SecretUse, Session, Settled, ToolChange, Verdict, bounded, sha256_hex,
 };
-pub use error::AuditError;
+pub use error::{AuditError, CheckpointError, ProofError};
 pub use log::{
     AuditLog, CHECKPOINT_EVERY, Clock, Exported, Receipt, Redactor, SystemClock, day_files,
 };

@@ -97,6 +97,19 @@ struct Inner {
     read_by_check: Option<u64>,
 }
 
+/// Why the writer's tree cannot be signed, found as it opens against exported
+/// checkpoints: its text becomes the log's sticky failure.
+#[derive(Debug, thiserror::Error)]
+enum Unsigned {
+    /// The check could not be made (a file could not be read) or could not decide.
+    #[error("cannot check the log against its exported checkpoints ({0}); nothing is signed")]
+    Unchecked(AuditError),
+    /// The log is not the history the checkpoints vouch for
+    /// ([`AuditError::AnchorMismatch`]).
+    #[error("{0}")]
+    Mismatch(AuditError),
+}
+
 /// One export of a signed checkpoint: where, and what went wrong if it did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exported {
@@ -377,7 +390,7 @@ impl AuditLog {
             } else if heads.is_empty() {
                 self.check_local_note(&mut inner, &anchor);
             } else if let Err(why) = self.check_heads(&mut inner, &heads, &anchor) {
-                inner.failed = Some(why);
+                inner.failed = Some(why.to_string());
             }
             inner.checked = checked;
         }
@@ -414,7 +427,7 @@ impl AuditLog {
         inner: &mut Inner,
         heads: &[Signed],
         anchor: &Anchor,
-    ) -> Result<(), String> {
+    ) -> Result<(), Unsigned> {
         let now = Some(self.clock.now());
         let check = |inner: &Inner, start: &crate::checked::Start| {
             crate::consistent::check_log(
@@ -426,11 +439,7 @@ impl AuditLog {
                 now,
             )
         };
-        let fail = |e: AuditError| {
-            format!(
-                "cannot check the log against its exported checkpoints ({e}); nothing is signed"
-            )
-        };
+        let fail = Unsigned::Unchecked;
         let start = crate::checked::read(&self.dir, anchor.marker_key());
         let mut checked = check(inner, &start).map_err(fail)?;
         let mut read = checked.read;
@@ -454,14 +463,12 @@ impl AuditLog {
                 crate::checked::write(&self.dir, anchor.marker_key(), &checked.next);
                 Ok(())
             }
-            Verdict::TreeDiffers => {
-                Err(AuditError::AnchorMismatch("its files changed while it was read".into())
-                    .to_string())
-            }
-            Verdict::Contradicted(why) => Err(AuditError::AnchorMismatch(format!(
-                "{why}; the writer signs and exports nothing"
-            ))
-            .to_string()),
+            Verdict::TreeDiffers => Err(Unsigned::Mismatch(AuditError::AnchorMismatch(
+                "its files changed while it was read".into(),
+            ))),
+            Verdict::Contradicted(why) => Err(Unsigned::Mismatch(AuditError::AnchorMismatch(
+                format!("{why}; the writer signs and exports nothing"),
+            ))),
             // Only from a start, which the check from the first record replaced above.
             Verdict::Unsure => {
                 Err(fail(AuditError::Unavailable("the check could not decide".into())))
@@ -821,7 +828,9 @@ impl AuditLog {
                     }
                 };
                 let sub = origin_dir(&dir, anchor.origin());
-                let error = crate::anchor::export(&sub, job.size, &job.note, &mut leaves).err();
+                let error = crate::anchor::export(&sub, job.size, &job.note, &mut leaves)
+                    .err()
+                    .map(|e| e.to_string());
                 results.push(Exported { dir, size: job.size, error });
             }
             let status = serde_json::json!({

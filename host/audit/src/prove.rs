@@ -13,11 +13,11 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 
 use crate::anchor::open_note;
 use crate::consistent::Head;
-use crate::error::AuditError;
+use crate::error::{AuditError, ProofError};
 use crate::log::day_files;
 use crate::tree::{FullTree, Hash, check_inclusion, leaf_hash};
 
-const HEADER: &str = "c2sp.org/tlog-proof@v1";
+pub(crate) const HEADER: &str = "c2sp.org/tlog-proof@v1";
 
 /// The longest proof read (1 MiB: a record is at most 256 KiB, base64 makes it 342 KiB).
 pub const MAX_PROOF_BYTES: usize = 1 << 20;
@@ -85,7 +85,7 @@ pub fn prove(
             cp.size
         )));
     }
-    crate::consistent::check_heads(&tree, &cp, &others).map_err(AuditError::AnchorMismatch)?;
+    crate::consistent::check_heads(&tree, &cp, &others)?;
     let Some((index, line)) = found else {
         return Err(bad(format!(
             "no record with seq {seq} among the {} the checkpoint covers",
@@ -104,21 +104,21 @@ pub fn prove(
 
 /// Checks a `tlog-proof` bundle with `verifier`: the checkpoint's signature, then the
 /// record (its `extra` data) at its index under the checkpoint's root.
-pub fn check_proof(text: &[u8], verifier: &str) -> Result<Proof, String> {
+pub fn check_proof(text: &[u8], verifier: &str) -> Result<Proof, ProofError> {
     if text.len() > MAX_PROOF_BYTES {
-        return Err(format!("over {MAX_PROOF_BYTES} bytes"));
+        return Err(ProofError::TooLarge);
     }
-    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
-    let (head, note) = text.split_once("\n\n").ok_or("no checkpoint after the proof")?;
+    let text = std::str::from_utf8(text).map_err(|_| ProofError::NotUtf8)?;
+    let (head, note) = text.split_once("\n\n").ok_or(ProofError::NoCheckpoint)?;
     let mut lines = head.split('\n');
     if lines.next() != Some(HEADER) {
-        return Err(format!("the first line is not {HEADER}"));
+        return Err(ProofError::NoHeader);
     }
     let mut line = lines.next();
     let mut record = None;
     if let Some(extra) = line.and_then(|l| l.strip_prefix("extra ")) {
-        let bytes = BASE64.decode(extra).map_err(|e| format!("extra: {e}"))?;
-        record = Some(String::from_utf8(bytes).map_err(|_| "extra: not UTF-8".to_owned())?);
+        let bytes = BASE64.decode(extra).map_err(ProofError::Extra)?;
+        record = Some(String::from_utf8(bytes).map_err(|_| ProofError::ExtraNotUtf8)?);
         line = lines.next();
     }
     let index = line
@@ -126,19 +126,19 @@ pub fn check_proof(text: &[u8], verifier: &str) -> Result<Proof, String> {
         .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         .filter(|n| *n == "0" || !n.starts_with('0'))
         .and_then(|n| n.parse::<u64>().ok())
-        .ok_or("no `index N` line")?;
+        .ok_or(ProofError::NoIndex)?;
     let proof = lines
-        .map(|l| Hash::parse_hash(l).map_err(|e| format!("proof hash {l:.60}: {e}")))
+        .map(|l| {
+            Hash::parse_hash(l)
+                .map_err(|error| ProofError::Hash { line: l.chars().take(60).collect(), error })
+        })
         .collect::<Result<Vec<_>, _>>()?;
-    let cp = open_note(note.as_bytes(), verifier)?;
-    let record = record.ok_or("no record in the proof's extra data to check")?;
+    let cp = open_note(note.as_bytes(), verifier).map_err(ProofError::Checkpoint)?;
+    let record = record.ok_or(ProofError::NoRecord)?;
     if index >= cp.size
         || !check_inclusion(&proof, cp.size, cp.root, index, leaf_hash(record.as_bytes()))
     {
-        return Err(format!(
-            "the record is not at index {index} of the {} records the checkpoint signs",
-            cp.size
-        ));
+        return Err(ProofError::NotIncluded { index, size: cp.size });
     }
     Ok(Proof { origin: cp.origin, index, size: cp.size, record })
 }

@@ -54,9 +54,11 @@ impl Record {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// Parses one line strictly: unknown fields and trailing data are refused.
-    pub fn parse(line: &str) -> Result<Record, String> {
-        serde_json::from_str(line).map_err(|e| e.to_string())
+    /// Parses one line strictly: unknown fields and trailing data are refused (the error
+    /// says where and, by its category, whether the line is cut short or holds what no
+    /// record holds).
+    pub fn parse(line: &str) -> Result<Record, serde_json::Error> {
+        serde_json::from_str(line)
     }
 }
 
@@ -92,8 +94,11 @@ mod tests {
     fn refuses_unknown_fields_and_trailing_data() {
         let line = sample().to_line();
         let extra = line.replacen("{\"seq\"", "{\"extra\":1,\"seq\"", 1);
-        assert!(Record::parse(&extra).unwrap_err().contains("unknown field"));
-        assert!(Record::parse(&format!("{line} x")).is_err());
+        assert!(Record::parse(&extra).unwrap_err().to_string().contains("unknown field"));
+        let trailing = Record::parse(&format!("{line} x")).unwrap_err();
+        assert_eq!(trailing.classify(), serde_json::error::Category::Syntax);
+        let torn = Record::parse(&line[..line.len() - 3]).unwrap_err();
+        assert_eq!(torn.classify(), serde_json::error::Category::Eof);
         assert!(Record::parse(&line.replace("request", "launch")).is_err());
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{BufRead as _, BufReader, Read as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::anchored::{Against, AnchorReport, Check, Place};
 use crate::entry::{Break as BreakEntry, Entry, MAX_RECORD_BYTES, Settled, Verdict};
@@ -691,49 +691,113 @@ pub enum Resumed {
     Mismatch(String),
 }
 
+/// Why a [`Position`] is not a whole record of the log.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PositionError {
+    /// The file named is not a day file.
+    #[error("{0:?} is not a day file's name")]
+    NotADayFile(String),
+    /// The byte range cannot hold a record's line.
+    #[error("bytes {start}..{end} are not a record's line")]
+    NotALine {
+        /// Where the line would start.
+        start: u64,
+        /// Where it would end.
+        end: u64,
+    },
+    /// The day file could not be read there.
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The day file.
+        path: PathBuf,
+        /// The failure.
+        error: std::io::Error,
+    },
+    /// The bytes there are not one whole line.
+    #[error("{file} holds no whole line at bytes {start}..{end}")]
+    NoWholeLine {
+        /// The day file's name.
+        file: String,
+        /// Where the line would start.
+        start: u64,
+        /// Where it would end.
+        end: u64,
+    },
+    /// The byte before is not the end of a line.
+    #[error("byte {start} of {file} does not start a line")]
+    NotLineStart {
+        /// The day file's name.
+        file: String,
+        /// Where the line would start.
+        start: u64,
+    },
+    /// The line there has another hash.
+    #[error("record {seq} of {file} has another hash")]
+    OtherHash {
+        /// The sequence number named.
+        seq: u64,
+        /// The day file's name.
+        file: String,
+    },
+    /// The record there has another sequence number.
+    #[error("the record there is {found}, not {seq}")]
+    OtherSeq {
+        /// The one there.
+        found: u64,
+        /// The one named.
+        seq: u64,
+    },
+    /// The line there is not a record.
+    #[error("the record there does not parse: {0}")]
+    Unparsable(serde_json::Error),
+}
+
 /// Whether `at` is a whole record of the log in `dir`: the bytes there are one line, of
 /// that hash and sequence number. `Err` says why not.
-fn check_position(dir: &Path, at: &Position) -> Result<(), String> {
+fn check_position(dir: &Path, at: &Position) -> Result<(), PositionError> {
     use std::io::Seek as _;
     if !is_valid_day(at.file.trim_end_matches(".jsonl")) || !at.file.ends_with(".jsonl") {
-        return Err(format!("{:?} is not a day file's name", at.file));
+        return Err(PositionError::NotADayFile(at.file.clone()));
     }
     let len = at
         .offset
         .checked_sub(at.line_start)
         .filter(|n| (2..=MAX_RECORD_BYTES as u64 + 1).contains(n));
     let Some(len) = len else {
-        return Err(format!("bytes {}..{} are not a record's line", at.line_start, at.offset));
+        return Err(PositionError::NotALine { start: at.line_start, end: at.offset });
     };
     let path = dir.join(&at.file);
-    let mut file = crate::file::open_read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    file.seek(std::io::SeekFrom::Start(at.line_start))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let io = |error| PositionError::Io { path: path.clone(), error };
+    let mut file = crate::file::open_read(&path).map_err(io)?;
+    file.seek(std::io::SeekFrom::Start(at.line_start)).map_err(io)?;
     let mut line = Vec::new();
-    (&mut file).take(len).read_to_end(&mut line).map_err(|e| format!("{}: {e}", path.display()))?;
+    (&mut file).take(len).read_to_end(&mut line).map_err(io)?;
     if line.len() as u64 != len || line.pop() != Some(b'\n') || line.contains(&b'\n') {
-        return Err(format!(
-            "{} holds no whole line at bytes {}..{}",
-            at.file, at.line_start, at.offset
-        ));
+        return Err(PositionError::NoWholeLine {
+            file: at.file.clone(),
+            start: at.line_start,
+            end: at.offset,
+        });
     }
     if at.line_start > 0 {
         // The line must start a line: the byte before it ends the previous one.
-        file.seek(std::io::SeekFrom::Start(at.line_start - 1))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        file.seek(std::io::SeekFrom::Start(at.line_start - 1)).map_err(io)?;
         let mut before = [0u8; 1];
-        file.read_exact(&mut before).map_err(|e| format!("{}: {e}", path.display()))?;
+        file.read_exact(&mut before).map_err(io)?;
         if before[0] != b'\n' {
-            return Err(format!("byte {} of {} does not start a line", at.line_start, at.file));
+            return Err(PositionError::NotLineStart {
+                file: at.file.clone(),
+                start: at.line_start,
+            });
         }
     }
     if line_hash(&line) != at.hash {
-        return Err(format!("record {} of {} has another hash", at.seq, at.file));
+        return Err(PositionError::OtherHash { seq: at.seq, file: at.file.clone() });
     }
     match serde_json::from_slice::<RecordRef<'_>>(&line) {
         Ok(r) if r.seq == at.seq => Ok(()),
-        Ok(r) => Err(format!("the record there is {}, not {}", r.seq, at.seq)),
-        Err(e) => Err(format!("the record there does not parse: {e}")),
+        Ok(r) => Err(PositionError::OtherSeq { found: r.seq, seq: at.seq }),
+        Err(e) => Err(PositionError::Unparsable(e)),
     }
 }
 
@@ -749,7 +813,7 @@ pub fn for_each_entry_after(
         None => (Resumed::Start, None),
         Some(at) => match check_position(dir, at) {
             Ok(()) => (Resumed::After(at.seq), Some(at)),
-            Err(why) => (Resumed::Mismatch(why), None),
+            Err(why) => (Resumed::Mismatch(why.to_string()), None),
         },
     };
     let mut end = start.cloned();

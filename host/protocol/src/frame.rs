@@ -35,7 +35,7 @@ pub enum FrameError {
     Trailing(usize),
     /// The body is not a valid envelope (bad UTF-8 or JSON, unknown field or type).
     #[error("bad message: {0}")]
-    Bad(#[source] serde_json::Error),
+    Bad(serde_json::Error),
     /// The envelope's version is not ours.
     #[error("protocol version {0} is not supported (this bx speaks {v})", v = crate::VERSION)]
     Version(u32),
@@ -48,7 +48,15 @@ pub enum FrameError {
     },
     /// Reading or writing the stream failed.
     #[error("frame i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+// Each variant names its cause in its message, so none is also a `source()`: a chain
+// printed whole (`{e:#}`) names it once.
+impl From<std::io::Error> for FrameError {
+    fn from(e: std::io::Error) -> FrameError {
+        FrameError::Io(e)
+    }
 }
 
 /// Encodes one envelope as a frame.

@@ -24,9 +24,10 @@ pub enum LineError {
     /// The line is not UTF-8; it is skipped and reading goes on with the next.
     #[error("the line is not UTF-8")]
     NotUtf8,
-    /// Reading the input failed; nothing more is read.
+    /// Reading the input failed; nothing more is read. (The cause is in the message, and
+    /// so not also a `source()`: a chain printed whole names it once.)
     #[error("reading lines: {0}")]
-    Io(#[source] std::io::Error),
+    Io(std::io::Error),
 }
 
 /// The lines of a blocking input, each at most `max` bytes (without its `\r\n`).
@@ -106,8 +107,28 @@ impl<R: Read> Iterator for LineReader<R> {
 mod tests {
     use super::*;
 
-    fn read(input: &[u8], max: usize) -> Vec<Result<String, String>> {
-        LineReader::new(input, max).map(|l| l.map_err(|e| format!("{e:?}"))).collect()
+    /// A line read, or which error came instead (an `io::Error` does not compare).
+    #[derive(Debug, PartialEq, Eq)]
+    enum Got {
+        Line(String),
+        TooLong(usize),
+        NotUtf8,
+        Io,
+    }
+
+    fn read(input: &[u8], max: usize) -> Vec<Got> {
+        LineReader::new(input, max)
+            .map(|l| match l {
+                Ok(line) => Got::Line(line),
+                Err(LineError::TooLong(n)) => Got::TooLong(n),
+                Err(LineError::NotUtf8) => Got::NotUtf8,
+                Err(LineError::Io(_)) => Got::Io,
+            })
+            .collect()
+    }
+
+    fn line(text: &str) -> Got {
+        Got::Line(text.to_owned())
     }
 
     /// Lines end at `\n` with an optional `\r`; the last may lack its `\n`; a lone `\r`
@@ -115,10 +136,8 @@ mod tests {
     #[test]
     fn splits_lines_and_keeps_an_unended_last_one() {
         let got = read(b"a\r\nb\n\nc\r\rd", 8);
-        let want: Vec<Result<String, String>> =
-            vec![Ok("a".into()), Ok("b".into()), Ok(String::new()), Ok("c\r\rd".into())];
-        assert_eq!(got, want);
-        assert_eq!(read(b"a\n\r", 8), vec![Ok("a".to_owned())]);
+        assert_eq!(got, vec![line("a"), line("b"), line(""), line("c\r\rd")]);
+        assert_eq!(read(b"a\n\r", 8), vec![line("a")]);
         assert_eq!(read(b"", 8), vec![]);
     }
 
@@ -127,20 +146,30 @@ mod tests {
     #[test]
     fn refuses_a_line_over_the_limit_once_and_reads_on() {
         let got = read(b"12345\n123456789\nok\n123456789", 5);
-        let want: Vec<Result<String, String>> = vec![
-            Ok("12345".into()),
-            Err("TooLong(5)".into()),
-            Ok("ok".into()),
-            Err("TooLong(5)".into()),
-        ];
-        assert_eq!(got, want);
+        assert_eq!(got, vec![line("12345"), Got::TooLong(5), line("ok"), Got::TooLong(5)]);
     }
 
     /// A line that is not UTF-8 is one error; reading goes on.
     #[test]
     fn refuses_a_line_that_is_not_utf8_and_reads_on() {
         let got = read(b"\xff\xfe\nok", 8);
-        assert_eq!(got, vec![Err("NotUtf8".to_owned()), Ok("ok".to_owned())]);
+        assert_eq!(got, vec![Got::NotUtf8, line("ok")]);
+    }
+
+    /// A failed read is one error, named once, and the end of the lines.
+    #[test]
+    fn a_failed_read_ends_the_lines_and_names_its_cause_once() {
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("the pipe broke"))
+            }
+        }
+        let mut lines = LineReader::new(Broken, 8);
+        let Some(Err(e)) = lines.next() else { panic!("no error") };
+        assert_eq!(e.to_string(), "reading lines: the pipe broke");
+        assert!(std::error::Error::source(&e).is_none(), "the cause would be named twice");
+        assert!(lines.next().is_none());
     }
 
     /// What is held stays within the limit plus one read, however long the line.

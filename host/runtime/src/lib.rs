@@ -55,8 +55,9 @@ pub fn world_of(wasm: &[u8]) -> Result<WorldCheck, RunError> {
 }
 pub use error::{Limit, RunError};
 pub use limits::Limits;
-pub use secrets::{Direction, Encoding, Leak, Secrets};
+pub use secrets::{Direction, Encoding, GuardError, Leak, Secrets};
 pub use tool::{
     CallReport, FunctionInfo, FunctionSpec, LoadedTool, SecretActivity, Shape, Touched, WorldCheck,
-    block_on, check_world,
+    block_on, check_world, component_name,
 };
+pub use wit_json::{ArgError, TypeError};

@@ -17,7 +17,7 @@ use crate::engine::Runtime;
 use crate::error::{Limit, RunError, chain};
 use crate::secrets::{Direction, Leak, Secrets};
 use crate::state::{CallState, LimitTrap};
-use crate::wit_json::{self, ExportedFn};
+use crate::wit_json::{self, ArgError, ExportedFn, TypeError};
 
 /// Bytes of a tool's summary that `describe` may return. Without a bound a tool could put
 /// megabytes into every prompt's tools array and every listing.
@@ -165,6 +165,59 @@ pub fn check_world(runtime: &Runtime, component: &Component) -> Result<WorldChec
     Ok(world)
 }
 
+/// The name a component carries for itself: the own-name subsection of its top-level
+/// `component-name` section (what `wasm-tools metadata add --name` writes). Toolchains
+/// that name nothing (componentize-py, jco, `cargo build` for wasm32-wasip2) leave it
+/// out: `None`, as for bytes that are not a component. Read from the bytes as they are,
+/// with every length checked: nothing nested is read.
+pub fn component_name(wasm: &[u8]) -> Option<String> {
+    /// A component's preamble: `\0asm`, version 0x0d, layer 1.
+    const PREAMBLE: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+    if wasm.get(..8)? != PREAMBLE {
+        return None;
+    }
+    let mut at = 8;
+    while at < wasm.len() {
+        let id = wasm[at];
+        at += 1;
+        let section = take_sized(wasm, &mut at)?;
+        if id != 0 {
+            continue;
+        }
+        let mut within = 0;
+        if take_sized(section, &mut within)? != b"component-name" {
+            continue;
+        }
+        // The own-name subsection (id 0) comes first when there is one.
+        if section.get(within) != Some(&0) {
+            continue;
+        }
+        within += 1;
+        let own = take_sized(section, &mut within)?;
+        let name = take_sized(own, &mut 0)?;
+        return std::str::from_utf8(name).ok().map(str::to_owned);
+    }
+    None
+}
+
+/// A LEB128 length at `*at` in `bytes` and that many bytes after it, moving `*at` past
+/// them; `None` when either does not fit.
+fn take_sized<'a>(bytes: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+    let mut len: u64 = 0;
+    for shift in (0..35).step_by(7) {
+        let byte = *bytes.get(*at)?;
+        *at += 1;
+        len |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            let end = at.checked_add(usize::try_from(len).ok()?)?;
+            let out = bytes.get(*at..end)?;
+            *at = end;
+            return Some(out);
+        }
+    }
+    None
+}
+
 /// A component ready to run: pre-instantiated against the linker, with its description.
 pub struct LoadedTool {
     digest: String,
@@ -204,7 +257,7 @@ pub struct FunctionInfo {
     pub tool_suffix: String,
     /// The JSON Schema of its arguments object, or why bx cannot call it (a resource
     /// type, say).
-    pub schema: Result<String, String>,
+    pub schema: Result<String, TypeError>,
     /// Its parameters whose type is a string or a list of strings (either optional):
     /// the ones a manifest may name as paths or URLs (each string of a list is one).
     pub string_params: Vec<String>,
@@ -271,11 +324,11 @@ impl LoadedTool {
     /// Checks a call's arguments against the function's types, before the broker sees
     /// the call: the same conversion the call makes, so what passes here is what runs.
     /// A `bx:tool` component checks its own arguments.
-    pub fn check_args(&self, args: &serde_json::Value) -> Result<(), String> {
+    pub fn check_args(&self, args: &serde_json::Value) -> Result<(), ArgError> {
         match &self.kind {
             Kind::Bx(_) => Ok(()),
             Kind::Function { function, .. } => {
-                wit_json::args_to_vals(args, &function.params).map(drop).map_err(|e| e.to_string())
+                wit_json::args_to_vals(args, &function.params).map(drop)
             }
         }
     }
@@ -797,7 +850,7 @@ fn function_info(f: &ExportedFn) -> FunctionInfo {
     };
     let schema = match &f.schema {
         Ok(schema) => Ok(schema.args.to_string()),
-        Err(why) => Err(why.to_string()),
+        Err(why) => Err(why.clone()),
     };
     use wasmtime::component::Type;
     let strings = |ty: &Type| match ty {
@@ -835,4 +888,35 @@ fn world_names(runtime: &Runtime, component: &Component) -> WorldCheck {
 fn stdio_full(store: &Store<CallState>) -> bool {
     let cap = store.data().limits.stdio_bytes;
     store.data().stdout.contents().len() >= cap || store.data().stderr.contents().len() >= cap
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(name: &str) -> wasm_encoder::ComponentNameSection {
+        let mut names = wasm_encoder::ComponentNameSection::new();
+        names.component(name);
+        names
+    }
+
+    /// The name a component carries is its top-level own-name subsection: not a nested
+    /// component's, not a core module's, and nothing from bytes cut short.
+    #[test]
+    fn reads_the_name_a_component_carries_and_nothing_else() {
+        let mut one = wasm_encoder::Component::new();
+        one.section(&named("weather"));
+        let one = one.finish();
+        assert_eq!(component_name(&one), Some("weather".to_owned()));
+        assert_eq!(component_name(&wasm_encoder::Component::new().finish()), None);
+        let mut outer = wasm_encoder::Component::new();
+        let mut inner = wasm_encoder::Component::new();
+        inner.section(&named("inner"));
+        outer.section(&wasm_encoder::NestedComponentSection(&inner));
+        assert_eq!(component_name(&outer.finish()), None);
+        assert_eq!(component_name(&wasm_encoder::Module::new().finish()), None);
+        for cut in 8..one.len() {
+            assert_eq!(component_name(&one[..cut]), None, "cut at {cut}");
+        }
+    }
 }

@@ -33,8 +33,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 
-#[cfg(test)]
-pub(crate) use convert::ArgError;
+pub use convert::ArgError;
 pub(crate) use convert::{args_to_vals, split_result, vals_to_json};
 pub(crate) use docs::{function_docs, world_of};
 pub(crate) use schema::{args_schema, result_schema};
@@ -55,7 +54,8 @@ pub(crate) const MAX_SCHEMA_BYTES: usize = 64 << 10;
 
 /// Why a function's types cannot be given JSON form, or a component's exports refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum TypeError {
+#[non_exhaustive]
+pub enum TypeError {
     /// A parameter or the result uses a type with no JSON form.
     #[error("{at} uses {what}, which has no JSON form")]
     Unsupported {

@@ -44,6 +44,14 @@ pub enum StateError {
         /// Why.
         why: String,
     },
+    /// The secret store holds as many secrets as it keeps; a new one is refused.
+    #[error("{path}: the store holds {max} secrets, the most it keeps")]
+    SecretsFull {
+        /// The store file.
+        path: String,
+        /// The most it keeps.
+        max: usize,
+    },
     /// A name that cannot name a secret.
     #[error(
         "bad secret name {0:?}: use 1 to 64 of a-z, 0-9, '_' and '-', starting with a letter or digit"

@@ -23,6 +23,6 @@ pub use policy_file::{PolicyFile, PolicyStatus};
 pub use read::{MAX_CONFIG_BYTES, MAX_OWN_FILE_BYTES, MAX_POLICY_BYTES, read_own};
 pub use secrets::{
     LastUse, Loaded, MAX_SECRET_BYTES, MAX_SECRETS, MIN_SECRET_BYTES, SecretStore, SecretValue,
-    StoredSecret,
+    SecretValueError, StoredSecret,
 };
 pub use sessions::{SessionState, Sessions, valid_session_id, write_atomically};

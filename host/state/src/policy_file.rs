@@ -64,8 +64,10 @@ impl PolicyFile {
         &self.path
     }
 
-    fn protect(&self, policy: Policy) -> Result<Policy, String> {
-        policy.protect_own(self.own.iter().cloned()).map_err(|e| format!("bx's own paths: {e}"))
+    /// `policy` with bx's own paths out of every grant's reach; `Err` when one of them
+    /// cannot be a path a rule names (then nothing is in force from it).
+    fn protect(&self, policy: Policy) -> Result<Policy, bx_broker::PathError> {
+        policy.protect_own(self.own.iter().cloned())
     }
 
     /// Reads the file and, when its content differs from what was last read, takes the
@@ -89,7 +91,9 @@ impl PolicyFile {
                         self.in_force = Some(Arc::new(p));
                         self.status = PolicyStatus::Missing;
                     }
-                    Err(why) => self.status = PolicyStatus::Unreadable(why),
+                    Err(e) => {
+                        self.status = PolicyStatus::Unreadable(format!("bx's own paths: {e}"))
+                    }
                 }
             }
             (Stamp::Unreadable(why), _) => self.status = PolicyStatus::Unreadable(why.clone()),
@@ -104,7 +108,9 @@ impl PolicyFile {
                             self.in_force = Some(Arc::new(p));
                             self.status = PolicyStatus::Valid;
                         }
-                        Err(why) => self.status = PolicyStatus::Unreadable(why),
+                        Err(e) => {
+                            self.status = PolicyStatus::Unreadable(format!("bx's own paths: {e}"))
+                        }
                     },
                     Err(errors) => self.status = PolicyStatus::Invalid(errors),
                 },

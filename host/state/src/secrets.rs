@@ -29,6 +29,30 @@ const MAX_STORE_BYTES: u64 = 1 << 20;
 /// How long a change waits for another command's change to the store.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
+/// Why a value cannot be a secret's. `Copy`, and holding nothing of the value: no
+/// message made from it can echo the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretValueError {
+    /// Shorter than [`MIN_SECRET_BYTES`] (its length).
+    #[error(
+        "the value is {0} bytes; at least {MIN_SECRET_BYTES} are needed (the leak guard would match a shorter one in ordinary text)"
+    )]
+    TooShort(usize),
+    /// Longer than [`MAX_SECRET_BYTES`].
+    #[error("the value is over {MAX_SECRET_BYTES} bytes")]
+    TooLong,
+    /// Not printable ASCII.
+    #[error("the value must be printable ASCII (what a header can carry)")]
+    NotPrintable,
+    /// A `"` or a `\`, which JSON escapes.
+    #[error("the value holds a quote or a backslash, which no token needs")]
+    QuoteOrBackslash,
+    /// A space at the start or the end.
+    #[error("the value starts or ends with a space")]
+    SpaceAtAnEnd,
+}
+
 /// A secret's value. Its `Debug` prints nothing of it.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
@@ -37,26 +61,23 @@ pub struct SecretValue(String);
 impl SecretValue {
     /// Checks `text` as a value: 8 to 4096 bytes of printable ASCII (space included,
     /// not at either end; no `"` or `\`), what a header or a query can carry as it is.
-    pub fn new(text: String) -> Result<SecretValue, String> {
+    pub fn new(text: String) -> Result<SecretValue, SecretValueError> {
         if text.len() < MIN_SECRET_BYTES {
-            return Err(format!(
-                "the value is {} bytes; at least {MIN_SECRET_BYTES} are needed (the leak guard would match a shorter one in ordinary text)",
-                text.len()
-            ));
+            return Err(SecretValueError::TooShort(text.len()));
         }
         if text.len() > MAX_SECRET_BYTES {
-            return Err(format!("the value is over {MAX_SECRET_BYTES} bytes"));
+            return Err(SecretValueError::TooLong);
         }
         if !text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-            return Err("the value must be printable ASCII (what a header can carry)".into());
+            return Err(SecretValueError::NotPrintable);
         }
         // JSON writes these escaped, where the guard must still find the value (and
         // replace it without breaking the escape).
         if text.contains(['"', '\\']) {
-            return Err("the value holds a quote or a backslash, which no token needs".into());
+            return Err(SecretValueError::QuoteOrBackslash);
         }
         if text.starts_with(' ') || text.ends_with(' ') {
-            return Err("the value starts or ends with a space".into());
+            return Err(SecretValueError::SpaceAtAnEnd);
         }
         Ok(SecretValue(text))
     }
@@ -221,9 +242,13 @@ impl SecretStore {
         if !bx_broker::valid_secret_name(name) {
             return Err(StateError::BadSecretName(name.to_owned()));
         }
+        let path = self.store_file();
         self.change(name, |file| {
             if !file.secrets.contains_key(name) && file.secrets.len() >= MAX_SECRETS {
-                return Err(format!("the store holds {MAX_SECRETS} secrets, the most it keeps"));
+                return Err(StateError::SecretsFull {
+                    path: path.display().to_string(),
+                    max: MAX_SECRETS,
+                });
             }
             Ok(file.secrets.insert(name.to_owned(), StoredSecret { value, set: now }).is_some())
         })
@@ -239,12 +264,12 @@ impl SecretStore {
     fn change<T>(
         &self,
         name: &str,
-        edit: impl FnOnce(&mut StoreFile) -> Result<T, String>,
+        edit: impl FnOnce(&mut StoreFile) -> Result<T, StateError>,
     ) -> Result<T, StateError> {
         self.make_dir()?;
         let _lock = self.lock()?;
         let mut file = StoreFile { version: 1, secrets: self.load()?.secrets };
-        let out = edit(&mut file).map_err(|why| StateError::io(&self.store_file(), why))?;
+        let out = edit(&mut file)?;
         let text =
             serde_json::to_vec_pretty(&file).map_err(|e| StateError::io(&self.store_file(), e))?;
         crate::sessions::write_atomically(&self.store_file(), &text)?;
@@ -342,10 +367,11 @@ mod tests {
 
     #[test]
     fn refuses_short_unprintable_and_bad_names() {
-        assert!(SecretValue::new("short".into()).is_err());
-        assert!(SecretValue::new("abcdefgh\n".into()).is_err());
-        assert!(SecretValue::new(" abcdefgh".into()).is_err());
-        assert!(SecretValue::new("x".repeat(4097)).is_err());
+        assert_eq!(SecretValue::new("short".into()), Err(SecretValueError::TooShort(5)));
+        assert_eq!(SecretValue::new("abcdefgh\n".into()), Err(SecretValueError::NotPrintable));
+        assert_eq!(SecretValue::new(" abcdefgh".into()), Err(SecretValueError::SpaceAtAnEnd));
+        assert_eq!(SecretValue::new("abc\"defgh".into()), Err(SecretValueError::QuoteOrBackslash));
+        assert_eq!(SecretValue::new("x".repeat(4097)), Err(SecretValueError::TooLong));
         let dir = tempfile::tempdir().unwrap();
         let store = SecretStore::at(dir.path());
         assert!(store.set("Bad Name", value("abcdefgh"), "t".into()).is_err());

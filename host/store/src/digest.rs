@@ -2,7 +2,7 @@
 
 use sha2::{Digest as _, Sha256};
 
-use crate::error::StoreError;
+use crate::error::{DigestError, StoreError};
 
 /// A SHA-256 digest, written `sha256:` and 64 lower-case hex digits.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -11,17 +11,20 @@ pub struct Digest([u8; 32]);
 impl Digest {
     /// Parses `sha256:HEX` strictly: the prefix, exactly 64 hex digits, lower case.
     pub fn parse(text: &str) -> Result<Digest, StoreError> {
-        let bad = |why: &str| StoreError::BadDigest { text: text.to_owned(), why: why.to_owned() };
-        let hex_part =
-            text.strip_prefix("sha256:").ok_or_else(|| bad("must start with sha256:"))?;
+        Digest::parse_text(text).map_err(|why| StoreError::BadDigest { text: text.to_owned(), why })
+    }
+
+    /// [`Digest::parse`], saying only what is wrong.
+    pub(crate) fn parse_text(text: &str) -> Result<Digest, DigestError> {
+        let hex_part = text.strip_prefix("sha256:").ok_or(DigestError::NoPrefix)?;
         if hex_part.len() != 64 {
-            return Err(bad("must have 64 hex digits"));
+            return Err(DigestError::Length);
         }
         if hex_part.chars().any(|c| c.is_ascii_uppercase()) {
-            return Err(bad("hex digits must be lower case"));
+            return Err(DigestError::UpperCase);
         }
         let mut out = [0u8; 32];
-        hex::decode_to_slice(hex_part, &mut out).map_err(|_| bad("not hex"))?;
+        hex::decode_to_slice(hex_part, &mut out).map_err(|_| DigestError::NotHex)?;
         Ok(Digest(out))
     }
 
@@ -59,13 +62,26 @@ mod tests {
             d.to_string(),
             "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        for bad in [
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
-            "sha256:ba78",
-            "sha256:BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD",
-            "sha256:zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
-            "sha512:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        for (bad, why) in [
+            (
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+                DigestError::NoPrefix,
+            ),
+            ("sha256:ba78", DigestError::Length),
+            (
+                "sha256:BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD",
+                DigestError::UpperCase,
+            ),
+            (
+                "sha256:zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+                DigestError::NotHex,
+            ),
+            (
+                "sha512:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+                DigestError::NoPrefix,
+            ),
         ] {
+            assert_eq!(Digest::parse_text(bad), Err(why), "{bad}");
             assert!(Digest::parse(bad).is_err(), "{bad}");
         }
     }

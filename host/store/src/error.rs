@@ -11,7 +11,7 @@ pub enum StoreError {
         /// What was given.
         text: String,
         /// What is wrong with it.
-        why: String,
+        why: DigestError,
     },
     /// The bytes do not hash to the digest the owner gave.
     #[error("digest mismatch: expected {expected}, got {actual}; nothing was installed")]
@@ -29,9 +29,22 @@ pub enum StoreError {
         /// What went wrong.
         message: String,
     },
-    /// The bytes are not a usable tool component.
+    /// The bytes are not a usable tool component. (The cause is in the message, and so not
+    /// also a `source()`: a chain printed whole names it once.)
     #[error("refused component: {0}")]
-    Component(#[from] bx_runtime::RunError),
+    Component(bx_runtime::RunError),
+    /// A name its tools cannot have (`--name`, or the name the component carries).
+    #[error("tool name {0:?} must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'")]
+    BadName(String),
+    /// A standard component that carries no name, installed from a source whose name
+    /// gives none a tool name can use, and no `--name`.
+    #[error(
+        "the component carries no name, and {from} gives none that a tool name can use: pass --name NAME (its tools are NAME.FUNCTION)"
+    )]
+    Unnamed {
+        /// Where it came from, in words (`the file name "…"`, `its digest alone`).
+        from: String,
+    },
     /// Another tool with this name is installed.
     #[error(
         "a tool named {name} is already installed as {installed}; pass --replace to replace it"
@@ -44,15 +57,15 @@ pub enum StoreError {
     },
     /// A file of the state directory could not be read or is malformed (config, the
     /// installed set).
-    #[error("{0}")]
+    #[error(transparent)]
     State(#[from] bx_state::StateError),
     /// A component's manifest cannot be read or asks for what cannot be granted.
-    #[error("manifest {path}: {message}")]
+    #[error("manifest {path}: {why}")]
     Manifest {
         /// The manifest file.
         path: String,
         /// What is wrong with it.
-        message: String,
+        why: ManifestError,
     },
     /// An `oci://` reference that cannot be read.
     #[error("bad reference {text:?}: {why}")]
@@ -60,7 +73,7 @@ pub enum StoreError {
         /// What was given (cut).
         text: String,
         /// What is wrong with it.
-        why: String,
+        why: ReferenceError,
     },
     /// The registry could not be reached, refused, or sent what bx does not read.
     #[error("registry {reference}: {message}; nothing was installed")]
@@ -146,13 +159,21 @@ pub enum StoreError {
     },
 }
 
+impl From<bx_runtime::RunError> for StoreError {
+    fn from(e: bx_runtime::RunError) -> StoreError {
+        StoreError::Component(e)
+    }
+}
+
 impl StoreError {
     /// The runbook entry for this error, which whoever prints it prints with it.
     pub fn runbook(&self) -> Option<&'static str> {
         match self {
             StoreError::DigestMismatch { .. }
             | StoreError::BadDigest { .. }
-            | StoreError::Fetch { .. } => Some("docs/runbook.md#install-refused"),
+            | StoreError::Fetch { .. }
+            | StoreError::BadName(_)
+            | StoreError::Unnamed { .. } => Some("docs/runbook.md#install-refused"),
             StoreError::Manifest { .. } => Some("docs/runbook.md#manifest-refused"),
             StoreError::BadReference { .. }
             | StoreError::Registry { .. }
@@ -201,6 +222,219 @@ impl std::fmt::Display for SignatureProblem {
             SignatureProblem::Malformed => "a malformed signature",
         })
     }
+}
+
+/// Why `sha256:` digest text is malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DigestError {
+    /// No `sha256:` prefix.
+    #[error("must start with sha256:")]
+    NoPrefix,
+    /// Not 64 digits after it.
+    #[error("must have 64 hex digits")]
+    Length,
+    /// Upper-case digits (one digest has one spelling).
+    #[error("hex digits must be lower case")]
+    UpperCase,
+    /// Not hexadecimal.
+    #[error("not hex")]
+    NotHex,
+}
+
+/// Why an `oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]` reference (or a part of one in
+/// a trusted key's scope) does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReferenceError {
+    /// No `oci://`.
+    #[error("must start with oci://")]
+    NoScheme,
+    /// The manifest digest after `@` is malformed (as given, and why).
+    #[error("bad digest {text:?}: {why}")]
+    Digest {
+        /// What was given.
+        text: String,
+        /// What is wrong with it.
+        why: DigestError,
+    },
+    /// No `/` between a registry and a repository.
+    #[error("needs a registry and a repository")]
+    NoRepository,
+    /// The registry is not a lower-case host or host:port in its one spelling.
+    #[error("registry {0:?} is not a lower-case host or host:port")]
+    Registry(String),
+    /// The repository is not in the distribution spec's grammar.
+    #[error("repository {0:?} is not lower-case path components")]
+    Repository(String),
+    /// The tag is not one.
+    #[error("tag {0:?} is not 1 to 128 of A-Z a-z 0-9 _ . -")]
+    Tag(String),
+    /// Neither a tag nor a digest.
+    #[error("needs a :TAG or an @sha256: manifest digest")]
+    NoTagOrDigest,
+}
+
+/// Why a trusted key's scope (`REGISTRY` or `REGISTRY/REPOSITORY`) does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyScopeError {
+    /// The registry part (the scope as given, cut).
+    #[error("scope {text:?}: {why}; a scope is REGISTRY or REGISTRY/REPOSITORY")]
+    Registry {
+        /// The scope as given, cut.
+        text: String,
+        /// What is wrong with the registry.
+        why: ReferenceError,
+    },
+    /// The repository part.
+    #[error("scope {text:?}: {why}, with no tag, digest or pattern")]
+    Repository {
+        /// The scope as given, cut.
+        text: String,
+        /// What is wrong with the repository.
+        why: ReferenceError,
+    },
+}
+
+/// Why a registry's manifest is not a Wasm component artifact bx installs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageManifestError {
+    /// Another kind of manifest (an index of several, say): its media type, cut.
+    #[error("media type {0:?} is not an image manifest (an index of several is not installed)")]
+    NotAnImage(String),
+    /// Not an image manifest's JSON.
+    #[error("not an OCI image manifest: {}", cut(&.0.to_string(), 200))]
+    Json(serde_json::Error),
+    /// A schema version other than 2.
+    #[error("schemaVersion {0} (only 2 is read)")]
+    SchemaVersion(u32),
+    /// The config's media type is not a Wasm artifact's (it, cut).
+    #[error(
+        "config media type {0:?} is not {wasm}: not a Wasm artifact",
+        wasm = crate::oci::WASM_CONFIG_TYPE
+    )]
+    NotWasm(String),
+    /// Not exactly one layer, a component.
+    #[error(
+        "a Wasm artifact has exactly one layer of type {}; this one has {layers} layers, {wasm} of them Wasm",
+        crate::oci::WASM_LAYER_TYPE
+    )]
+    Layers {
+        /// Layers it has.
+        layers: usize,
+        /// Of them, component layers.
+        wasm: usize,
+    },
+}
+
+/// What is wrong with a standard component's manifest, or with what it asks for. The
+/// store adds which file ([`StoreError::Manifest`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// The file is not UTF-8.
+    #[error("not UTF-8")]
+    NotUtf8,
+    /// bx's TOML form does not parse (or holds an unknown key).
+    #[error("{0}")]
+    Toml(toml::de::Error),
+    /// Wassette's YAML form does not parse.
+    #[error("{0}")]
+    Yaml(yaml_serde::Error),
+    /// Neither form by its name.
+    #[error("a manifest is bx's TOML (.toml) or Wassette's policy (.yaml, .yml)")]
+    UnknownForm,
+    /// A list longer than its bound.
+    #[error("{list}: {count} entries, at most {max}")]
+    TooManyEntries {
+        /// Which list (`reach.read`, `functions.f.read`).
+        list: String,
+        /// Entries it has.
+        count: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// An entry that is empty or longer than its bound.
+    #[error("{list}: an entry of {bytes} bytes")]
+    EntrySize {
+        /// Which list.
+        list: String,
+        /// Its length.
+        bytes: usize,
+    },
+    /// An entry holding a control character (the entry, cut).
+    #[error("{list}: {entry:?} holds a control character")]
+    ControlCharacter {
+        /// Which list.
+        list: String,
+        /// The entry, cut.
+        entry: String,
+    },
+    /// More functions than the bound.
+    #[error("{count} functions, at most {max}")]
+    TooManyFunctions {
+        /// Functions it names.
+        count: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// A host that is not a host or host:port (it, cut).
+    #[error("reach.hosts: {0:?} is not a host or host:port")]
+    NotAHost(String),
+    /// A Wassette storage URI that is not `fs://` (it, cut).
+    #[error("storage uri {0:?}: bx reads only fs:// URIs")]
+    NotAFileUri(String),
+    /// A Wassette storage URI with a pattern (it, cut).
+    #[error("storage uri {0:?}: bx grants a directory or a file, not a pattern")]
+    Pattern(String),
+    /// A Wassette storage access other than `read` and `write`.
+    #[error("storage uri {uri:?}: access {access:?}")]
+    Access {
+        /// The URI, cut.
+        uri: String,
+        /// The access, cut.
+        access: String,
+    },
+    /// A Wassette network entry with both or neither of `host` and `cidr`.
+    #[error("a network allow entry names one host or one cidr")]
+    NetworkEntry,
+    /// It names a function the component does not export.
+    #[error("names function {0:?}, which the component does not export")]
+    NoSuchFunction(String),
+    /// It names a parameter a function does not have.
+    #[error("{function}: parameter {param:?} does not exist")]
+    NoSuchParameter {
+        /// The function.
+        function: String,
+        /// The parameter.
+        param: String,
+    },
+    /// It names a parameter that is not a string (nor a list of strings).
+    #[error("{function}: parameter {param:?} is not a string")]
+    NotAString {
+        /// The function.
+        function: String,
+        /// The parameter.
+        param: String,
+    },
+    /// The owner's policy refuses a resource it asks for whatever the arguments.
+    #[error("{0}")]
+    Refused(StaticRefused),
+}
+
+/// A resource a tool reaches whatever its arguments (from its manifest) that the owner's
+/// policy refuses: what [`crate::StaticCheck`] answers, and what refuses the install.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{tool} asks to {resource} whatever its arguments, and the policy refuses it: {reason}")]
+pub struct StaticRefused {
+    /// The tool.
+    pub tool: String,
+    /// The resource.
+    pub resource: bx_broker::Resource,
+    /// Why the policy refuses it.
+    pub reason: bx_broker::DenyReason,
 }
 
 /// Text from outside bx (a registry, a signature, a reference as typed) for a message:

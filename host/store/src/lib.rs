@@ -14,11 +14,14 @@ pub mod signature;
 mod store;
 
 pub use digest::Digest;
-pub use error::{SignatureProblem, StoreError};
+pub use error::{
+    DigestError, ImageManifestError, KeyScopeError, ManifestError, ReferenceError,
+    SignatureProblem, StaticRefused, StoreError,
+};
 pub use fetch::Progress;
 pub use installed::{Declared, Difference, Installed, InstalledFunction, InstalledTool};
 pub use manifest::{Manifest, ParamReach, ReadManifest, StaticReach};
 pub use store::{
-    Change, InstallOptions, InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, RecordHook,
-    StaticCheck, Store,
+    Change, InstallOptions, InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, NamedBy,
+    RecordHook, StaticCheck, Store,
 };

@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::error::StoreError;
+use crate::error::{ManifestError, StoreError};
 
 /// Bytes of a manifest file read, at most.
 pub(crate) const MAX_MANIFEST_BYTES: u64 = 64 << 10;
@@ -105,16 +105,16 @@ pub struct ReadManifest {
 }
 
 /// `text` cut to 128 bytes for a message (a manifest's entries are the publisher's).
-fn cut(text: &str) -> &str {
+fn cut(text: &str) -> String {
     let mut end = text.len().min(128);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    &text[..end]
+    text[..end].to_owned()
 }
 
-fn invalid(path: &Path, message: impl Into<String>) -> StoreError {
-    StoreError::Manifest { path: path.display().to_string(), message: message.into() }
+fn invalid(path: &Path, why: ManifestError) -> StoreError {
+    StoreError::Manifest { path: path.display().to_string(), why }
 }
 
 impl Manifest {
@@ -122,20 +122,16 @@ impl Manifest {
     /// `.yml`. Bounded in size, every list and entry bounded, every entry checked.
     pub fn read(path: &Path) -> Result<ReadManifest, StoreError> {
         let bytes = crate::fetch::read_bounded(path, MAX_MANIFEST_BYTES)?;
-        let text = String::from_utf8(bytes).map_err(|_| invalid(path, "not UTF-8"))?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid(path, ManifestError::NotUtf8))?;
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
         let read = match ext {
             "toml" => ReadManifest {
-                manifest: toml::from_str(&text).map_err(|e| invalid(path, e.to_string()))?,
+                manifest: toml::from_str(&text)
+                    .map_err(|e| invalid(path, ManifestError::Toml(e)))?,
                 notes: Vec::new(),
             },
             "yaml" | "yml" => from_wassette(&text).map_err(|m| invalid(path, m))?,
-            _ => {
-                return Err(invalid(
-                    path,
-                    "a manifest is bx's TOML (.toml) or Wassette's policy (.yaml, .yml)",
-                ));
-            }
+            _ => return Err(invalid(path, ManifestError::UnknownForm)),
         };
         read.manifest.check().map_err(|m| invalid(path, m))?;
         Ok(read)
@@ -143,7 +139,7 @@ impl Manifest {
 
     /// Bounds and shapes: lists of at most 64 entries of at most 1 KiB, no control
     /// characters, hosts that are names or addresses with an optional port.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ManifestError> {
         let lists = [("reach.read", &self.reach.read), ("reach.write", &self.reach.write)]
             .into_iter()
             .chain([("reach.hosts", &self.reach.hosts)])
@@ -154,28 +150,32 @@ impl Manifest {
             }));
         for (name, list) in lists {
             if list.len() > MAX_ENTRIES {
-                return Err(format!("{name}: {} entries, at most {MAX_ENTRIES}", list.len()));
+                return Err(ManifestError::TooManyEntries {
+                    list: name,
+                    count: list.len(),
+                    max: MAX_ENTRIES,
+                });
             }
             for entry in list.iter() {
                 if entry.is_empty() || entry.len() > MAX_ENTRY_BYTES {
-                    return Err(format!("{name}: an entry of {} bytes", entry.len()));
+                    return Err(ManifestError::EntrySize { list: name, bytes: entry.len() });
                 }
                 if entry.chars().any(char::is_control) {
-                    return Err(format!("{name}: {:?} holds a control character", cut(entry)));
+                    return Err(ManifestError::ControlCharacter { list: name, entry: cut(entry) });
                 }
             }
         }
         if self.functions.len() > MAX_ENTRIES * 4 {
-            return Err(format!("{} functions, at most {}", self.functions.len(), MAX_ENTRIES * 4));
+            return Err(ManifestError::TooManyFunctions {
+                count: self.functions.len(),
+                max: MAX_ENTRIES * 4,
+            });
         }
         for host in &self.reach.hosts {
             let url = format!("https://{host}/");
             match url::Url::parse(&url) {
                 Ok(u) if u.host_str().is_some() && u.path() == "/" && u.username().is_empty() => {}
-                _ => {
-                    let host = cut(host);
-                    return Err(format!("reach.hosts: {host:?} is not a host or host:port"));
-                }
+                _ => return Err(ManifestError::NotAHost(cut(host))),
             }
         }
         Ok(())
@@ -223,33 +223,26 @@ struct WassetteNetwork {
 }
 
 /// A Wassette policy as bx's manifest, with notes on what bx does not take from it.
-fn from_wassette(text: &str) -> Result<ReadManifest, String> {
-    let policy: WassettePolicy = yaml_serde::from_str(text).map_err(|e| e.to_string())?;
+fn from_wassette(text: &str) -> Result<ReadManifest, ManifestError> {
+    let policy: WassettePolicy = yaml_serde::from_str(text).map_err(ManifestError::Yaml)?;
     let mut reach = StaticReach::default();
     let mut notes = Vec::new();
     let p = policy.permissions;
     if let Some(storage) = p.storage {
         for s in storage.allow {
             let Some(rest) = s.uri.strip_prefix("fs://") else {
-                return Err(format!("storage uri {:?}: bx reads only fs:// URIs", cut(&s.uri)));
+                return Err(ManifestError::NotAFileUri(cut(&s.uri)));
             };
             let path = rest.strip_suffix("/**").or_else(|| rest.strip_suffix("/*")).unwrap_or(rest);
             if path.contains(['*', '?', '[']) {
-                return Err(format!(
-                    "storage uri {:?}: bx grants a directory or a file, not a pattern",
-                    cut(&s.uri)
-                ));
+                return Err(ManifestError::Pattern(cut(&s.uri)));
             }
             for access in &s.access {
                 match access.as_str() {
                     "read" => reach.read.push(path.to_owned()),
                     "write" => reach.write.push(path.to_owned()),
                     other => {
-                        return Err(format!(
-                            "storage uri {:?}: access {:?}",
-                            cut(&s.uri),
-                            cut(other)
-                        ));
+                        return Err(ManifestError::Access { uri: cut(&s.uri), access: cut(other) });
                     }
                 }
             }
@@ -273,7 +266,7 @@ fn from_wassette(text: &str) -> Result<ReadManifest, String> {
                 }
                 (None, Some(cidr)) => notes
                     .push(format!("network cidr {cidr:?} is not taken: bx grants hosts by name")),
-                _ => return Err("a network allow entry names one host or one cidr".into()),
+                _ => return Err(ManifestError::NetworkEntry),
             }
         }
         if network.deny.is_some() {
@@ -311,8 +304,16 @@ mod tests {
         let read = from_wassette(&format!("permissions:\n  network:\n    allow:\n{many}")).unwrap();
         assert_eq!(read.notes.len(), MAX_NOTES + 1, "{:?}", read.notes.last());
         assert!(read.notes[MAX_NOTES].contains("984 more"), "{:?}", read.notes.last());
-        assert!(from_wassette("permissions:\n  storage:\n    allow:\n    - uri: \"http://x\"\n      access: [read]\n").is_err());
-        assert!(from_wassette("permissions:\n  storage:\n    allow:\n    - uri: \"fs:///a/*.txt\"\n      access: [read]\n").is_err());
+        assert!(matches!(
+            from_wassette("permissions:\n  storage:\n    allow:\n    - uri: \"http://x\"\n      access: [read]\n"),
+            Err(ManifestError::NotAFileUri(uri)) if uri == "http://x"
+        ));
+        assert!(matches!(
+            from_wassette(
+                "permissions:\n  storage:\n    allow:\n    - uri: \"fs:///a/*.txt\"\n      access: [read]\n"
+            ),
+            Err(ManifestError::Pattern(_))
+        ));
     }
 
     /// The manifests under `fixtures/manifests/` read as their comments say.
@@ -340,17 +341,23 @@ mod tests {
     fn bounds_and_shapes_are_checked() {
         let mut m = Manifest::default();
         m.reach.hosts.push("api.example.com:8443".into());
-        assert_eq!(m.check(), Ok(()));
+        assert!(m.check().is_ok());
         m.reach.hosts.push("user@host".into());
-        assert!(m.check().is_err());
+        assert!(matches!(m.check(), Err(ManifestError::NotAHost(h)) if h == "user@host"));
         let mut m = Manifest::default();
         m.reach.read = vec!["/a".into(); MAX_ENTRIES + 1];
-        assert!(m.check().unwrap_err().contains("reach.read"));
+        assert_eq!(
+            m.check().unwrap_err().to_string(),
+            format!("reach.read: {} entries, at most {MAX_ENTRIES}", MAX_ENTRIES + 1)
+        );
         let mut m = Manifest::default();
         m.functions.insert(
             "f".into(),
             ParamReach { read: vec!["a\u{1b}[2J".into()], ..Default::default() },
         );
-        assert!(m.check().unwrap_err().contains("functions.f.read"));
+        assert_eq!(
+            m.check().unwrap_err().to_string(),
+            "functions.f.read: \"a\\u{1b}[2J\" holds a control character"
+        );
     }
 }

@@ -16,7 +16,7 @@ use std::io::Read as _;
 use std::time::{Duration, Instant};
 
 use crate::digest::Digest;
-use crate::error::StoreError;
+use crate::error::{ImageManifestError, KeyScopeError, ReferenceError, StoreError};
 use crate::fetch::{Progress, error_chain};
 use crate::store::MAX_COMPONENT_BYTES;
 
@@ -66,29 +66,33 @@ impl Reference {
     /// optional port), a repository in the distribution spec's grammar, and a tag, a
     /// digest or both.
     pub fn parse(text: &str) -> Result<Reference, StoreError> {
-        let bad = |why: &str| StoreError::BadReference {
+        let bad = |why: ReferenceError| StoreError::BadReference {
             text: crate::error::cut(text, 200),
-            why: why.to_owned(),
+            why,
         };
-        let rest = text.strip_prefix("oci://").ok_or_else(|| bad("must start with oci://"))?;
+        let rest = text.strip_prefix("oci://").ok_or_else(|| bad(ReferenceError::NoScheme))?;
         let (rest, digest) = match rest.split_once('@') {
-            Some((r, d)) => (r, Some(Digest::parse(d).map_err(|e| bad(&e.to_string()))?)),
+            Some((r, d)) => {
+                let digest = Digest::parse_text(d)
+                    .map_err(|why| bad(ReferenceError::Digest { text: d.to_owned(), why }))?;
+                (r, Some(digest))
+            }
             None => (rest, None),
         };
         let (registry, path) =
-            rest.split_once('/').ok_or_else(|| bad("needs a registry and a repository"))?;
-        check_registry(registry).map_err(|why| bad(&why))?;
+            rest.split_once('/').ok_or_else(|| bad(ReferenceError::NoRepository))?;
+        check_registry(registry).map_err(bad)?;
         // A tag follows the last ':' after the last '/'.
         let (repository, tag) = match path.rsplit_once(':') {
             Some((r, t)) if !t.contains('/') => (r, Some(t.to_owned())),
             _ => (path, None),
         };
-        check_repository(repository).map_err(|why| bad(&why))?;
+        check_repository(repository).map_err(bad)?;
         if let Some(t) = &tag {
-            check_tag(t).map_err(|why| bad(&why))?;
+            check_tag(t).map_err(bad)?;
         }
         if tag.is_none() && digest.is_none() {
-            return Err(bad("needs a :TAG or an @sha256: manifest digest"));
+            return Err(bad(ReferenceError::NoTagOrDigest));
         }
         Ok(Reference {
             registry: registry.to_owned(),
@@ -140,13 +144,13 @@ impl std::fmt::Display for Reference {
 /// A registry is a lower-case host name, an IPv4 address or a bracketed IPv6 address,
 /// with an optional port written without leading zeros: one spelling per registry, so a
 /// key's scope cannot be stepped around by writing the same one another way.
-fn check_registry(registry: &str) -> Result<(), String> {
+fn check_registry(registry: &str) -> Result<(), ReferenceError> {
     split_registry(registry).map(drop)
 }
 
 /// `(host, port)` of a registry checked by [`check_registry`].
-fn split_registry(registry: &str) -> Result<(&str, Option<u16>), String> {
-    let bad = || format!("registry {registry:?} is not a lower-case host or host:port");
+fn split_registry(registry: &str) -> Result<(&str, Option<u16>), ReferenceError> {
+    let bad = || ReferenceError::Registry(registry.to_owned());
     let (host, port) = match registry.strip_prefix('[') {
         Some(v6) => {
             let (addr, rest) = v6.split_once(']').ok_or_else(bad)?;
@@ -220,19 +224,18 @@ pub struct Scope {
 impl Scope {
     /// Parses `REGISTRY` or `REGISTRY/REPOSITORY` as a reference writes them: no scheme,
     /// tag, digest or pattern.
-    pub fn parse(text: &str) -> Result<Scope, String> {
-        let shown = crate::error::cut(text, 200);
+    pub fn parse(text: &str) -> Result<Scope, KeyScopeError> {
+        let shown = || crate::error::cut(text, 200);
         let trimmed = text.strip_suffix('/').unwrap_or(text);
         let (registry, repository) = match trimmed.split_once('/') {
             Some((r, repo)) => (r, Some(repo)),
             None => (trimmed, None),
         };
-        let (host, port) = split_registry(registry).map_err(|e| {
-            format!("scope {shown:?}: {e}; a scope is REGISTRY or REGISTRY/REPOSITORY")
-        })?;
+        let (host, port) = split_registry(registry)
+            .map_err(|why| KeyScopeError::Registry { text: shown(), why })?;
         if let Some(repo) = repository {
             check_repository(repo)
-                .map_err(|e| format!("scope {shown:?}: {e}, with no tag, digest or pattern"))?;
+                .map_err(|why| KeyScopeError::Repository { text: shown(), why })?;
         }
         Ok(Scope { host: canonical_host(host), port, repository: repository.map(str::to_owned) })
     }
@@ -253,7 +256,7 @@ impl Scope {
 
 /// The distribution spec's repository grammar: components of `[a-z0-9]` joined by `.`,
 /// `_`, `__` or runs of `-`, separated by `/`.
-fn check_repository(repo: &str) -> Result<(), String> {
+fn check_repository(repo: &str) -> Result<(), ReferenceError> {
     let component_ok = |c: &str| {
         let b = c.as_bytes();
         !b.is_empty()
@@ -267,19 +270,19 @@ fn check_repository(repo: &str) -> Result<(), String> {
             && !c.contains("_.")
     };
     if repo.is_empty() || repo.len() > 255 || !repo.split('/').all(component_ok) {
-        return Err(format!("repository {repo:?} is not lower-case path components"));
+        return Err(ReferenceError::Repository(repo.to_owned()));
     }
     Ok(())
 }
 
-fn check_tag(tag: &str) -> Result<(), String> {
+fn check_tag(tag: &str) -> Result<(), ReferenceError> {
     let mut chars = tag.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
     if !first_ok
         || tag.len() > 128
         || !chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
     {
-        return Err(format!("tag {tag:?} is not 1 to 128 of A-Z a-z 0-9 _ . -"));
+        return Err(ReferenceError::Tag(tag.to_owned()));
     }
     Ok(())
 }
@@ -316,7 +319,7 @@ pub struct ImageManifest {
 
 impl ImageManifest {
     /// Reads manifest bytes; refuses anything but a schema-2 image manifest.
-    pub fn parse(bytes: &[u8]) -> Result<ImageManifest, String> {
+    pub fn parse(bytes: &[u8]) -> Result<ImageManifest, ImageManifestError> {
         // What it says it is first, so an index is called an index.
         #[derive(serde::Deserialize)]
         #[serde(rename_all = "camelCase")]
@@ -326,33 +329,25 @@ impl ImageManifest {
         if let Ok(Kind { media_type: Some(t) }) = serde_json::from_slice::<Kind>(bytes)
             && ![OCI_MANIFEST_TYPE, DOCKER_MANIFEST_TYPE].contains(&t.as_str())
         {
-            return Err(format!(
-                "media type {:?} is not an image manifest (an index of several is not installed)",
-                crate::error::cut(&t, 100)
-            ));
+            return Err(ImageManifestError::NotAnImage(crate::error::cut(&t, 100)));
         }
-        let m: ImageManifest = serde_json::from_slice(bytes).map_err(|e| {
-            format!("not an OCI image manifest: {}", crate::error::cut(&e.to_string(), 200))
-        })?;
+        let m: ImageManifest = serde_json::from_slice(bytes).map_err(ImageManifestError::Json)?;
         if m.schema_version != 2 {
-            return Err(format!("schemaVersion {} (only 2 is read)", m.schema_version));
+            return Err(ImageManifestError::SchemaVersion(m.schema_version));
         }
         match m.media_type.as_deref() {
             None | Some(OCI_MANIFEST_TYPE | DOCKER_MANIFEST_TYPE) => Ok(m),
-            Some(other) => Err(format!(
-                "media type {:?} is not an image manifest (an index of several is not installed)",
-                crate::error::cut(other, 100)
-            )),
+            Some(other) => Err(ImageManifestError::NotAnImage(crate::error::cut(other, 100))),
         }
     }
 
     /// The component layer of a Wasm artifact, or why this is not one.
-    pub fn component_layer(&self) -> Result<&Descriptor, String> {
+    pub fn component_layer(&self) -> Result<&Descriptor, ImageManifestError> {
         if ![WASM_CONFIG_TYPE, EMPTY_CONFIG_TYPE].contains(&self.config.media_type.as_str()) {
-            return Err(format!(
-                "config media type {:?} is not {WASM_CONFIG_TYPE}: not a Wasm artifact",
-                crate::error::cut(&self.config.media_type, 100)
-            ));
+            return Err(ImageManifestError::NotWasm(crate::error::cut(
+                &self.config.media_type,
+                100,
+            )));
         }
         let wasm: Vec<&Descriptor> = self
             .layers
@@ -361,11 +356,7 @@ impl ImageManifest {
             .collect();
         match wasm.as_slice() {
             [one] if self.layers.len() == 1 => Ok(one),
-            _ => Err(format!(
-                "a Wasm artifact has exactly one layer of type {WASM_LAYER_TYPE}; this one has {} layers, {} of them Wasm",
-                self.layers.len(),
-                wasm.len()
-            )),
+            _ => Err(ImageManifestError::Layers { layers: self.layers.len(), wasm: wasm.len() }),
         }
     }
 }
@@ -696,8 +687,8 @@ impl Registry {
         let (bytes, manifest_digest) = self
             .manifest(&reference)?
             .ok_or_else(|| self.err(&format!("the registry has no manifest {reference}")))?;
-        let manifest = ImageManifest::parse(&bytes).map_err(|e| self.err(&e))?;
-        let layer = manifest.component_layer().map_err(|e| self.err(&e))?.clone();
+        let manifest = ImageManifest::parse(&bytes).map_err(|e| self.err(&e.to_string()))?;
+        let layer = manifest.component_layer().map_err(|e| self.err(&e.to_string()))?.clone();
         check(&manifest_digest, &layer)?;
         let bytes = self.blob(&layer, MAX_COMPONENT_BYTES, Some(progress))?;
         Ok(Pulled { manifest: manifest_digest, bytes })
@@ -840,6 +831,47 @@ fn registry_err(reference: &Reference, message: &str) -> StoreError {
     }
 }
 
+/// Why a response body was not read whole.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// Its Content-Length is over the bound.
+    #[error("the registry says {announced} bytes; at most {max} are read")]
+    Announced {
+        /// The length announced.
+        announced: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// It was not read by its deadline.
+    #[error("not done by its deadline, after {0} bytes")]
+    Deadline(usize),
+    /// The connection failed while it was read.
+    #[error(
+        "the connection failed after {read} of {} bytes: {}",
+        total.map_or_else(|| "?".to_owned(), |t| t.to_string()),
+        error_chain(error)
+    )]
+    Connection {
+        /// Bytes read.
+        read: usize,
+        /// The length announced, if one was.
+        total: Option<u64>,
+        /// The failure.
+        error: std::io::Error,
+    },
+    /// More bytes came than the bound.
+    #[error("more than {0} bytes")]
+    TooLong(u64),
+    /// Fewer bytes came than announced.
+    #[error("the connection ended after {read} of {total} bytes")]
+    Short {
+        /// Bytes read.
+        read: usize,
+        /// The length announced.
+        total: u64,
+    },
+}
+
 /// Reads a response body of at most `max` bytes by `deadline`, refusing a longer one
 /// (by its Content-Length before reading, or as it arrives).
 fn read_bounded(
@@ -847,46 +879,36 @@ fn read_bounded(
     max: u64,
     deadline: Instant,
     mut progress: Option<Progress<'_>>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, BodyError> {
     let total = response.content_length();
-    if total.is_some_and(|t| t > max) {
-        return Err(format!(
-            "the registry says {} bytes; at most {max} are read",
-            total.unwrap_or(0)
-        ));
+    if let Some(announced) = total.filter(|t| *t > max) {
+        return Err(BodyError::Announced { announced, max });
     }
     let mut reader = response.take(max + 1);
     let mut data = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     loop {
         if Instant::now() > deadline {
-            return Err(format!("not done by its deadline, after {} bytes", data.len()));
+            return Err(BodyError::Deadline(data.len()));
         }
-        let n = reader.read(&mut buf).map_err(|e| {
-            format!(
-                "the connection failed after {} of {} bytes: {}",
-                data.len(),
-                total.map_or_else(|| "?".to_owned(), |t| t.to_string()),
-                error_chain(&e)
-            )
+        let n = reader.read(&mut buf).map_err(|error| BodyError::Connection {
+            read: data.len(),
+            total,
+            error,
         })?;
         if n == 0 {
             break;
         }
         data.extend_from_slice(&buf[..n]);
         if data.len() as u64 > max {
-            return Err(format!("more than {max} bytes"));
+            return Err(BodyError::TooLong(max));
         }
         if let Some(p) = progress.as_mut() {
             p(data.len() as u64, total);
         }
     }
-    if total.is_some_and(|t| t != data.len() as u64) {
-        return Err(format!(
-            "the connection ended after {} of {} bytes",
-            data.len(),
-            total.unwrap_or(0)
-        ));
+    if let Some(total) = total.filter(|t| *t != data.len() as u64) {
+        return Err(BodyError::Short { read: data.len(), total });
     }
     Ok(data)
 }
@@ -1019,11 +1041,16 @@ mod tests {
         };
         assert!(m.component_layer().is_ok());
         m.layers.push(layer(WASM_LAYER_TYPE_OLD));
-        assert!(m.component_layer().unwrap_err().contains("2 layers"));
+        let refused = m.component_layer().unwrap_err();
+        assert!(
+            matches!(refused, ImageManifestError::Layers { layers: 2, wasm: 2 }),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("2 layers"), "{refused}");
         m.layers.truncate(1);
         m.config = layer("application/vnd.oci.image.config.v1+json");
-        assert!(m.component_layer().unwrap_err().contains("not a Wasm artifact"));
+        assert!(m.component_layer().unwrap_err().to_string().contains("not a Wasm artifact"));
         let text = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
-        assert!(ImageManifest::parse(text).is_err());
+        assert!(matches!(ImageManifest::parse(text), Err(ImageManifestError::NotAnImage(_))));
     }
 }

@@ -81,7 +81,7 @@ pub fn load_keys(
                 .iter()
                 .map(|s| Scope::parse(s))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(bad)?;
+                .map_err(|e| bad(e.to_string()))?;
             let pem = if k.key.trim_start().starts_with("-----BEGIN") {
                 k.key.clone()
             } else {

@@ -13,7 +13,7 @@ use bx_runtime::{CacheOutcome, ComponentCache, FunctionInfo, LoadedTool, Runtime
 use bx_state::{Config, StateDir, write_atomically};
 
 use crate::digest::Digest;
-use crate::error::StoreError;
+use crate::error::{ManifestError, StaticRefused, StoreError};
 use crate::fetch::{self, Progress};
 use crate::installed::{Declared, Difference, Installed, InstalledFunction, InstalledTool};
 use crate::manifest::Manifest;
@@ -67,6 +67,8 @@ pub struct InstallOutcome {
     /// The tool's name, from its own `describe`; for a standard component, the
     /// component's name.
     pub name: String,
+    /// Where that name came from.
+    pub named_by: NamedBy,
     /// Its digest.
     pub digest: Digest,
     /// The digest it replaced, if any.
@@ -212,7 +214,7 @@ impl Store {
     /// caller's calls stop (`docs/runbook.md#audit-unavailable`).
     pub fn drain_pending(
         &self,
-        write: &mut dyn FnMut(&str) -> Result<(), String>,
+        write: &mut dyn FnMut(&str) -> Result<(), StoreError>,
     ) -> Result<usize, StoreError> {
         let path = self.pending_path();
         if !path.exists() {
@@ -222,7 +224,7 @@ impl Store {
         let epoch = self.installed()?.epoch;
         let kept = self.read_journal(epoch)?;
         for line in &kept {
-            write(line).map_err(StoreError::Pending)?;
+            write(line)?;
         }
         std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
         Ok(kept.len())
@@ -339,7 +341,7 @@ impl Store {
     /// epoch. Every check happens before anything is written.
     ///
     /// A standard component installs one tool per exported function, named
-    /// `COMPONENT.FUNCTION` (`COMPONENT` from `options.name`, else its WIT package); what
+    /// `COMPONENT.FUNCTION` (`COMPONENT` from `options.name`, else [`NamedBy`]); what
     /// each may reach comes from `options.manifest`, and `options.check` is asked about
     /// every static resource before anything is written (the owner's policy refusing one
     /// refuses the install).
@@ -351,6 +353,7 @@ impl Store {
         options: &InstallOptions<'_>,
         progress: Progress<'_>,
     ) -> Result<InstallOutcome, StoreError> {
+        let source_kind = source;
         let Fetched { bytes, source, signer } =
             self.fetch(source, digest, options.plain_http, progress)?;
         // Compiled once: the native code is kept and written to the cache only if the
@@ -382,11 +385,18 @@ impl Store {
                     signer: signer.clone(),
                     declared: declared_by(&tool),
                 };
-                Planned { component: None, tools: vec![(name, entry)], skipped: Vec::new() }
+                Planned {
+                    component: None,
+                    named_by: NamedBy::Describe,
+                    tools: vec![(name, entry)],
+                    skipped: Vec::new(),
+                }
             }
             Shape::Functions(functions) => {
-                let mut planned =
-                    self.plan_functions(runtime, component, &bytes, digest, options, &functions)?;
+                let named = name_component(runtime, component, &bytes, source_kind, options)?;
+                let mut planned = Self::plan_functions(
+                    runtime, component, &bytes, digest, options, named, &functions,
+                )?;
                 for (_, entry) in &mut planned.tools {
                     entry.source = source.clone();
                     entry.signer = signer.clone();
@@ -401,6 +411,7 @@ impl Store {
             ))));
         };
         let name = entries.component.clone().unwrap_or_else(|| first.clone());
+        let named_by = entries.named_by;
 
         let _lock = self.lock()?;
         let mut installed = self.installed()?;
@@ -449,6 +460,7 @@ impl Store {
         if unchanged {
             return Ok(InstallOutcome {
                 name,
+                named_by,
                 digest: digest.clone(),
                 replaced: None,
                 changed: false,
@@ -483,6 +495,7 @@ impl Store {
         installed.epoch += 1;
         let outcome = InstallOutcome {
             name,
+            named_by,
             digest: digest.clone(),
             replaced,
             changed: true,
@@ -496,7 +509,7 @@ impl Store {
         // In the journal before anything is written: a change that cannot be recorded is
         // not made, and leaves the state directory as it was.
         if let Some(record) = options.record {
-            let line = record(&Change::Install(&outcome)).map_err(StoreError::Unrecorded)?;
+            let line = record(&Change::Install(&outcome))?;
             self.journal(installed.epoch - 1, &line)?;
         }
         let blob = self.blob_path(digest);
@@ -513,34 +526,23 @@ impl Store {
     /// loaded once here (so a schema or summary out of bounds refuses the install), with
     /// what its manifest asks for; the functions it cannot call, and why.
     fn plan_functions(
-        &self,
         runtime: &Runtime,
         component: &bx_runtime::Component,
         bytes: &[u8],
         digest: &Digest,
         options: &InstallOptions<'_>,
+        (name, named_by): (String, NamedBy),
         functions: &[FunctionInfo],
     ) -> Result<Planned, StoreError> {
         let manifest = options.manifest.clone().unwrap_or_default();
-        let refuse = |message: String| StoreError::Manifest {
+        let refuse = |why: ManifestError| StoreError::Manifest {
             path: options.manifest_path.clone().unwrap_or_else(|| "(none)".into()),
-            message,
+            why,
         };
         let docs = bx_runtime::function_docs(bytes);
-        let name = match (options.name.clone(), runtime.package_name(component)) {
-            (Some(n), _) | (None, Some(n)) => n,
-            (None, None) => {
-                return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(
-                    "the component does not carry its package's name: pass --name NAME (its tools are NAME.FUNCTION)".into(),
-                )));
-            }
-        };
-        check_tool_name(&name)?;
         for f in manifest.functions.keys() {
             if !functions.iter().any(|i| i.export == *f) {
-                return Err(refuse(format!(
-                    "names function {f:?}, which the component does not export"
-                )));
+                return Err(refuse(ManifestError::NoSuchFunction(f.clone())));
             }
         }
         let mut tools = Vec::new();
@@ -553,9 +555,12 @@ impl Store {
             let params = manifest.functions.get(&f.export).cloned().unwrap_or_default();
             for p in params.read.iter().chain(&params.write).chain(&params.fetch) {
                 if !f.string_params.contains(p) {
-                    let why =
-                        if f.params.contains(p) { "is not a string" } else { "does not exist" };
-                    return Err(refuse(format!("{}: parameter {p:?} {why}", f.export)));
+                    let (function, param) = (f.export.clone(), p.clone());
+                    return Err(refuse(if f.params.contains(p) {
+                        ManifestError::NotAString { function, param }
+                    } else {
+                        ManifestError::NoSuchParameter { function, param }
+                    }));
                 }
             }
             let tool = format!("{name}.{}", f.tool_suffix);
@@ -576,7 +581,7 @@ impl Store {
             // in `open_tool`.
             let spec = function.spec(&tool);
             if let Some(check) = options.check {
-                check(&tool, &spec.statics).map_err(refuse)?;
+                check(&tool, &spec.statics).map_err(|e| refuse(ManifestError::Refused(e)))?;
             }
             let loaded = runtime.load_function(component, &digest.to_string(), spec)?;
             let mut kinds: Vec<String> = loaded
@@ -610,7 +615,7 @@ impl Store {
                 tools.len()
             ))));
         }
-        Ok(Planned { component: Some(name), tools, skipped })
+        Ok(Planned { component: Some(name), named_by, tools, skipped })
     }
 
     /// Removes `name` from the installed set (its bytes stay, so the digest can be
@@ -628,8 +633,7 @@ impl Store {
             .ok_or_else(|| StoreError::NotInstalled(name.to_owned()))?;
         installed.epoch += 1;
         if let Some(record) = record {
-            let line = record(&Change::Remove(name, &removed, installed.epoch))
-                .map_err(StoreError::Unrecorded)?;
+            let line = record(&Change::Remove(name, &removed, installed.epoch))?;
             self.journal(installed.epoch - 1, &line)?;
         }
         installed.save(&self.installed_path())?;
@@ -665,9 +669,9 @@ impl Store {
 }
 
 /// Asked about one tool's static resources (its name, and each resource's kind and
-/// path or URL): an error refuses the install with its text.
+/// path or URL): a refusal refuses the install.
 pub type StaticCheck<'a> =
-    dyn Fn(&str, &[(bx_runtime::ResourceKind, String)]) -> Result<(), String> + 'a;
+    dyn Fn(&str, &[(bx_runtime::ResourceKind, String)]) -> Result<(), StaticRefused> + 'a;
 
 /// A change to the installed set, as the record hook is shown it.
 #[derive(Debug)]
@@ -681,16 +685,117 @@ pub enum Change<'a> {
 /// Asked, after every check and before anything is written, for the change's record: a
 /// JSON object on one line with the `epoch` the change makes. The store journals it
 /// ahead of the change ([`Store::drain_pending`] feeds the audit log from the journal);
-/// an error stops the change.
-pub type RecordHook<'a> = dyn Fn(&Change<'_>) -> Result<String, String> + 'a;
+/// an error ([`StoreError::Unrecorded`], when the log cannot take it) stops the change.
+pub type RecordHook<'a> = dyn Fn(&Change<'_>) -> Result<String, StoreError> + 'a;
+
+/// Where an installed component's name came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamedBy {
+    /// A `bx:tool` component's own `describe`.
+    Describe,
+    /// The owner's `--name`.
+    Given,
+    /// The WIT package of an interface it exports (`bx-test:files/extra` gives `files`).
+    Package,
+    /// The name it carries in its `component-name` section (what `wasm-tools metadata
+    /// add --name` writes), made fit for a tool name.
+    Component,
+    /// The name of the file it was installed from (its stem), made fit for a tool name:
+    /// it carries no name of its own.
+    File,
+    /// The last part of the URL's path it was installed from (its stem), made fit for a
+    /// tool name.
+    Url,
+    /// The last part of the registry repository it was installed from, made fit for a
+    /// tool name.
+    Repository,
+}
+
+/// The name a standard component's tools start with: `--name`, else the WIT package of
+/// an interface it exports, else the name it carries, else the name of the file, URL or
+/// repository it came from; the last two made fit for a tool name by [`default_name`].
+/// Refused when none gives a valid name.
+fn name_component(
+    runtime: &Runtime,
+    component: &bx_runtime::Component,
+    bytes: &[u8],
+    source: &InstallSource,
+    options: &InstallOptions<'_>,
+) -> Result<(String, NamedBy), StoreError> {
+    let (name, by) = if let Some(name) = &options.name {
+        (name.clone(), NamedBy::Given)
+    } else if let Some(package) = runtime.package_name(component) {
+        (package, NamedBy::Package)
+    } else if let Some(own) = bx_runtime::component_name(bytes).as_deref().and_then(default_name) {
+        (own, NamedBy::Component)
+    } else {
+        let (text, from, by) = match source {
+            InstallSource::File(path) => {
+                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+                (stem, "the file name", NamedBy::File)
+            }
+            InstallSource::Url(url) => (url_stem(url), "the URL", NamedBy::Url),
+            InstallSource::Oci(reference) => {
+                let last = reference.repository.rsplit('/').next().map(str::to_owned);
+                (last, "the repository", NamedBy::Repository)
+            }
+            InstallSource::Digest => {
+                return Err(StoreError::Unnamed { from: "its digest alone".to_owned() });
+            }
+        };
+        let shown = match &text {
+            // Debug-quoted (control characters escaped), cut; the CLI escapes the rest.
+            Some(t) => format!("{from} {:?}", t.chars().take(80).collect::<String>()),
+            None => from.to_owned(),
+        };
+        let name = text.as_deref().and_then(default_name);
+        (name.ok_or(StoreError::Unnamed { from: shown })?, by)
+    };
+    check_tool_name(&name)?;
+    Ok((name, by))
+}
+
+/// The stem of a URL's last path segment (`https://h/tools/weather.wasm` gives
+/// `weather`), percent-decoding left aside: what is not a tool name's is replaced anyway.
+fn url_stem(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    let last = url.path_segments()?.next_back().filter(|s| !s.is_empty())?;
+    let stem = Path::new(last).file_stem()?.to_string_lossy().into_owned();
+    Some(stem)
+}
+
+/// Characters of a name made from a component's own name or its source, at most: room
+/// for `.FUNCTION` within a tool name's 64.
+const MAX_DEFAULT_NAME: usize = 32;
+
+/// `text` made fit for a tool name, for a name the owner did not type: ASCII letters
+/// lower-cased; every run of other characters than `a-z`, `0-9`, `_` and `-` (a `.`, a
+/// space, anything not ASCII) one `-`; `-` trimmed from both ends; cut to
+/// [`MAX_DEFAULT_NAME`] characters. `None` when nothing is left.
+pub(crate) fn default_name(text: &str) -> Option<String> {
+    let mut out = String::new();
+    for c in text.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let out = out.trim_matches('-');
+    let out = out[..out.len().min(MAX_DEFAULT_NAME)].trim_end_matches('-');
+    (!out.is_empty()).then(|| out.to_owned())
+}
 
 /// How an install names a standard component's tools, and what they may reach.
 #[derive(Default)]
 pub struct InstallOptions<'a> {
     /// Replace tools of the same names that have another digest.
     pub replace: bool,
-    /// The component's name, which its tools' names start with (default: its WIT
-    /// package's name). For a standard WASI component only.
+    /// The component's name, which its tools' names start with (default: the WIT
+    /// package of an interface it exports, else the name it carries, else the name of
+    /// the file, URL or repository it came from; see [`NamedBy`]). For a standard WASI
+    /// component only.
     pub name: Option<String>,
     /// What its functions may reach. For a standard WASI component only.
     pub manifest: Option<Manifest>,
@@ -726,6 +831,8 @@ fn declared_by(tool: &LoadedTool) -> Declared {
 struct Planned {
     /// A standard component's name; `None` for a `bx:tool` component.
     component: Option<String>,
+    /// Where the name came from.
+    named_by: NamedBy,
     tools: Vec<(String, InstalledTool)>,
     /// Functions not installed, and why.
     skipped: Vec<String>,
@@ -797,9 +904,7 @@ fn check_tool_name(name: &str) -> Result<(), StoreError> {
         || name.len() > 64
         || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
     {
-        return Err(StoreError::Component(bx_runtime::RunError::WrongWorld(format!(
-            "tool name {name:?} must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'"
-        ))));
+        return Err(StoreError::BadName(name.to_owned()));
     }
     Ok(())
 }
@@ -813,4 +918,46 @@ fn verify(expected: &Digest, bytes: &[u8]) -> Result<(), StoreError> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name made from what the owner did not type is a tool name, or nothing.
+    #[test]
+    fn default_names_are_tool_names_or_nothing() {
+        let long = "a".repeat(40);
+        for (text, want) in [
+            ("py-files", Some("py-files")),
+            ("Other World.v2", Some("other-world-v2")),
+            ("files_1", Some("files_1")),
+            ("--x..y--", Some("x-y")),
+            ("Ärger-tool", Some("rger-tool")),
+            (long.as_str(), Some(&long[..MAX_DEFAULT_NAME])),
+            ("★", None),
+            ("...", None),
+            ("", None),
+        ] {
+            let got = default_name(text);
+            assert_eq!(got.as_deref(), want, "{text:?}");
+            if let Some(name) = got {
+                assert!(check_tool_name(&name).is_ok(), "{name}");
+            }
+        }
+        assert_eq!(default_name(&format!("{}.x", "b".repeat(31))), Some("b".repeat(31)));
+    }
+
+    #[test]
+    fn a_url_names_by_the_stem_of_its_last_segment() {
+        for (url, want) in [
+            ("https://example.com/tools/weather.wasm", Some("weather")),
+            ("https://example.com/tools/weather.wasm?v=2#x", Some("weather")),
+            ("https://example.com/a.b.wasm", Some("a.b")),
+            ("https://example.com/", None),
+            ("not a url", None),
+        ] {
+            assert_eq!(url_stem(url).as_deref(), want, "{url}");
+        }
+    }
 }

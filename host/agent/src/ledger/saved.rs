@@ -71,6 +71,83 @@ pub(crate) fn path(audit_dir: &Path) -> PathBuf {
     audit_dir.join(FILE)
 }
 
+/// Why the ledger's checkpoint is not taken (the open then replays the whole log and says
+/// why), or could not be written (the next open replays more, nothing else).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SavedError {
+    /// It could not be opened, read or written.
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// The failure.
+        error: std::io::Error,
+    },
+    /// It is not a regular file.
+    #[error("{} is not a regular file", .0.display())]
+    NotAFile(PathBuf),
+    /// It is larger than [`MAX_BYTES`].
+    #[error("{} is over {MAX_BYTES} bytes", .0.display())]
+    TooLarge(PathBuf),
+    /// It is not the checkpoint's JSON.
+    #[error("{}: {error}", path.display())]
+    Json {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// Where and why.
+        error: serde_json::Error,
+    },
+    /// The log's day files could not be listed.
+    #[error("{0}")]
+    DayFiles(bx_audit::AuditError),
+    /// The day files up to the one it names are not those it covered.
+    #[error(
+        "{}: the day files up to {file} are not those it covered (one was added, removed or renamed)",
+        path.display()
+    )]
+    FilesChanged {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// The last day file it covers.
+        file: String,
+    },
+    /// A field does not read back.
+    #[error("{}: {why}", path.display())]
+    Content {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// Which field, and why.
+        why: ContentError,
+    },
+    /// It could not be written.
+    #[error("{0}")]
+    Write(bx_state::StateError),
+}
+
+/// What in a checkpoint does not read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ContentError {
+    /// Another format's version.
+    #[error("version {0} is not {VERSION}")]
+    Version(u32),
+    /// A label that does not parse.
+    #[error("label {text:?}: {error}")]
+    Label {
+        /// The label as written.
+        text: String,
+        /// Why it does not parse.
+        error: bx_broker::LabelError,
+    },
+    /// A scope whose cover does not parse.
+    #[error("session {session}: scope {scope} does not read back")]
+    Scope {
+        /// The session.
+        session: String,
+        /// The scope's approval id.
+        scope: String,
+    },
+}
+
 /// The checkpoint in `audit_dir`: `Ok(None)` when there is none, `Err` (why) when there
 /// is one that cannot be read back whole.
 /// What a checkpoint holds: the sessions, and where it stands. (Nothing of a call in
@@ -78,7 +155,7 @@ pub(crate) fn path(audit_dir: &Path) -> PathBuf {
 /// it never goes on, and one after it is replayed whole.)
 pub(crate) type Loaded = (HashMap<String, Known>, Position);
 
-pub(crate) fn read(audit_dir: &Path) -> Result<Option<Loaded>, String> {
+pub(crate) fn read(audit_dir: &Path) -> Result<Option<Loaded>, SavedError> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let path = path(audit_dir);
     // Never waited on (a FIFO's open blocks until a writer comes) and never followed (a
@@ -87,32 +164,27 @@ pub(crate) fn read(audit_dir: &Path) -> Result<Option<Loaded>, String> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW)
         .open(&path);
+    let io = |error| SavedError::Io { path: path.clone(), error };
     let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(io(e)),
     };
     if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(format!("{} is not a regular file", path.display()));
+        return Err(SavedError::NotAFile(path));
     }
     let mut text = Vec::new();
-    file.take(MAX_BYTES + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    file.take(MAX_BYTES + 1).read_to_end(&mut text).map_err(io)?;
     if text.len() as u64 > MAX_BYTES {
-        return Err(format!("{} is over {MAX_BYTES} bytes", path.display()));
+        return Err(SavedError::TooLarge(path));
     }
-    let saved: Saved =
-        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let files = day_files_through(audit_dir, &saved.at.file).map_err(|e| e.to_string())?;
+    let saved: Saved = serde_json::from_slice(&text)
+        .map_err(|error| SavedError::Json { path: path.clone(), error })?;
+    let files = day_files_through(audit_dir, &saved.at.file)?;
     if files != saved.files {
-        return Err(format!(
-            "{}: the day files up to {} are not those it covered (one was added, removed or renamed)",
-            path.display(),
-            saved.at.file
-        ));
+        return Err(SavedError::FilesChanged { path, file: saved.at.file });
     }
-    saved.into_known().map(Some).map_err(|why| format!("{}: {why}", path.display()))
+    saved.into_known().map(Some).map_err(|why| SavedError::Content { path, why })
 }
 
 /// Writes the checkpoint of `known` at `at` (atomically: a crash leaves the old one);
@@ -121,8 +193,8 @@ pub(crate) fn write(
     audit_dir: &Path,
     known: &HashMap<String, Known>,
     at: &Position,
-) -> Result<(), String> {
-    let files = day_files_through(audit_dir, &at.file).map_err(|e| e.to_string())?;
+) -> Result<(), SavedError> {
+    let files = day_files_through(audit_dir, &at.file)?;
     let saved = Saved {
         v: VERSION,
         at: at.clone(),
@@ -131,12 +203,12 @@ pub(crate) fn write(
     };
     // Plain data: serialising it cannot fail.
     let text = serde_json::to_vec(&saved).unwrap_or_default();
-    bx_state::write_atomically(&path(audit_dir), &text).map_err(|e| e.to_string())
+    bx_state::write_atomically(&path(audit_dir), &text).map_err(SavedError::Write)
 }
 
 /// The names of the day files of the log in `audit_dir` up to and including `last`.
-fn day_files_through(audit_dir: &Path, last: &str) -> std::io::Result<Vec<String>> {
-    let files = bx_audit::day_files(audit_dir).map_err(std::io::Error::other)?;
+fn day_files_through(audit_dir: &Path, last: &str) -> Result<Vec<String>, SavedError> {
+    let files = bx_audit::day_files(audit_dir).map_err(SavedError::DayFiles)?;
     Ok(files
         .iter()
         .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -171,11 +243,13 @@ impl SavedSession {
 
 impl Saved {
     /// What it says, or why it cannot be taken (every field must read back).
-    fn into_known(self) -> Result<Loaded, String> {
+    fn into_known(self) -> Result<Loaded, ContentError> {
         if self.v != VERSION {
-            return Err(format!("version {} is not {VERSION}", self.v));
+            return Err(ContentError::Version(self.v));
         }
-        let label = |text: &str| parse_label(text).map_err(|e| format!("label {text:?}: {e}"));
+        let label = |text: &str| {
+            parse_label(text).map_err(|error| ContentError::Label { text: text.to_owned(), error })
+        };
         let mut known = HashMap::with_capacity(self.sessions.len());
         for (id, s) in self.sessions {
             let scopes = s
@@ -183,7 +257,7 @@ impl Saved {
                 .into_iter()
                 .map(|x| {
                     let cover = Cover::from_record(&x.kind, &x.what).ok_or_else(|| {
-                        format!("session {id}: scope {} does not read back", x.id)
+                        ContentError::Scope { session: id.clone(), scope: x.id.clone() }
                     })?;
                     Ok(Scope {
                         taint: label(&x.taint)?,
@@ -195,7 +269,7 @@ impl Saved {
                         reason: x.reason,
                     })
                 })
-                .collect::<Result<Vec<Scope>, String>>()?;
+                .collect::<Result<Vec<Scope>, ContentError>>()?;
             let taint: Label = label(&s.taint)?;
             let rises = s.rises.into_iter().map(|(ordinal, what)| Rise { ordinal, what }).collect();
             known.insert(

@@ -334,7 +334,9 @@ fn a_proof_checks_offline_and_a_changed_record_or_key_does_not() {
     use base64::Engine as _;
     lines[1] = format!("extra {}", base64::engine::general_purpose::STANDARD.encode(record));
     let forged = lines.join("\n") + "\n";
-    assert!(check_proof(forged.as_bytes(), &a.vkey).unwrap_err().contains("not at index 3"));
+    let refused = check_proof(forged.as_bytes(), &a.vkey).unwrap_err();
+    assert!(matches!(refused, bx_audit::ProofError::NotIncluded { index: 3, .. }), "{refused:?}");
+    assert!(refused.to_string().contains("not at index 3"), "{refused}");
     assert!(bx_audit::prove(&a.log, 99, &note, &a.vkey, &[]).is_err());
 }
 

@@ -435,7 +435,10 @@ pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8>
                     Ok(EXIT_OK)
                 }
                 Err(e) => {
-                    outln!("FAILED: {} (see docs/runbook.md#audit-proof)", term::one_line(&e));
+                    outln!(
+                        "FAILED: {} (see docs/runbook.md#audit-proof)",
+                        term::one_line(&e.to_string())
+                    );
                     Ok(EXIT_ERROR)
                 }
             }

@@ -47,7 +47,9 @@ pub(crate) struct InstallArgs {
     #[arg(long)]
     replace: bool,
     /// For a standard WASI component: the name its tools start with (NAME.FUNCTION).
-    /// Default: its WIT package's name.
+    /// Default: the WIT package of an interface it exports, else the name it carries,
+    /// else the name of its file, URL or repository made fit for a tool name
+    /// (docs/store.md#names).
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
     /// For a standard WASI component: what its functions may reach, bx's TOML or
@@ -193,6 +195,18 @@ fn install(
             outln!("installed {} {} (tool epoch {})", outcome.name, outcome.digest, outcome.epoch)
         }
     }
+    // A name the owner did not give and the component does not declare is said, with
+    // how to choose another.
+    let named = match outcome.named_by {
+        bx_store::NamedBy::Component => Some("the name it carries in its component-name section"),
+        bx_store::NamedBy::File => Some("its file name: it carries no name of its own"),
+        bx_store::NamedBy::Url => Some("its URL: it carries no name of its own"),
+        bx_store::NamedBy::Repository => Some("its repository: it carries no name of its own"),
+        bx_store::NamedBy::Describe | bx_store::NamedBy::Given | bx_store::NamedBy::Package => None,
+    };
+    if let Some(after) = named.filter(|_| outcome.changed) {
+        outln!("named {} after {after} (--name NAME chooses another)", outcome.name);
+    }
     if outcome.tools.len() > 1 || outcome.tools.first() != Some(&outcome.name) {
         outln!("tools: {}", outcome.tools.join(", "));
     }
@@ -239,13 +253,13 @@ impl<'a> Recorder<'a> {
         Recorder { state, config, store, widening_accepted, log: std::cell::OnceCell::new() }
     }
 
-    fn record(&self, change: &bx_store::Change<'_>) -> Result<String, String> {
+    fn record(&self, change: &bx_store::Change<'_>) -> Result<String, bx_store::StoreError> {
         use bx_audit::{MAX_ITEM_BYTES, ToolChange, bounded};
         if self.log.get().is_none() {
             let log = match bx_daemon::open_audit(self.state, self.config, LOG_LOCK_WAIT) {
                 Ok(log) => Some(log),
                 Err(bx_audit::AuditError::Locked(_)) => None,
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(bx_store::StoreError::Unrecorded(e.to_string())),
             };
             let _ = self.log.set(log);
         }
@@ -278,7 +292,7 @@ impl<'a> Recorder<'a> {
                 epoch: *epoch,
             },
         };
-        serde_json::to_string(&entry).map_err(|e| e.to_string())
+        serde_json::to_string(&entry).map_err(|e| bx_store::StoreError::Unrecorded(e.to_string()))
     }
 
     /// After the change: the journal onto the log, or a word that the daemon will.
@@ -343,7 +357,7 @@ fn check_statics(
     tool: &str,
     digest: &str,
     statics: &[(bx_runtime::ResourceKind, String)],
-) -> Result<(), String> {
+) -> Result<(), bx_store::StaticRefused> {
     use bx_broker::{CallRequest, Decision, Label, Resource};
     use bx_runtime::ResourceKind as K;
     let resources: Vec<Resource> = statics
@@ -361,10 +375,8 @@ fn check_statics(
             digest: digest.to_owned(),
             resources: vec![resource.clone()],
         };
-        if let Decision::Deny(why) = bx_broker::decide(policy, Label::CLEAN, &call) {
-            return Err(format!(
-                "{tool} asks to {resource} whatever its arguments, and the policy refuses it: {why}"
-            ));
+        if let Decision::Deny(reason) = bx_broker::decide(policy, Label::CLEAN, &call) {
+            return Err(bx_store::StaticRefused { tool: tool.to_owned(), resource, reason });
         }
     }
     Ok(())

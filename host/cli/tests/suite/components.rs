@@ -289,3 +289,109 @@ fn what_a_hostile_component_was_refused_is_on_the_log() {
     }
     verify_clean(s);
 }
+
+/// Installs the component at `path` by its digest, with `extra` arguments.
+fn install_file(s: &Path, path: &Path, extra: &[&str]) -> Run {
+    let digest = digest_file(path);
+    let mut args = vec!["tool", "install", path.to_str().unwrap(), "--digest", &digest];
+    args.extend(extra);
+    bx(s, &args)
+}
+
+/// `bytes` (a component) with a top-level `component-name` section naming it `name`, as
+/// `wasm-tools metadata add --name` writes one.
+fn with_own_name(bytes: &[u8], name: &str) -> Vec<u8> {
+    let own = [&[name.len() as u8][..], name.as_bytes()].concat();
+    let subsection = [&[0, own.len() as u8][..], &own].concat();
+    let payload = [&[14][..], b"component-name", &subsection].concat();
+    assert!(payload.len() < 128, "one-byte LEB128 sizes");
+    [bytes, &[0, payload.len() as u8], &payload].concat()
+}
+
+/// A standard component that carries no package name (componentize-py writes its world
+/// as `root:component`, and no world name survives in the bytes) is installed under the
+/// name of its file, said; `--name` still wins; a name it carries itself comes before the
+/// file's; and a file name with nothing a tool name can use is refused, saying what to
+/// pass (issue 40).
+#[test]
+fn a_component_without_a_package_name_is_named_after_what_it_carries_or_its_file() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let (_tmp, ws) = workspace();
+
+    // componentize-py's output, without --name: its tools are named from its file.
+    let r =
+        install_standard(s, "py-files", Some("[functions.line-count]\nread = [\"path\"]\n"), &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(lines[0].starts_with("installed py-files sha256:"), "{}", r.stdout);
+    assert_eq!(
+        lines[1..3],
+        [
+            "named py-files after its file name: it carries no name of its own (--name NAME chooses another)",
+            "tools: py-files.read-file, py-files.line-count",
+        ],
+        "{}",
+        r.stdout
+    );
+    let args = json!({"path": ws.join("notes.txt")}).to_string();
+    let w = ws.to_str().unwrap();
+    let r = bx(s, &["tool", "run", "py-files.line-count", "--allow-read", w, "--args", &args]);
+    assert_eq!((r.code, r.stdout.trim()), (0, "3"), "{}", r.stderr);
+
+    // A file name that is not a tool name is made one; --name still wins.
+    let scratch = tempfile::tempdir().unwrap();
+    let other = std::fs::read(component("test_other_world")).unwrap();
+    let renamed = scratch.path().join("Other World.v2.wasm");
+    std::fs::write(&renamed, &other).unwrap();
+    let r = install_file(s, &renamed, &["--name", "chosen"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("installed chosen sha256:"), "{}", r.stdout);
+    assert!(!r.stdout.contains("named "), "{}", r.stdout);
+    let r = install_file(s, &renamed, &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("installed other-world-v2 sha256:"), "{}", r.stdout);
+    assert!(r.stdout.contains("tools: other-world-v2.greet"), "{}", r.stdout);
+
+    // The name it carries comes before its file's.
+    let carried = scratch.path().join("anything.wasm");
+    std::fs::write(&carried, with_own_name(&other, "Weather")).unwrap();
+    let r = install_file(s, &carried, &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("installed weather sha256:"), "{}", r.stdout);
+    assert!(r.stdout.contains("named weather after the name it carries"), "{}", r.stdout);
+
+    // Nothing of the file's name can name a tool: refused, saying what to pass.
+    let before = bx(s, &["tool", "list", "--json"]).stdout;
+    let unnamed = scratch.path().join("★.wasm");
+    std::fs::write(&unnamed, &other).unwrap();
+    let r = install_file(s, &unnamed, &[]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains(
+            "the component carries no name, and the file name \"★\" gives none that a tool name can use: pass --name NAME"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("#install-refused"), "{}", r.stderr);
+    assert_eq!(bx(s, &["tool", "list", "--json"]).stdout, before);
+    verify_clean(s);
+}
+
+/// A refused component's message names its cause once: the store's "refused component"
+/// wraps the runtime's reason, and the chain printed whole repeated it (issue 40).
+#[test]
+fn a_refused_component_names_its_cause_once() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let r = install_standard(s, "wasi-foreign", None, &[]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stderr.matches("not a component bx can run").count(), 1, "{}", r.stderr);
+    assert_eq!(r.stderr.matches("bx-test:foreign/clock").count(), 1, "{}", r.stderr);
+    let core = repo().join("fixtures/components/core-module.wasm");
+    let r = install_file(s, &core, &[]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stderr.matches("not a valid component").count(), 1, "{}", r.stderr);
+    assert_eq!(r.stderr.matches("refused component").count(), 1, "{}", r.stderr);
+}

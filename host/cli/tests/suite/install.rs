@@ -165,8 +165,10 @@ fn refused_installs_leave_the_store_unchanged() {
     assert!(r.stderr.contains("not a valid component"), "{}", r.stderr);
 
     // A component of another world that exports only a function does not carry its
-    // package's name: it is installed as a standard component only when named.
-    let other = component("test_other_world");
+    // package's name: it is named after its file, and refused when nothing of the file's
+    // name can name a tool.
+    let other = scratch.path().join("★.wasm");
+    std::fs::copy(component("test_other_world"), &other).unwrap();
     let r = bx(st, &["tool", "install", other.to_str().unwrap(), "--digest", &digest_file(&other)]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("pass --name NAME"), "{}", r.stderr);

@@ -19,7 +19,8 @@ const MAX_NAMES_BYTES: usize = 120;
 /// Why JSON arguments do not fit a function's parameters. `at` is a JSON pointer into the
 /// arguments object (empty for the object itself).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ArgError {
+#[non_exhaustive]
+pub enum ArgError {
     /// A value of the wrong shape or out of range.
     #[error("{}: expected {expected}, got {got}", place(.at))]
     Mismatch {

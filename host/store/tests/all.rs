@@ -1,0 +1,3 @@
+//! The tool store against real files and a real runtime.
+
+mod suite;
