@@ -80,7 +80,7 @@ impl SecretSource {
                     Ok(secrets) => {
                         Prepared::Ready { secrets, exposed: loaded.exposed, held: self.held() }
                     }
-                    Err(why) => Prepared::Unreadable(why),
+                    Err(why) => Prepared::Unreadable(why.to_string()),
                 }
             }
             Err(e) => Prepared::Unreadable(e.to_string()),
@@ -115,6 +115,12 @@ impl SecretSource {
         let Prepared::Ready { secrets, .. } = self.prepared() else { return None };
         let (clean, found) = secrets.redact_text(line);
         (!found.is_empty()).then_some(clean)
+    }
+
+    /// `text` with every secret value the guard finds redacted (as it is when the store
+    /// cannot be read: then no value is known).
+    pub fn redact_text(&self, text: &str) -> String {
+        self.redact_line(text).unwrap_or_else(|| text.to_owned())
     }
 
     /// `message` with every secret value the guard finds redacted: what the owner typed

@@ -96,7 +96,9 @@ impl Trust {
             let shown = requested.args().to_owned();
             Ok((shown, requested.decide(overlay, refusal)?))
         })?;
-        owner.proposed(p, &shown);
+        // What the owner and the proposer are told echoes the call's arguments, which
+        // can carry a secret's value the model wrote: redacted as its records are.
+        owner.proposed(p, &self.secrets().redact_text(&shown));
         let allowed = match decided {
             Decided::Allowed(allowed) => Ok(allowed),
             Decided::Refused(refused) => Err(refused),
@@ -108,6 +110,8 @@ impl Trust {
         let allowed = match allowed {
             Ok(allowed) => allowed,
             Err(refused) => {
+                let reason = self.secrets().redact_text(&refused.reason);
+                let refused = Refused { reason, ..refused };
                 owner.refused(p, &refused);
                 return Ok(Err(refused));
             }

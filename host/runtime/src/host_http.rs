@@ -24,10 +24,6 @@ use crate::secrets::{Direction, Leak, Secrets};
 use crate::state::CallState;
 use crate::tool::Touched;
 
-/// Bytes read past the response cap when secrets are guarded: the longest value, so one
-/// across the cut is whole when the guard looks.
-const GUARD_MARGIN: usize = 4096;
-
 /// Why a request is refused after one of the same call tried to send a secret elsewhere:
 /// the guard's refusal must not be asked again and again, one guess at a time.
 const LEAKED_BEFORE: &str = "an earlier request of this call carried a secret to a host it is not bound to; no further request of this call is sent (see docs/runbook.md#secret-leak)";
@@ -226,7 +222,9 @@ impl Fetcher {
     ) -> Result<Response, Error> {
         let refused = |e: Error| {
             if let Error::Denied(why) = &e {
-                self.sink.lock().refused(why);
+                // Redacted before the reason is cut to its bound, never after: a value
+                // across the cut would be kept in part.
+                self.sink.lock().refused(&self.secrets.redact_text(why).0);
             }
             e
         };
@@ -324,9 +322,10 @@ impl Fetcher {
                 })
                 .collect();
             let cap = self.limits.response_bytes as usize;
-            // Read past the cap by the longest value, and redact before cutting: a value
-            // across the cut would otherwise reach the guest in part.
-            let read_cap = if self.secrets.is_empty() { cap } else { cap + GUARD_MARGIN };
+            // Read past the cap by the longest spelling the guard looks for, and cut
+            // where the server's bytes cross the cap (not where the redacted ones do): a
+            // value across the cut would otherwise reach the guest in part.
+            let read_cap = cap + self.secrets.reach();
             let mut response = response;
             let mut data = Vec::new();
             let mut truncated = false;
@@ -347,11 +346,12 @@ impl Fetcher {
                 }
                 Ok(Ok(())) => {}
             }
-            let mut body = self.clean(&data, &host);
-            if data.len() > cap || body.len() > cap {
-                truncated = data.len() > cap;
-                body.truncate(cap);
+            if data.len() > cap {
+                truncated = true;
             }
+            let mut body = self.clean_before(&data, cap, &host);
+            // A redaction can be longer than the value it replaces.
+            body.truncate(cap);
             return Ok(Response {
                 status: status.as_u16(),
                 url: final_url,
@@ -366,7 +366,12 @@ impl Fetcher {
 impl Fetcher {
     /// `bytes` from `host`'s response with every secret value redacted, each find noted.
     fn clean(&self, bytes: &[u8], host: &str) -> Vec<u8> {
-        let (out, found) = self.secrets.redact(bytes);
+        self.clean_before(bytes, bytes.len(), host)
+    }
+
+    /// [`Fetcher::clean`] of what starts before byte `keep` (`Secrets::redact_before`).
+    fn clean_before(&self, bytes: &[u8], keep: usize, host: &str) -> Vec<u8> {
+        let (out, found) = self.secrets.redact_before(bytes, keep);
         if !found.is_empty() {
             let mut sink = self.sink.lock();
             for (name, encoding) in found {

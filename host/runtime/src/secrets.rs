@@ -136,7 +136,16 @@ struct Guard {
     ac: AhoCorasick,
     /// Per pattern: the index of its secret in `names`, and its encoding.
     what: Vec<(usize, Encoding)>,
+    /// The longest pattern, in bytes: how far past a cut a spelling that starts before
+    /// it can reach (hex doubles a value, percent-encoding triples it).
+    longest: usize,
 }
+
+/// The leak guard could not be built over the store's values (every call is then
+/// refused: docs/runbook.md#secrets-unreadable).
+#[derive(Debug, thiserror::Error)]
+#[error("the leak guard could not be built: {0}")]
+pub struct GuardError(aho_corasick::BuildError);
 
 impl Secrets {
     /// No secrets: nothing is injected and nothing is looked for.
@@ -146,7 +155,7 @@ impl Secrets {
 
     /// The store's secrets, `(name, value)`. Values are what `bx secret set` accepts
     /// (8 bytes at least).
-    pub fn new(values: impl IntoIterator<Item = (String, String)>) -> Result<Secrets, String> {
+    pub fn new(values: impl IntoIterator<Item = (String, String)>) -> Result<Secrets, GuardError> {
         let values: BTreeMap<String, String> = values.into_iter().collect();
         if values.is_empty() {
             return Ok(Secrets::none());
@@ -166,8 +175,9 @@ impl Secrets {
             .match_kind(MatchKind::LeftmostLongest)
             .ascii_case_insensitive(true)
             .build(&patterns)
-            .map_err(|e| format!("the leak guard could not be built: {e}"))?;
-        Ok(Secrets { inner: Some(Arc::new(Guard { names, values, ac, what })) })
+            .map_err(GuardError)?;
+        let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
+        Ok(Secrets { inner: Some(Arc::new(Guard { names, values, ac, what, longest })) })
     }
 
     /// Whether there is anything to guard.
@@ -215,21 +225,44 @@ impl Secrets {
     /// `bytes` with every value found replaced by `[redacted secret NAME]`, and what was
     /// found. Bytes in, bytes out: a body need not be text.
     pub(crate) fn redact(&self, bytes: &[u8]) -> (Vec<u8>, Vec<(String, Encoding)>) {
-        let Some(g) = &self.inner else { return (bytes.to_vec(), Vec::new()) };
+        self.redact_before(bytes, bytes.len())
+    }
+
+    /// How many bytes past a cut must be read for [`Secrets::redact_before`] to see whole
+    /// every spelling that starts before it: the longest the guard looks for (0 when
+    /// there is nothing to guard).
+    pub(crate) fn reach(&self) -> usize {
+        self.inner.as_ref().map_or(0, |g| g.longest)
+    }
+
+    /// [`Secrets::redact`] of `bytes`, keeping only what starts before byte `keep`: a
+    /// value that starts before it is replaced whole, and nothing from `keep` on is kept.
+    /// The cut is made in the bytes as they came, never in the redacted ones (whose length
+    /// redaction changes), so a value across it reaches nobody in part. `bytes` must run
+    /// [`Secrets::reach`] bytes past `keep`, where there was more.
+    pub(crate) fn redact_before(
+        &self,
+        bytes: &[u8],
+        keep: usize,
+    ) -> (Vec<u8>, Vec<(String, Encoding)>) {
+        let keep = keep.min(bytes.len());
+        let Some(g) = &self.inner else { return (bytes[..keep].to_vec(), Vec::new()) };
         let mut found = Vec::new();
-        let mut out = Vec::with_capacity(bytes.len());
+        let mut out = Vec::with_capacity(keep);
         let mut at = 0;
         for m in g.ac.find_iter(bytes) {
+            if m.start() >= keep {
+                break;
+            }
             let (i, enc) = g.what[m.pattern().as_usize()];
             out.extend_from_slice(&bytes[at..m.start()]);
             out.extend_from_slice(format!("[redacted secret {}]", g.names[i]).as_bytes());
             at = m.end();
             found.push((g.names[i].clone(), enc));
         }
-        if found.is_empty() {
-            return (bytes.to_vec(), found);
+        if at < keep {
+            out.extend_from_slice(&bytes[at..keep]);
         }
-        out.extend_from_slice(&bytes[at..]);
         (out, found)
     }
 

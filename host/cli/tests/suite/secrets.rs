@@ -162,6 +162,44 @@ fn setup() -> (tempfile::TempDir, Echo, Echo) {
     (state, bound, other)
 }
 
+/// Regression: a call refused by the policy whose arguments carry a secret's value (the
+/// model wrote it) printed the value in the refusal on stderr, where its record held a
+/// redaction. Refused before it runs (a host no grant names, a denied path) and after the
+/// owner refuses, through the real binary, with and without a daemon.
+#[test]
+fn a_refusal_prints_no_secret() {
+    let (state, _bound, _other) = setup();
+    let s = state.path();
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path().canonicalize().unwrap();
+    let w = w.to_str().unwrap();
+    let refused = [
+        ("http.fetch", json!({"url": format!("http://127.0.0.1:1/?t={VALUE}")})),
+        ("fs.read", json!({"path": format!("/etc/{VALUE}")})),
+        ("fs.read", json!({"path": format!("{w}/../{VALUE}.txt")})),
+    ];
+    for (tool, args) in &refused {
+        let r = bx(s, &["tool", "run", tool, "--workspace", w, "--args", &args.to_string()]);
+        assert_ne!(r.code, 0, "{tool} {args}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains("[redacted secret gh]"), "{tool}: {}", r.stderr);
+        let printed = format!("{}{}", r.stdout, r.stderr);
+        assert_eq!(leaks_in(printed.as_bytes()), Vec::<String>::new(), "{printed}");
+    }
+    // Through a daemon and an MCP client: the refusal it answers holds no value either.
+    let mut raw = Raw::start(s, Path::new(w));
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "http.fetch", "arguments": refused[0].1}});
+    raw.send(&call.to_string());
+    let reply = raw.reply(json!(3)).to_string();
+    assert!(reply.contains("[redacted secret gh]"), "{reply}");
+    assert_eq!(leaks_in(reply.as_bytes()), Vec::<String>::new(), "{reply}");
+    raw.kill();
+    for pid in super::mcp::daemons_of(s) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    }
+    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+}
+
 /// Every file under `dir` but the secret store, with its bytes.
 fn files_under(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

@@ -343,11 +343,65 @@ fn a_value_across_the_response_cap_is_redacted_before_the_cut() {
             rt.call_with_blocking(&t, grant_to(port), &args.to_string(), &secrets()).unwrap();
         let out: Value = serde_json::from_str(&ok_text(report)).unwrap();
         let body = out["body"].as_str().unwrap();
-        assert_eq!(body.len(), cap, "cut at the cap");
+        // Cut where the server's bytes cross the cap: the value that starts before it is
+        // replaced whole (its redaction cut at the cap where it runs past it), and what
+        // follows it is not kept.
+        let whole = format!("{}[redacted secret gh]", "x".repeat(cap - before));
+        assert_eq!(body, &whole[..whole.len().min(cap)], "{before}");
         assert_eq!(secrets().find(body.as_bytes()), vec![], "{before}");
         let tail = (1..=VALUE.len()).find(|k| body.ends_with(&VALUE[..*k]));
         assert_eq!(tail, None, "{before}: the body ends with the value's first bytes");
         assert!(!activity.leaks.is_empty(), "{before}");
+    }
+}
+
+/// Regression: redaction shortens a body, so one holding many copies of a value fell
+/// under the cap once redacted and kept the copy that the read limit cut: its first
+/// bytes, fewer than the half the guard looks for, reached the guest. The cut is now
+/// made where the server's bytes cross the cap, for every spelling the guard knows, and
+/// headers (never cut) are redacted whole.
+#[test]
+fn copies_redacted_under_the_cap_leave_no_part_of_the_one_at_the_cut() {
+    let cap = 4096;
+    let rt = Runtime::new(Limits { response_bytes: cap as u64, ..test_limits() }).unwrap();
+    let bytes = component_bytes("test_hostile");
+    let t = rt.load_blocking(&rt.compile(&bytes).unwrap(), &digest_of(&bytes)).unwrap();
+    // A long value, so that each copy's redaction is much shorter than the copy.
+    let value: String =
+        (0..300u32).map(|i| char::from(b'a' + ((i * 7 + i / 26) % 26) as u8)).collect();
+    let guard = Secrets::new([("gh".to_owned(), value.clone())]).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&value);
+    let percent: String = value.bytes().map(|b| format!("%{b:02X}")).collect();
+    for spelling in [value.clone(), hex::encode(&value), b64.clone(), percent] {
+        for filler in [0, 1, 77, 150, 299] {
+            let (one, head) = (spelling.clone(), format!("{} {b64}", hex::encode(&value)));
+            let port = answering(move |_| {
+                let mut body = vec![b'x'; filler];
+                while body.len() < 4 * cap + 4 * one.len() {
+                    body.extend_from_slice(one.as_bytes());
+                }
+                let mut out = format!(
+                    "HTTP/1.1 200 OK\r\nx-token: {head}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                )
+                .into_bytes();
+                out.extend_from_slice(&body);
+                out
+            });
+            let args = json!({"mode": "send", "url": format!("http://127.0.0.1:{port}/many")});
+            let (report, activity) =
+                rt.call_with_blocking(&t, grant_to(port), &args.to_string(), &guard).unwrap();
+            let out: Value = serde_json::from_str(&ok_text(report)).unwrap();
+            let body = out["body"].as_str().unwrap();
+            let what = format!("{} bytes of filler, {} bytes a copy", filler, spelling.len());
+            // What is left is the filler and whole redactions, nothing of a copy.
+            assert_eq!(body.replace("[redacted secret gh]", ""), "x".repeat(filler), "{what}");
+            assert!(body.len() <= cap, "{what}");
+            let headers = out["headers"].to_string();
+            assert!(headers.contains("[redacted secret gh] [redacted secret gh]"), "{headers}");
+            assert_eq!(guard.find(out.to_string().as_bytes()), vec![], "{what}");
+            assert!(!activity.leaks.is_empty(), "{what}");
+        }
     }
 }
 
