@@ -13,6 +13,15 @@ use std::path::{Path, PathBuf};
 /// as `tempfile` creates it), synced, renamed over `path`, and then the directory
 /// synced, so that after a crash `path` holds either the old bytes or the new ones, and
 /// the rename itself is on disk.
+///
+/// The file it replaces is never left holding bx's bytes under a name bx does not know.
+/// A hard link to it made elsewhere (in a workspace, say) would otherwise keep the old
+/// bytes after the rename, as a file with one link that nothing marks as bx's. So the
+/// old file is held under a second name of bx's own ([`RETIRING_PREFIX`], beside it)
+/// from before the rename until it is emptied or let go: while it has another name, its
+/// link count stays above one (the runtime compares such a file with everything in bx's
+/// directories, and finds this one), and once the rename is done, a file still linked
+/// elsewhere is truncated before bx's name for it goes.
 pub fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -21,8 +30,55 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(data)?;
     tmp.as_file().sync_all()?;
+    let held = hold(path, dir)?;
     tmp.persist(path).map_err(|e| e.error)?;
+    if let Some(held) = held {
+        empty_if_linked(&held)?;
+        held.close()?;
+    }
     sync_dir(dir)
+}
+
+/// How the second name that [`write_atomically`] holds a replaced file under begins (in
+/// the file's own directory; nothing that lists bx's directories reads such a name).
+pub const RETIRING_PREFIX: &str = ".retiring";
+
+/// A second name for `path` in `dir`, removed when dropped; `None` when `path` does not
+/// exist (nothing is replaced).
+fn hold(path: &Path, dir: &Path) -> std::io::Result<Option<tempfile::TempPath>> {
+    let made = tempfile::Builder::new()
+        .prefix(RETIRING_PREFIX)
+        .make_in(dir, |name| std::fs::hard_link(path, name));
+    match made {
+        Ok(file) => Ok(Some(file.into_temp_path())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Truncates the file at `name` when it has a name other than `name`: one made elsewhere,
+/// the only one left once its place in bx's directories was taken by the rename. Opened
+/// without following a symlink or waiting on a FIFO; anything but a regular file is left.
+fn empty_if_linked(name: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    const O_NOFOLLOW: i32 = 0o400000;
+    const O_NONBLOCK: i32 = 0o4000;
+    let file = match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(O_NOFOLLOW | O_NONBLOCK)
+        .open(name)
+    {
+        Ok(file) => file,
+        // A symlink (ELOOP) or something else that cannot be opened for writing: it holds
+        // no bytes of bx's file.
+        Err(_) => return Ok(()),
+    };
+    let meta = file.metadata()?;
+    if meta.is_file() && meta.nlink() > 1 {
+        file.set_len(0)?;
+        file.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Syncs directory `dir`, so the names created, renamed or removed in it are on disk.
@@ -85,6 +141,35 @@ mod tests {
         write_atomically(&path, b"new").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// Regression (the own-state rule): a hard link to a file bx replaces, made anywhere,
+    /// kept the old bytes after the rename under a name nothing marked as bx's.
+    #[test]
+    fn a_replaced_file_linked_elsewhere_is_emptied_and_no_second_name_is_left() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.json");
+        write_atomically(&path, b"old state").unwrap();
+        let link = elsewhere.path().join("copy");
+        std::fs::hard_link(&path, &link).unwrap();
+        write_atomically(&path, b"new state").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new state");
+        assert_eq!(std::fs::read(&link).unwrap(), b"", "the link kept the old bytes");
+        assert_eq!(std::fs::metadata(&link).unwrap().nlink(), 1);
+        assert_eq!(std::fs::metadata(&path).unwrap().nlink(), 1);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        // The neighbour: a file nobody linked keeps nothing behind, and a symlink in the
+        // file's place is replaced, its target untouched.
+        let target = elsewhere.path().join("target");
+        std::fs::write(&target, b"owner's").unwrap();
+        let sym = dir.path().join("sym");
+        std::os::unix::fs::symlink(&target, &sym).unwrap();
+        write_atomically(&sym, b"bx's").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"owner's");
+        assert_eq!(std::fs::read(&sym).unwrap(), b"bx's");
     }
 
     #[test]

@@ -94,7 +94,7 @@ pub(crate) struct Roots {
     /// levels deep), sorted; scanned only when an opened object could be a second name
     /// of one: a file with more than one link, a path under a bind mount, or an object
     /// reached through a mount that gives second names or that the table does not hold.
-    own_deep: Option<(Vec<(u64, u64)>, bool)>,
+    own_deep: Option<OwnScan>,
     /// The policy's path labels as their paths resolve on disk: a grant named by a
     /// symlink labels what it leads to, whatever name a call reaches it by.
     labels_real: Option<Vec<(PathBuf, bx_broker::Label)>>,
@@ -122,37 +122,67 @@ impl Roots {
 /// Entries of bx's own directories looked at for hard-linked files, at most.
 const MAX_OWN_SCAN: usize = 100_000;
 
-/// (device, inode) of every directory and regular file under `dirs` (and the dirs),
-/// three levels deep at most, sorted; and whether all of them were scanned (at most
-/// [`MAX_OWN_SCAN`] entries are).
-fn own_identities(dirs: &[PathBuf]) -> (Vec<(u64, u64)>, bool) {
+/// What one look through bx's own directories found: the (device, inode) of every
+/// directory and regular file in them, sorted; whether all of them were seen (at most
+/// [`MAX_OWN_SCAN`] entries are); and each directory read with how it stood then, so a
+/// file bx wrote since (a session, a ledger replaced by rename) is not missed.
+struct OwnScan {
+    ids: Vec<(u64, u64)>,
+    whole: bool,
+    dirs: Vec<(PathBuf, Option<DirStamp>)>,
+}
+
+/// A directory's identity and the times that every entry made, renamed or removed in it
+/// moves (nanoseconds: two changes within one second still differ).
+type DirStamp = (u64, u64, i64, i64, i64, i64);
+
+fn stamp(dir: &Path) -> Option<DirStamp> {
     use std::os::unix::fs::MetadataExt as _;
-    let mut out = Vec::new();
-    let mut stack: Vec<(PathBuf, u32)> = dirs.iter().map(|d| (d.clone(), 0)).collect();
-    let mut seen = 0;
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > MAX_OWN_SCAN {
-                // Past the bound, the rest is not scanned: the caller refuses what it
-                // cannot compare (see `check_identity`).
-                out.sort_unstable();
-                out.dedup();
-                return (out, false);
-            }
-            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
-            if meta.is_dir() || meta.is_file() {
-                out.push((meta.dev(), meta.ino()));
-            }
-            if meta.is_dir() && depth < 3 {
-                stack.push((entry.path(), depth + 1));
+    let m = std::fs::symlink_metadata(dir).ok()?;
+    Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+}
+
+impl OwnScan {
+    /// Everything under `dirs` (and the dirs), three levels deep at most.
+    fn of(dirs: &[PathBuf]) -> OwnScan {
+        use std::os::unix::fs::MetadataExt as _;
+        let mut scan = OwnScan { ids: Vec::new(), whole: true, dirs: Vec::new() };
+        let mut stack: Vec<(PathBuf, u32)> = dirs.iter().map(|d| (d.clone(), 0)).collect();
+        let mut seen = 0;
+        'dirs: while let Some((dir, depth)) = stack.pop() {
+            // Stamped before it is read: a change during the read moves it past this.
+            scan.dirs.push((dir.clone(), stamp(&dir)));
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                seen += 1;
+                if seen > MAX_OWN_SCAN {
+                    // Past the bound, the rest is not scanned: the caller refuses what it
+                    // cannot compare (see `check_identity`).
+                    scan.whole = false;
+                    break 'dirs;
+                }
+                let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+                if meta.is_dir() || meta.is_file() {
+                    scan.ids.push((meta.dev(), meta.ino()));
+                }
+                if meta.is_dir() && depth < 3 {
+                    stack.push((entry.path(), depth + 1));
+                }
             }
         }
+        scan.ids.sort_unstable();
+        scan.ids.dedup();
+        scan
     }
-    out.sort_unstable();
-    out.dedup();
-    (out, true)
+
+    /// Whether a directory it read has changed since.
+    fn stale(&self) -> bool {
+        self.dirs.iter().any(|(dir, was)| stamp(dir) != *was)
+    }
+
+    fn holds(&self, ids: &[(u64, u64)]) -> bool {
+        ids.iter().any(|id| self.ids.binary_search(id).is_ok())
+    }
 }
 
 /// `O_NONBLOCK`: opening a FIFO for reading or writing must not wait for its other end.
@@ -462,11 +492,8 @@ impl CallState {
         // after the table was read): what it shows is unknown, so compare everything.
         let second_mount = mount.is_none_or(|m| mounts.ids.get(&m) != Some(&false));
         if links > 1 || second_mount || binds.iter().any(|b| real.starts_with(b)) {
-            let deep = self.roots.own_deep.get_or_insert_with(|| {
-                let own: Vec<PathBuf> =
-                    grant.denied().filter(|d| grant.is_own(d)).map(Path::to_path_buf).collect();
-                own_identities(&own)
-            });
+            let own: Vec<PathBuf> =
+                grant.denied().filter(|d| grant.is_own(d)).map(Path::to_path_buf).collect();
             let mut ids = vec![*opened];
             for dir in real.ancestors().skip(1).filter(|d| binds.iter().any(|b| d.starts_with(b))) {
                 use std::os::unix::fs::MetadataExt as _;
@@ -474,8 +501,16 @@ impl CallState {
                     ids.push((meta.dev(), meta.ino()));
                 }
             }
-            let (deep, whole) = &*deep;
-            if ids.iter().any(|id| deep.binary_search(id).is_ok()) {
+            let mut deep = self.roots.own_deep.take().unwrap_or_else(|| OwnScan::of(&own));
+            // Kept for the call, and looked through again when bx's directories changed
+            // since: a file bx wrote after it was made (a session, a file replaced by
+            // rename) is compared too.
+            if !deep.holds(&ids) && deep.stale() {
+                deep = OwnScan::of(&own);
+            }
+            let (found, whole) = (deep.holds(&ids), deep.whole);
+            self.roots.own_deep = Some(deep);
+            if found {
                 return Err(refuse());
             }
             if !whole {

@@ -360,6 +360,54 @@ fn a_hard_link_to_the_signing_key_outside_the_state_directory_is_refused() {
     }
 }
 
+/// Regression: a hard link to `audit/ledger.json` made in a granted folder was readable
+/// through fs.read once bx had replaced the ledger by rename (the link kept the old file,
+/// with one link and an identity nothing knew). Every file bx replaces is out of reach
+/// under any name: before the rename, after it, and for a link made while the daemon runs.
+#[test]
+fn a_hard_link_to_a_file_bx_replaces_reaches_nothing_before_or_after_the_rename() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_read");
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let read = |name: &str| {
+        let args = json!({"path": ws.join(name)}).to_string();
+        bx(s, &["tool", "run", "fs.read", "--allow-read", ws.to_str().unwrap(), "--args", &args])
+    };
+    std::fs::write(ws.join("plain.txt"), "the neighbour\n").unwrap();
+    assert_eq!(read("plain.txt").code, 0);
+    let ledger = s.join("audit/ledger.json");
+    let held = std::fs::read(&ledger).unwrap();
+    assert!(!held.is_empty());
+    std::fs::hard_link(&ledger, ws.join("copy.json")).unwrap();
+    // A one-shot call's writer replaces the ledger as it opens, before the read: the
+    // link it reads holds nothing of bx's (on today's main it held the whole ledger).
+    let r = read("copy.json");
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let text = String::from_utf8_lossy(&held);
+    let probe = text.trim().get(..24).unwrap();
+    assert!(!r.stdout.contains(probe), "{}", r.stdout);
+    assert_ne!(std::fs::read(&ledger).unwrap(), b"");
+    assert_eq!(std::fs::read(ws.join("copy.json")).unwrap(), b"", "a stale ledger stayed");
+    // A link made while the daemon runs, to the file as it is then.
+    let daemon = Daemon::start(s);
+    assert_eq!(read("plain.txt").code, 0);
+    std::fs::hard_link(&ledger, ws.join("live.json")).unwrap();
+    let r = read("live.json");
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("#own-state"), "{}", r.stderr);
+    daemon.stop();
+    let seen = std::fs::read(ws.join("live.json")).unwrap();
+    assert!(seen.is_empty() || seen == std::fs::read(&ledger).unwrap(), "a stale ledger stayed");
+    let leftovers: Vec<_> = std::fs::read_dir(s.join("audit"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".retiring"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
 /// A state directory with `tools` (crate names under `tools/`) installed and `bx policy
 /// init`'s policy.
 fn with_tools(tools: &[&str]) -> tempfile::TempDir {
