@@ -306,7 +306,10 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
         out.push_str(&format!("    from:    {}\n", e(from)));
     }
     if r.flow != r.taint {
-        out.push_str(&format!("    this call's own reads raise it to {}\n", r.flow));
+        out.push_str(&format!(
+            "    what this call reads (all a folder it names holds) raises it to {}\n",
+            r.flow
+        ));
     }
     if let Some(clean) = &r.at_clean {
         out.push_str(&format!("    in a clean session the policy would: {}\n", e(clean)));

@@ -189,6 +189,44 @@ fn denied_by(
 
 /// The grant that covers `resource`: the mode must match; the longest path wins, then a
 /// rule naming the tool over `*`, then file order.
+/// The label of what a read of `path` (normalised) can reach: the grant covering it,
+/// joined with every path grant's label nested under it, whatever tool or mode it names
+/// (a label is a property of the data), except those this call cannot reach from there:
+/// a nested grant of the tool's own that asks or refuses at `taint` is out of its reach
+/// (see the nested grants in [`evaluate`]). `None` when no grant covers `path`.
+fn read_reach(policy: &Policy, tool: &str, taint: Label, path: &Path) -> Option<Label> {
+    let own = covering(policy, tool, Mode::Read, Some(path), None)?.label;
+    let nested = |g: &&GrantRule| match &g.resource {
+        ResourceRule::Path(p) => under(p, path) && p.as_os_str() != path.as_os_str(),
+        ResourceRule::Host(_) | ResourceRule::Names(_) | ResourceRule::InWorkspace(_) => false,
+    };
+    let unreached: Vec<&Path> = policy
+        .grants
+        .iter()
+        .filter(nested)
+        .filter(|g| g.mode == Mode::Read && g.tool.matches(tool))
+        .filter(|g| {
+            g.when_clean != OnTainted::Allow
+                || (!taint.flows_to(g.label) && g.when_tainted != OnTainted::Allow)
+        })
+        .filter_map(|g| match &g.resource {
+            ResourceRule::Path(p) => Some(p.as_path()),
+            _ => None,
+        })
+        .collect();
+    Some(
+        policy
+            .grants
+            .iter()
+            .filter(nested)
+            .filter(|g| match &g.resource {
+                ResourceRule::Path(p) => !unreached.iter().any(|u| under(p, u)),
+                _ => false,
+            })
+            .fold(own, |label, g| label.join(g.label)),
+    )
+}
+
 fn covering<'p>(
     policy: &'p Policy,
     tool: &str,
@@ -297,7 +335,11 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
     let mut every = Vec::new();
     // What the call itself reads flows into what it writes and fetches (py.run reads a
     // file and writes another in one call): those are decided at the session's taint
-    // joined with the labels of the call's own reads.
+    // joined with the labels of everything the call's own reads can reach. A folder it
+    // reads reaches every grant nested in it (a `secret` folder inside a `public` one),
+    // so it counts at the highest of them (the runtime holds a call to that as it runs:
+    // a write or fetch after a read labelled higher, through a hard link or a symlink,
+    // is refused).
     let reads = call
         .resources
         .iter()
@@ -305,7 +347,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             Resource::PathRead(p) => normalize(Path::new(p)).ok(),
             Resource::PathWrite(_) | Resource::Url(_) => None,
         })
-        .filter_map(|p| covering(policy, &call.tool, Mode::Read, Some(&p), None).map(|g| g.label))
+        .filter_map(|p| read_reach(policy, &call.tool, taint, &p))
         .fold(Label::CLEAN, Label::join);
     let outward = taint.join(reads);
     for resource in &call.resources {
@@ -471,6 +513,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         labels: std::sync::Arc::clone(&policy.labels),
         hosts,
         secrets: policy.secrets.iter().filter(|s| s.tool.matches(&call.tool)).cloned().collect(),
+        flow: outward,
     };
     let secrets = secrets_for(&grant, &call.resources);
     let ask = (!reasons.is_empty()).then(|| AskRequest {

@@ -183,6 +183,11 @@ pub struct Grant {
     /// The policy's `[[secret]]` bindings for this tool: which secrets its requests may
     /// carry, to which hosts (no values: the runtime puts those in).
     pub(crate) secrets: Vec<crate::SecretBinding>,
+    /// The taint the call's writes and fetches were decided at: the session's, joined with
+    /// what its declared reads reach. A write or fetch after the call read something
+    /// labelled higher (a hard link, a symlink out of the folder it named) was not
+    /// decided, and the runtime refuses it unless that label flows to where it goes.
+    pub(crate) flow: Label,
 }
 
 impl Grant {
@@ -221,6 +226,20 @@ impl Grant {
     /// The host rules of this grant.
     pub fn hosts(&self) -> impl ExactSizeIterator<Item = &HostRule> {
         self.hosts.iter().map(|(h, _)| h)
+    }
+
+    /// The taint the call's writes and fetches were decided at (see the field's doc).
+    pub fn flow(&self) -> Label {
+        self.flow
+    }
+
+    /// Why a write or fetch to where data labelled `target` goes must not run, when the
+    /// call has read data labelled `read` by then: it was decided at [`Grant::flow`], and
+    /// what it read since rose past that to a label that does not flow to `target`. The
+    /// label it would have to be decided at, or `None` when the operation may run.
+    pub fn undecided_flow(&self, read: Label, target: Label) -> Option<Label> {
+        let now = self.flow.join(read);
+        (now != self.flow && !now.flows_to(target)).then_some(now)
     }
 
     /// The label of the grant that decided the root at `root`.
@@ -493,6 +512,7 @@ mod tests {
             .into(),
             hosts: vec![(HostRule::parse("example.com").unwrap(), Label::TOP)],
             secrets: Vec::new(),
+            flow: Label::CLEAN,
         }
     }
 

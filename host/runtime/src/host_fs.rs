@@ -336,6 +336,17 @@ impl CallState {
     fn route(&self, path: &str, access: FsAccess) -> Result<(usize, PathBuf), Error> {
         let route =
             self.grant.route_path(path, access).map_err(|e| Error::Denied(e.to_string()))?;
+        if access == FsAccess::Write {
+            // Decided at what the call's declared reads reach; what it read since may
+            // reach higher (a hard link, a symlink out of a folder it named).
+            let target = self.grant.path_label(&self.logical(route.root, &route.relative));
+            let read = *self.reads.lock();
+            if let Some(now) = self.grant.undecided_flow(read, target) {
+                let what = format!("a write of {path}");
+                let why = crate::state::undecided(&what, self.grant.flow(), now, target);
+                return Err(Error::Denied(why));
+            }
+        }
         Ok((route.root, route.relative))
     }
 

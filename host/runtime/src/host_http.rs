@@ -104,6 +104,9 @@ pub(crate) struct Fetcher {
     limits: crate::limits::Limits,
     deadline: Instant,
     secrets: Secrets,
+    /// The join of the labels of what the call has read so far (shared with its state):
+    /// a fetch after a read above what the call was decided at is refused.
+    reads: Arc<parking_lot::Mutex<bx_broker::Label>>,
     pub(crate) sink: Arc<parking_lot::Mutex<Reached>>,
 }
 
@@ -143,12 +146,14 @@ impl Fetcher {
         limits: &crate::limits::Limits,
         deadline: Instant,
         secrets: &Secrets,
+        reads: &Arc<parking_lot::Mutex<bx_broker::Label>>,
     ) -> Fetcher {
         Fetcher {
             grant: Arc::new(grant.clone()),
             limits: limits.clone(),
             deadline,
             secrets: secrets.clone(),
+            reads: Arc::clone(reads),
             sink: Arc::default(),
         }
     }
@@ -185,6 +190,17 @@ impl Fetcher {
         let url = url::Url::parse(raw).map_err(|e| Error::Invalid(format!("{raw:?}: {e}")))?;
         canonical_ip_spelling(raw, &url)?;
         let route = self.grant.route_url(&url).map_err(|e| Error::Denied(e.to_string()))?;
+        let host = url.host_str().unwrap_or_default();
+        let target = self.grant.host_label(host).unwrap_or(bx_broker::Label::TOP);
+        let read = *self.reads.lock();
+        if let Some(now) = self.grant.undecided_flow(read, target) {
+            return Err(Error::Denied(crate::state::undecided(
+                &format!("a fetch from {host}"),
+                self.grant.flow(),
+                now,
+                target,
+            )));
+        }
         Ok((url, route))
     }
 
@@ -607,7 +623,8 @@ impl CallState {
         if self.leaks.iter().any(|l| l.direction == Direction::Request) {
             return Err(Error::Denied(LEAKED_BEFORE.into()));
         }
-        let fetcher = Fetcher::new(&self.grant, &self.limits, self.deadline, &self.secrets);
+        let fetcher =
+            Fetcher::new(&self.grant, &self.limits, self.deadline, &self.secrets, &self.reads);
         let result = fetcher.fetch(method, &req.url, headers, req.body).await;
         self.gather_http(&fetcher);
         result

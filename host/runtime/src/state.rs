@@ -46,6 +46,10 @@ pub(crate) struct CallState {
     pub(crate) memory_hit: Option<String>,
     /// The join of the label of everything the call read or fetched.
     pub(crate) label: Label,
+    /// The join of the labels of the files the call has read so far (shared with its
+    /// HTTP, which runs in futures of its own): a write or fetch after a read labelled
+    /// above what the call was decided at ([`Grant::flow`]) is refused.
+    pub(crate) reads: std::sync::Arc<parking_lot::Mutex<Label>>,
     pub(crate) touched: BTreeSet<Touched>,
     /// Touched things past [`MAX_TOUCHED`], counted but not kept.
     pub(crate) touched_more: u64,
@@ -100,6 +104,7 @@ impl CallState {
             host_calls: 0,
             memory_hit: None,
             label: Label::CLEAN,
+            reads: std::sync::Arc::default(),
             touched: BTreeSet::new(),
             touched_more: 0,
             stdout,
@@ -131,12 +136,25 @@ impl CallState {
     /// kept by name while fewer than [`MAX_TOUCHED`] distinct things were.
     pub(crate) fn touch(&mut self, what: Touched) {
         self.label = self.label.join(what.label());
+        if let Touched::Path { access: bx_broker::FsAccess::Read, label, .. } = &what {
+            let mut reads = self.reads.lock();
+            *reads = reads.join(*label);
+        }
         if self.touched.len() < MAX_TOUCHED {
             self.touched.insert(what);
         } else if !self.touched.contains(&what) {
             self.touched_more += 1;
         }
     }
+}
+
+/// Why a write or fetch (`what`) is refused when the call read something labelled above
+/// what it was decided at (`decided`): what it would have to be decided at (`now`), and
+/// that it may not send that to `target`.
+pub(crate) fn undecided(what: &str, decided: Label, now: Label, target: Label) -> String {
+    format!(
+        "{what} after this call read data labelled {now} (its writes and fetches were decided at {decided}; {now} does not flow to {target}): the owner was not asked about that, so it is refused; name the files it reads, or read and write in separate calls (see docs/runbook.md#read-above-decided)"
+    )
 }
 
 impl WasiView for CallState {

@@ -336,6 +336,56 @@ fn a_symlink_listed_as_a_read_and_a_copy_within_one_call_are_refused() {
     assert!(!ws.join("pub/out.txt").exists());
 }
 
+/// Regression: a call that named a folder among its reads was decided, and shown to the
+/// owner, at the label of the grant covering the folder, while the files it then read sat
+/// under a nested `secret` grant, or were a hard link to one: code in the same call wrote
+/// them out at the lower label with no prompt. A folder read is now decided at the
+/// highest label under it (shown in the block), and a write after a read that rose past
+/// the decided label (a hard link) is refused as it happens.
+#[test]
+fn a_folder_read_is_decided_at_what_it_holds_and_a_write_after_a_higher_read_is_refused() {
+    let (state, _w, ws) = setup();
+    let s = state.path();
+    std::fs::create_dir_all(ws.join("vault")).unwrap();
+    std::fs::write(ws.join("vault/key.txt"), "vault-key-4711\n").unwrap();
+    std::fs::create_dir(ws.join("pub")).unwrap();
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    let extra = format!(
+        "[[grant]]\ntool = \"*\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"secret/trusted\"\nwhen_tainted = \"allow\"\n\
+         [[grant]]\ntool = \"py.run\"\npath = \"{}\"\nmode = \"write\"\nlabel = \"private/trusted\"\nwhen_tainted = \"ask\"\n",
+        ws.join("vault").display(),
+        ws.join("pub").display()
+    );
+    write_policy(s, &format!("{policy}\n{extra}"));
+    let copy = |from: &str| format!("open('pub/out.txt', 'w').write(open('{from}').read())");
+    // The folder: asked about at the nested grant's label, and with no answer refused.
+    let args = json!({"code": copy("vault/key.txt"), "reads": ["."], "writes": ["pub/out.txt"]});
+    let r = run(s, &ws, args, &["--approval-timeout", "1", "--session", "folder"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("raises it to secret/trusted"), "{}", r.stderr);
+    assert!(r.stderr.contains("does not flow to"), "{}", r.stderr);
+    assert!(!ws.join("pub/out.txt").exists());
+    // A hard link to the vault's file, named as a plain file: decided at the workspace's
+    // label, and the write after the read is refused as it happens.
+    std::fs::hard_link(ws.join("vault/key.txt"), ws.join("notes.txt")).unwrap();
+    let args =
+        json!({"code": copy("notes.txt"), "reads": ["notes.txt"], "writes": ["pub/out.txt"]});
+    let r = run(s, &ws, args, &["--session", "link"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("#read-above-decided"), "{}", r.stderr);
+    assert!(!ws.join("pub/out.txt").exists());
+    let said = format!("{}{}", r.stdout, r.stderr);
+    assert!(!said.contains("vault-key-4711"), "{said}");
+    // The neighbour: a file under the workspace's own label copied the same way runs.
+    // (In a session of its own: the read through the link tainted the last one.)
+    let args =
+        json!({"code": copy("sales.csv"), "reads": ["sales.csv"], "writes": ["pub/out.txt"]});
+    let r = run(s, &ws, args, &["--session", "plain"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(std::fs::read_to_string(ws.join("pub/out.txt")).unwrap().starts_with("region,"));
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
+
 /// The code's network is `fetch(url)`, through bx's checked HTTP, to the hosts and ports
 /// its call lists in `urls` and nowhere else.
 #[test]
