@@ -31,6 +31,10 @@ pub struct Pending {
     pub created_ms: u64,
     /// When it expires (a refusal), same clock.
     pub expires_ms: u64,
+    /// For a block that shows the call in part ([`shown_in_part`]): the code that
+    /// approves it, handed out only with the end of the rest ([`rest_parts`]), so that
+    /// nothing approves a call whose rest nobody was shown. `None` for a whole block.
+    pub seal: Option<String>,
 }
 
 /// What answering an id found.
@@ -45,6 +49,9 @@ pub enum Answered {
     Expired(Pending),
     /// No such id.
     Unknown,
+    /// An approval of a block shown in part, without the code the end of its rest
+    /// gives: nothing was answered, and the call still waits.
+    Unseen(Pending),
 }
 
 #[derive(Debug, Default)]
@@ -139,7 +146,10 @@ impl ApprovalTable {
             args,
             created_ms: now_ms,
             expires_ms: now_ms.saturating_add(ttl_ms),
+            seal: None,
         };
+        let pending =
+            Pending { seal: shown_in_part(&pending.args).then(new_approval_id), ..pending };
         state.pending.insert(id, pending.clone());
         pending
     }
@@ -183,6 +193,23 @@ impl ApprovalTable {
             None if state.answered.contains(&id) => Answered::AlreadyAnswered,
             None => Answered::Unknown,
         }
+    }
+
+    /// [`ApprovalTable::take`] for an approval: a block shown in part is taken only with
+    /// the code its rest ends with (`seen`); without it the entry stays, and the answer is
+    /// [`Answered::Unseen`]. A refusal needs no code (refusing unseen is always safe).
+    pub fn take_approving(&self, id: &str, seen: Option<&str>, now_ms: u64) -> Answered {
+        let key = id.trim().to_ascii_lowercase();
+        {
+            let state = self.lock();
+            if let Some(p) = state.pending.get(&key).filter(|p| p.expires_ms > now_ms)
+                && let Some(seal) = &p.seal
+                && seen.map(str::trim) != Some(seal.as_str())
+            {
+                return Answered::Unseen(p.clone());
+            }
+        }
+        self.take(id, now_ms)
     }
 
     /// Removes and returns every entry expired at `now_ms`; each is a refusal.
@@ -349,6 +376,11 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
     }
     let left = pending.expires_ms.saturating_sub(now_ms) / 1000;
     let id = &pending.id;
+    if pending.seal.is_some() {
+        out.push_str(
+            "  (this block shows the call in part: approving it shows you the rest first, and takes the id at its end)\n",
+        );
+    }
     out.push_str(&format!(
         "  expires in {left} s; answer with the id, and a scope if you choose:\n"
     ));
@@ -376,6 +408,67 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether a block shows the call `args` in part (an argument, or the whole section,
+/// cut to its bound): approving it then takes the code at the end of its rest.
+pub fn shown_in_part(args: &str) -> bool {
+    shown_args(args).1
+}
+
+/// The most bytes of one part of a rest ([`rest_parts`]): about a screenful.
+pub const REST_PART_BYTES: usize = 2 << 10;
+
+/// The whole arguments of approval `id` as the owner is shown them before approving a
+/// block shown in part: pretty-printed when they are JSON, every string whole, escaped
+/// (as [`escape_untrusted`], newlines kept), in numbered parts of at most about
+/// [`REST_PART_BYTES`], the last saying it is the end, with the size and SHA-256 the
+/// block named.
+pub fn rest_parts(id: &str, args: &str) -> Vec<String> {
+    let pretty = serde_json::from_str::<serde_json::Value>(args)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| args.to_owned());
+    let text = escape_untrusted(&pretty, true);
+    let mut chunks = Vec::new();
+    let mut rest = text.as_str();
+    while !rest.is_empty() {
+        let mut end = rest.len().min(REST_PART_BYTES);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        // At a line's end where there is one in the second half of the part.
+        if end < rest.len()
+            && let Some(nl) = rest[..end].rfind('\n').filter(|nl| *nl >= end / 2)
+        {
+            end = nl + 1;
+        }
+        chunks.push(&rest[..end]);
+        rest = &rest[end..];
+    }
+    if chunks.is_empty() {
+        chunks.push("");
+    }
+    let n = chunks.len();
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(i, chunk)| {
+            let mut part = format!("--- approval {id}: arguments, part {} of {n} ---\n", i + 1);
+            part.push_str(chunk);
+            if !chunk.ends_with('\n') {
+                part.push('\n');
+            }
+            if i + 1 == n {
+                part.push_str(&format!(
+                    "--- end of approval {id}'s arguments: {} bytes, sha256 {} ---\n",
+                    args.len(),
+                    sha256_hex(args.as_bytes())
+                ));
+            }
+            part
+        })
+        .collect()
 }
 
 /// Where to cut `text` so that its escaped form (as [`escape_untrusted`]) stays within

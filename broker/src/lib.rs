@@ -22,8 +22,8 @@ pub mod toml_shape;
 
 pub use allow::{AllowError, AllowList};
 pub use approval::{
-    Answered, ApprovalTable, Pending, escape_untrusted, is_hidden, new_approval_id, render_block,
-    typed_answer,
+    Answered, ApprovalTable, Pending, REST_PART_BYTES, escape_untrusted, is_hidden,
+    new_approval_id, render_block, rest_parts, shown_in_part, typed_answer,
 };
 pub use credentials::{CREDENTIAL_STORES, CredentialGap, CredentialStore};
 pub use decide::{

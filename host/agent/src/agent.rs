@@ -299,6 +299,7 @@ impl Owner for Connected<'_> {
             call: asking.call().to_owned(),
             approval: pending.id,
             block,
+            in_part: pending.seal.is_some(),
         });
         wait.await
     }

@@ -95,9 +95,10 @@ impl Approvals {
                 Ok(Ok(answer)) => answer,
                 Ok(Err(_)) | Err(_) => match self.table.take(&id, now_ms()) {
                     // Nobody answered in time: the entry goes, as a refusal.
-                    Answered::Taken(_) | Answered::Expired(_) | Answered::Unknown => {
-                        Answer::Expired
-                    }
+                    Answered::Taken(_)
+                    | Answered::Expired(_)
+                    | Answered::Unknown
+                    | Answered::Unseen(_) => Answer::Expired,
                     // An answer won the race with the timeout: it counts.
                     Answered::AlreadyAnswered => rx.try_recv().unwrap_or(Answer::Expired),
                 },
@@ -106,15 +107,26 @@ impl Approvals {
         Some((pending, block, wait))
     }
 
-    /// The whole arguments of waiting approval `id`, as the call gave them (a block shows
-    /// a long one in part).
-    pub fn args_of(&self, id: &str) -> Option<String> {
-        self.table.get(id, now_ms()).map(|p| p.args)
+    /// Waiting approval `id`: its whole arguments, as the call gave them (a block shows a
+    /// long one in part), and the code that approves a block shown in part.
+    pub fn waiting_entry(&self, id: &str) -> Option<Pending> {
+        self.table.get(id, now_ms())
     }
 
-    /// Answers approval `id`. Only the first answer counts.
-    pub fn answer(&self, id: &str, answer: Answer) -> Answered {
-        let taken = self.table.take(id, now_ms());
+    /// Answers approval `id`. Only the first answer counts. An approval of a block shown
+    /// in part counts only with the code at the end of its rest (`seen`): without it the
+    /// call still waits ([`Answered::Unseen`]).
+    pub fn answer(&self, id: &str, answer: Answer, seen: Option<&str>) -> Answered {
+        let approving = match &answer {
+            Answer::Approve => true,
+            Answer::Scoped(s) => s.approve,
+            Answer::Refuse(_) | Answer::Expired => false,
+        };
+        let taken = if approving {
+            self.table.take_approving(id, seen, now_ms())
+        } else {
+            self.table.take(id, now_ms())
+        };
         if let Answered::Taken(p) = &taken
             && let Some(waiter) = self.waiting().remove(&p.id)
         {
@@ -134,16 +146,14 @@ impl Approvals {
         approve: bool,
         reason: String,
         scope: Option<&str>,
-    ) -> Result<Answered, String> {
-        let kind = ScopeKind::parse(scope.unwrap_or("call")).map_err(|why| {
-            format!("{why}; the call still waits (see docs/runbook.md#scope-does-not-fit)")
-        })?;
+        seen: Option<&str>,
+    ) -> Result<Answered, crate::error::ScopeMisfit> {
+        use crate::error::ScopeMisfit;
+        let kind = ScopeKind::parse(scope.unwrap_or("call")).map_err(ScopeMisfit)?;
         let cover = match (&kind, self.table.get(id, now_ms())) {
             (ScopeKind::Call, _) => None,
             (_, Some(p)) => {
-                bx_broker::cover_for(&p.request, &p.args, &kind, approve).map_err(|why| {
-                    format!("{why}; the call still waits (see docs/runbook.md#scope-does-not-fit)")
-                })?
+                bx_broker::cover_for(&p.request, &p.args, &kind, approve).map_err(ScopeMisfit)?
             }
             // Not waiting: answered as any answer is (unknown, expired, answered).
             (_, None) => None,
@@ -153,7 +163,7 @@ impl Approvals {
             (None, true) => Answer::Approve,
             (None, false) => Answer::Refuse(reason),
         };
-        Ok(self.answer(id, answer))
+        Ok(self.answer(id, answer, seen))
     }
 
     /// Every approval still waiting, oldest first.

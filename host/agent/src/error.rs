@@ -144,6 +144,7 @@ impl AgentError {
             ErrorCode::NoModel => "docs/runbook.md#no-model",
             ErrorCode::RepeatedRefusal => "docs/runbook.md#repeated-refusal",
             ErrorCode::BadWorkspace => "docs/runbook.md#workspace",
+            ErrorCode::ApprovalUnseen => "docs/runbook.md#approval-unseen",
             ErrorCode::BadRequest | ErrorCode::Internal => "docs/runbook.md#internal-error",
         }
     }
@@ -161,3 +162,9 @@ mod tests {
         assert!(text.starts_with("workspace \"/asked\": session s works in /held"), "{text}");
     }
 }
+
+/// A scope the owner typed that does not fit the waiting call (or is not a scope): the
+/// answer is not taken, and the call still waits.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}; the call still waits (see docs/runbook.md#scope-does-not-fit)")]
+pub struct ScopeMisfit(pub bx_broker::ScopeError);

@@ -22,7 +22,7 @@ pub use agent::{Agent, AgentParts, Events, record_pending};
 pub use approvals::{Approvals, Waiting, now_ms};
 pub use baseline::{Baseline, SYSTEM_PROMPT};
 pub use call::{Covered, Decided, Overlay, Trust, check_workspace};
-pub use error::AgentError;
+pub use error::{AgentError, ScopeMisfit};
 pub use ledger::{Ledger, Replayed};
 pub use secrets::SecretSource;
 pub use settle::{NoOwner, Owner, Proposal};

@@ -230,15 +230,28 @@ pub(crate) async fn handle(
                 out.send(id, msg);
             }
             Body::AnswerApproval { approval, answer } => {
-                let (approve, reason, scope) = match answer {
-                    Answer::Approve { scope } => (true, String::new(), scope),
-                    Answer::Refuse { reason, scope } => (false, reason, scope),
+                let (approve, reason, scope, seen) = match answer {
+                    Answer::Approve { scope, seen } => (true, String::new(), scope, seen),
+                    Answer::Refuse { reason, scope } => (false, reason, scope, None),
                 };
-                let answered =
-                    agent.approvals().answer_as(&approval, approve, reason, scope.as_deref());
+                let answered = agent.approvals().answer_as(
+                    &approval,
+                    approve,
+                    reason,
+                    scope.as_deref(),
+                    seen.as_deref(),
+                );
                 let msg = match answered {
-                    Err(why) => Body::Refused { reason: why },
+                    Err(why) => Body::Refused { reason: why.to_string() },
                     Ok(Answered::Taken(_)) => Body::Ok {},
+                    Ok(Answered::Unseen(_)) => error(
+                        ErrorCode::ApprovalUnseen,
+                        format!(
+                            "approval {} shows the call in part, and was approved without the seal at the end of the rest: read the rest (`bx approve {0}` shows it, then takes the id); the call still waits",
+                            echoed(&approval)
+                        ),
+                        "docs/runbook.md#approval-unseen",
+                    ),
                     Ok(Answered::AlreadyAnswered) => Body::Refused {
                         reason: format!("approval {} already answered", echoed(&approval)),
                     },
@@ -282,14 +295,18 @@ pub(crate) async fn handle(
                 out.send(id, Body::Approvals { items, more });
             }
             Body::ShowApproval { approval, offset } => {
-                let msg = match agent.approvals().args_of(&approval) {
-                    Some(args) => {
-                        let (text, start) = args_part(&args, offset);
+                let msg = match agent.approvals().waiting_entry(&approval) {
+                    Some(pending) => {
+                        let args = &pending.args;
+                        let (text, start) = args_part(args, offset);
+                        // The seal comes only with the part that reaches the end.
+                        let end = start as usize + text.len() >= args.len();
                         Body::ApprovalArgs {
                             approval: approval.trim().to_ascii_lowercase(),
                             offset: start,
                             total: args.len() as u64,
                             text,
+                            seal: pending.seal.filter(|_| end),
                         }
                     }
                     None => Body::Refused {

@@ -271,17 +271,41 @@ impl OwnerLine {
         scope: Option<String>,
     ) -> anyhow::Result<()> {
         let answer = if approve {
-            Answer::Approve { scope }
+            Answer::Approve { scope: scope.clone(), seen: None }
         } else {
             Answer::Refuse { reason: "not what I asked for".into(), scope: None }
         };
+        let reply = self.request(Body::AnswerApproval { approval: approval.to_owned(), answer })?;
+        // A block shown in part is approved, as at a terminal, after its rest is shown:
+        // read whole, and approved with the seal at its end.
+        if let Body::Error { code: bx_protocol::ErrorCode::ApprovalUnseen, .. } = reply {
+            let mut offset = 0;
+            let seen = loop {
+                let show = Body::ShowApproval { approval: approval.to_owned(), offset };
+                match self.request(show)? {
+                    Body::ApprovalArgs { seal: Some(seal), .. } => break Some(seal),
+                    Body::ApprovalArgs { text, total, .. }
+                        if !text.is_empty() && offset + (text.len() as u64) < total =>
+                    {
+                        offset += text.len() as u64;
+                    }
+                    _ => break None,
+                }
+            };
+            let answer = Answer::Approve { scope, seen };
+            self.request(Body::AnswerApproval { approval: approval.to_owned(), answer })?;
+        }
+        Ok(())
+    }
+
+    /// Sends `msg` and waits for its reply (events meanwhile are not the owner's).
+    fn request(&mut self, msg: Body) -> anyhow::Result<Body> {
         self.next += 1;
         let id = self.next;
-        let msg = Body::AnswerApproval { approval: approval.to_owned(), answer };
         self.stream.write_all(&bx_protocol::encode(&Envelope { v: VERSION, id, msg })?)?;
         loop {
             match bx_protocol::read_frame(&mut self.stream)? {
-                Some(e) if e.id == id => return Ok(()),
+                Some(e) if e.id == id => return Ok(e.msg),
                 Some(_) => {}
                 None => anyhow::bail!("the daemon closed the owner's connection"),
             }

@@ -28,6 +28,11 @@ pub enum Answer {
         /// that scope covers too; none for this call only.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         scope: Option<String>,
+        /// For a block shown in part: the seal that the end of its rest gave
+        /// ([`Body::ApprovalArgs`]), which shows the rest was shown; without it such an
+        /// approval is not taken ([`ErrorCode::ApprovalUnseen`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seen: Option<String>,
     },
     /// Do not run it; the reason reaches the model.
     Refuse {
@@ -74,6 +79,9 @@ pub enum ErrorCode {
     BadWorkspace,
     /// The request was malformed.
     BadRequest,
+    /// An approval of a block shown in part came without the seal at the end of its
+    /// rest: the owner was not shown all of the call, and it still waits.
+    ApprovalUnseen,
     /// Anything else.
     Internal,
 }
@@ -319,6 +327,10 @@ pub enum Body {
         total: u64,
         /// This part.
         text: String,
+        /// With the part that reaches the end, for a block shown in part: the seal that
+        /// approves it (sent back as [`Answer::Approve`]'s `seen`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seal: Option<String>,
     },
     /// Sessions.
     Sessions {
@@ -404,6 +416,10 @@ pub enum Body {
         approval: String,
         /// The block to show, never truncated.
         block: String,
+        /// The block shows the call in part: approving it shows the rest first
+        /// ([`Body::ShowApproval`]), and takes the seal at its end.
+        #[serde(default, skip_serializing_if = "is_false")]
+        in_part: bool,
     },
     /// A call started running.
     ToolStarted {
@@ -464,6 +480,10 @@ pub enum Body {
         /// Token counts.
         usage: TurnUsage,
     },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &u64) -> bool {

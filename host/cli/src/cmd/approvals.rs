@@ -65,10 +65,15 @@ pub(crate) struct RefuseArgs {
 
 /// An answer typed at a prompt ([`bx_broker::typed_answer`]), as the daemon takes it;
 /// `None` for no answer.
-pub(crate) fn to_wire(answer: bx_broker::Answer, scope: &bx_broker::ScopeKind) -> Option<Answer> {
+/// `seen` is the seal of the rest the owner was shown, for a block shown in part.
+pub(crate) fn to_wire(
+    answer: bx_broker::Answer,
+    scope: &bx_broker::ScopeKind,
+    seen: Option<String>,
+) -> Option<Answer> {
     let scope = (*scope != bx_broker::ScopeKind::Call).then(|| scope.to_string());
     match answer {
-        bx_broker::Answer::Approve => Some(Answer::Approve { scope }),
+        bx_broker::Answer::Approve => Some(Answer::Approve { scope, seen }),
         bx_broker::Answer::Refuse(reason) => Some(Answer::Refuse { reason, scope }),
         // Only the daemon's table makes these.
         bx_broker::Answer::Expired | bx_broker::Answer::Scoped(_) => None,
@@ -142,10 +147,23 @@ fn show(state: &StateDir, id: &str, raw: bool) -> anyhow::Result<u8> {
 fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
     let approving = matches!(answer, Answer::Approve { .. });
     let scope = match &answer {
-        Answer::Approve { scope } | Answer::Refuse { scope, .. } => scope.clone(),
+        Answer::Approve { scope, .. } | Answer::Refuse { scope, .. } => scope.clone(),
     };
-    let reply = connect_running(state)?
-        .request(Body::AnswerApproval { approval: id.to_owned(), answer })?;
+    let mut reply = connect_running(state)?
+        .request(Body::AnswerApproval { approval: id.to_owned(), answer: answer.clone() })?;
+    // A block shown in part is approved only after the rest: shown here, then the id
+    // typed at its end, sent with the seal the rest ended with.
+    if let (Body::Error { code: bx_protocol::ErrorCode::ApprovalUnseen, .. }, true) =
+        (&reply, approving)
+    {
+        let Some(seen) = seen_rest(state, id)? else {
+            errln!("bx: not approved; approval {} still waits", term::one_line(id));
+            return Ok(EXIT_DENIED);
+        };
+        let answer = Answer::Approve { scope: scope.clone(), seen: Some(seen) };
+        reply = connect_running(state)?
+            .request(Body::AnswerApproval { approval: id.to_owned(), answer })?;
+    }
     match reply {
         Body::Ok {} => {
             let verb = if approving { "approved" } else { "refused" };
@@ -173,8 +191,30 @@ fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
     }
 }
 
+/// Shows approval `id`'s rest and takes the id at its end: the seal to approve with, or
+/// `None` when the owner stopped or typed something else.
+fn seen_rest(state: &StateDir, id: &str) -> anyhow::Result<Option<String>> {
+    use std::io::{BufRead as _, Write as _};
+    let rest = super::rest::fetch(state, id)?;
+    errln!(
+        "bx: approval {} shows the call in part; here is the rest, escaped:",
+        term::one_line(id)
+    );
+    if !super::rest::show(&rest.parts) {
+        return Ok(None);
+    }
+    errp!("that is the whole call; type {} to approve it: ", term::one_line(id));
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    if std::io::stdin().lock().read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let typed = matches!(bx_broker::typed_answer(id, line.trim()).0, bx_broker::Answer::Approve);
+    Ok(rest.seal.filter(|_| typed))
+}
+
 pub(crate) fn approve(state: &StateDir, args: &ApproveArgs) -> anyhow::Result<u8> {
-    answer(state, &args.id, Answer::Approve { scope: args.scope.clone() })
+    answer(state, &args.id, Answer::Approve { scope: args.scope.clone(), seen: None })
 }
 
 pub(crate) fn refuse(state: &StateDir, args: &RefuseArgs) -> anyhow::Result<u8> {

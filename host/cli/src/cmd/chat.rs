@@ -278,7 +278,7 @@ impl Chat<'_> {
             workspace,
         })?;
         let generation = self.generation;
-        let mut approval: Option<String> = None;
+        let mut approval: Option<Asked> = None;
         let mut wrote_text = false;
         loop {
             let input = self.rx.recv().map_err(|_| anyhow::anyhow!("input channel closed"))?;
@@ -295,8 +295,8 @@ impl Chat<'_> {
                     continue;
                 }
                 Input::Line(Some(line)) => {
-                    if let Some(waiting) = approval.take() {
-                        self.answer(&waiting, line.trim())?;
+                    if let Some(asked) = approval.take() {
+                        approval = self.heard(asked, line.trim())?;
                     }
                     continue;
                 }
@@ -356,6 +356,7 @@ impl Chat<'_> {
                         | ErrorCode::InferenceFailed
                         | ErrorCode::BadWorkspace
                         | ErrorCode::BadRequest
+                        | ErrorCode::ApprovalUnseen
                         | ErrorCode::Internal => EXIT_ERROR,
                     });
                 }
@@ -369,15 +370,11 @@ impl Chat<'_> {
                 Body::ToolCallProposed { tool, args, .. } => {
                     errln!("\n[tool] {} {}", term::one_line(&tool), term::one_line(&args));
                 }
-                Body::ApprovalNeeded { approval: waiting, block, .. } => {
+                Body::ApprovalNeeded { approval: waiting, block, in_part, .. } => {
                     errp!("{}", term::shown(&block));
                     if self.stdin_open {
-                        errp!(
-                            "type {} to approve (with a scope after it for this session's later calls), or a reason to refuse: ",
-                            term::one_line(&waiting)
-                        );
-                        let _ = std::io::stderr().flush();
-                        approval = Some(waiting);
+                        ask_for(&waiting);
+                        approval = Some(Asked { id: waiting, in_part, paging: None, seal: None });
                     } else {
                         let w = term::one_line(&waiting);
                         errln!("answer with `bx approve {w}` or `bx refuse {w}`");
@@ -405,13 +402,85 @@ impl Chat<'_> {
         }
     }
 
-    fn answer(&mut self, approval: &str, line: &str) -> anyhow::Result<()> {
-        let (answer, scope) = bx_broker::typed_answer(approval, line);
+    /// What a line typed at an approval's prompt does: an answer sent, or the approval
+    /// still asked (returned). Approving a block shown in part shows its rest first, a
+    /// part per Enter at a terminal, and takes the id at its end.
+    fn heard(&mut self, mut asked: Asked, line: &str) -> anyhow::Result<Option<Asked>> {
+        let approving =
+            matches!(bx_broker::typed_answer(&asked.id, line).0, bx_broker::Answer::Approve);
+        if let Some((parts, next)) = &mut asked.paging {
+            if line.is_empty() {
+                errp!("{}", term::shown(&parts[*next]));
+                *next += 1;
+                if *next == parts.len() {
+                    asked.paging = None;
+                    errp!("that is the whole call; ");
+                    ask_for(&asked.id);
+                } else {
+                    errp!("(Enter for part {} of {}) ", *next + 1, parts.len());
+                }
+                let _ = std::io::stderr().flush();
+                return Ok(Some(asked));
+            }
+            if approving {
+                errp!("read the rest first: Enter for part {} of {} ", *next + 1, parts.len());
+                let _ = std::io::stderr().flush();
+                return Ok(Some(asked));
+            }
+        } else if approving && asked.in_part && asked.seal.is_none() {
+            let rest = match super::rest::fetch(self.state, &asked.id) {
+                Ok(rest) => rest,
+                Err(e) => {
+                    errln!("bx: the rest of approval {}: {e:#}", term::one_line(&asked.id));
+                    ask_for(&asked.id);
+                    return Ok(Some(asked));
+                }
+            };
+            errln!("the rest of approval {}, escaped:", term::one_line(&asked.id));
+            asked.seal = rest.seal;
+            let paged = super::rest::paged() && rest.parts.len() > 1;
+            let shown = if paged { &rest.parts[..1] } else { &rest.parts[..] };
+            for part in shown {
+                errp!("{}", term::shown(part));
+            }
+            if paged {
+                errp!("(Enter for part 2 of {}) ", rest.parts.len());
+                asked.paging = Some((rest.parts, 1));
+            } else {
+                errp!("that is the whole call; ");
+                ask_for(&asked.id);
+            }
+            let _ = std::io::stderr().flush();
+            return Ok(Some(asked));
+        }
+        let (answer, scope) = bx_broker::typed_answer(&asked.id, line);
         // typed_answer never times out; an expiry is the daemon's to decide.
-        let Some(answer) = super::approvals::to_wire(answer, &scope) else { return Ok(()) };
-        self.conn()?.send(Body::AnswerApproval { approval: approval.to_owned(), answer })?;
-        Ok(())
+        let Some(answer) = super::approvals::to_wire(answer, &scope, asked.seal.clone()) else {
+            return Ok(None);
+        };
+        self.conn()?.send(Body::AnswerApproval { approval: asked.id, answer })?;
+        Ok(None)
     }
+}
+
+/// An approval asked at the chat's prompt.
+struct Asked {
+    id: String,
+    /// Its block shows the call in part: approving it shows the rest first.
+    in_part: bool,
+    /// The rest's parts and the next to show, while the owner pages through them.
+    paging: Option<(Vec<String>, usize)>,
+    /// The seal the rest ended with, once shown.
+    seal: Option<String>,
+}
+
+/// The prompt for approval `id`'s answer.
+fn ask_for(id: &str) {
+    errp!(
+        "type {} to approve (with a scope after it for this session's later calls), or a reason to refuse: ",
+        term::one_line(id)
+    );
+    let _ = std::io::stderr().flush();
 }
 
 /// What the owner can do next after a turn failed with `code`, as one more line.
@@ -441,6 +510,6 @@ fn next_step(code: ErrorCode) -> &'static str {
         ErrorCode::SessionDamaged | ErrorCode::CoreUnreadable => {
             "\n    next: fix or move the file named, or talk in another --session"
         }
-        ErrorCode::BadRequest | ErrorCode::Internal => "",
+        ErrorCode::BadRequest | ErrorCode::ApprovalUnseen | ErrorCode::Internal => "",
     }
 }

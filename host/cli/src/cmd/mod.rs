@@ -7,6 +7,7 @@ pub(crate) mod doctor;
 pub(crate) mod mcp;
 pub(crate) mod outcome;
 pub(crate) mod policy;
+pub(crate) mod rest;
 pub(crate) mod run;
 pub(crate) mod secret;
 pub(crate) mod serve;

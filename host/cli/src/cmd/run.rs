@@ -136,12 +136,20 @@ fn stderr_is_void() -> bool {
 /// Shows the block and the prompt on stderr; false when they could not be shown (stderr
 /// closed, a device that is not a terminal, or a write failed), and then nobody may
 /// answer: nothing is approved unseen.
-fn prompt(block: &str, id: &str) -> bool {
+fn prompt(block: &str, id: &str, rest: Option<&[String]>) -> bool {
     if stderr_is_void() {
         return false;
     }
+    let wrote = {
+        let mut err = std::io::stderr().lock();
+        write!(err, "{}", term::shown(block)).and_then(|()| err.flush()).is_ok()
+    };
+    // A block shown in part: the rest comes before the prompt that takes the id.
+    if !wrote || rest.is_some_and(|parts| !super::rest::show(parts)) {
+        return false;
+    }
     let mut err = std::io::stderr().lock();
-    write!(err, "{}", term::shown(block))
+    Ok(())
         .and_then(|()| {
             write!(
                 err,
@@ -155,8 +163,13 @@ fn prompt(block: &str, id: &str) -> bool {
 
 /// Asks the owner at the terminal: the whole block, then the id to approve. A block that
 /// could not be shown is a refusal.
-fn ask_owner(block: &str, id: &str, timeout: Duration) -> (Answer, ScopeKind) {
-    if !prompt(block, id) {
+fn ask_owner(
+    block: &str,
+    id: &str,
+    rest: Option<&[String]>,
+    timeout: Duration,
+) -> (Answer, ScopeKind) {
+    if !prompt(block, id, rest) {
         return (Answer::Refuse(UNSEEN.into()), ScopeKind::Call);
     }
     let (tx, rx) = mpsc::channel();
@@ -197,7 +210,7 @@ pub(crate) fn run(state: &StateDir, args: &RunArgs) -> anyhow::Result<u8> {
     let workspace =
         args.workspace.as_deref().map(|d| super::chat::workspace(Some(d))).transpose()?;
     match Conn::connect(state) {
-        Ok(conn) => via_daemon(conn, args, &overlay, workspace),
+        Ok(conn) => via_daemon(state, conn, args, &overlay, workspace),
         Err(_) => here(state, args, &overlay, workspace.as_deref()),
     }
 }
@@ -213,8 +226,8 @@ enum Heard {
 }
 
 /// The owner's answer as the daemon takes it.
-fn wire_answer((answer, scope): (Answer, ScopeKind)) -> bx_protocol::Answer {
-    super::approvals::to_wire(answer, &scope).unwrap_or_else(|| bx_protocol::Answer::Refuse {
+fn wire_answer((answer, scope): (Answer, ScopeKind), seen: Option<String>) -> bx_protocol::Answer {
+    super::approvals::to_wire(answer, &scope, seen).unwrap_or_else(|| bx_protocol::Answer::Refuse {
         reason: "no answer at the prompt".into(),
         scope: None,
     })
@@ -222,6 +235,7 @@ fn wire_answer((answer, scope): (Answer, ScopeKind)) -> bx_protocol::Answer {
 
 /// The call through the running daemon, the log's one writer.
 fn via_daemon(
+    state: &StateDir,
     mut conn: Conn,
     args: &RunArgs,
     overlay: &Overlay,
@@ -253,6 +267,8 @@ fn via_daemon(
     // A scoped answer the daemon may refuse (a scope that does not fit): its request id,
     // the approval and its deadline, to ask again at the prompt.
     let mut answered: Option<(u64, String, std::time::Instant)> = None;
+    // The seal at the end of the rest shown, for a block shown in part.
+    let mut seal: Option<String> = None;
     loop {
         let next = match &asked {
             Some((_, until)) => {
@@ -264,7 +280,7 @@ fn via_daemon(
             Ok(Heard::Frame(envelope)) => envelope,
             Ok(Heard::Line(line)) => {
                 if let Some((approval, until)) = asked.take() {
-                    let answer = wire_answer(answer_of(&approval, line));
+                    let answer = wire_answer(answer_of(&approval, line), seal.clone());
                     let sent =
                         conn.send(Body::AnswerApproval { approval: approval.clone(), answer })?;
                     answered = Some((sent, approval, until));
@@ -303,8 +319,22 @@ fn via_daemon(
             continue;
         }
         match envelope.msg {
-            Body::ApprovalNeeded { approval, block, .. } => {
-                if !prompt(&block, &approval) {
+            Body::ApprovalNeeded { approval, block, in_part, .. } => {
+                let rest = match in_part.then(|| super::rest::fetch(state, &approval)) {
+                    Some(Ok(rest)) => Some(rest),
+                    Some(Err(e)) => {
+                        errln!("bx: the rest of approval {}: {e:#}", term::one_line(&approval));
+                        None
+                    }
+                    None => None,
+                };
+                seal = rest.as_ref().and_then(|r| r.seal.clone());
+                let shown = match &rest {
+                    Some(rest) => prompt(&block, &approval, Some(&rest.parts)),
+                    None if in_part => false,
+                    None => prompt(&block, &approval, None),
+                };
+                if !shown {
                     let answer = bx_protocol::Answer::Refuse { reason: UNSEEN.into(), scope: None };
                     conn.send(Body::AnswerApproval { approval, answer })?;
                     continue;
@@ -467,7 +497,9 @@ impl Owner for Prompt {
         let block = bx_broker::render_block(&pending, &asking.request().call.digest, now_ms());
         // The answer comes from standard input: a terminal, or a pipe the owner set up;
         // end of input is no answer.
-        let (answer, scope) = ask_owner(&block, &pending.id, self.timeout);
+        // A block shown in part: its rest is shown here before the prompt.
+        let rest = pending.seal.as_ref().map(|_| bx_broker::rest_parts(&pending.id, &pending.args));
+        let (answer, scope) = ask_owner(&block, &pending.id, rest.as_deref(), self.timeout);
         // A scope is made from the call itself, as the daemon makes it; one that does not
         // fit the call refuses it, saying why.
         let approve = matches!(answer, Answer::Approve);
@@ -482,14 +514,18 @@ impl Owner for Prompt {
                 };
                 Answer::Scoped(bx_broker::ScopedAnswer { cover, approve, reason })
             }
-            (_, Err(why)) if scope != ScopeKind::Call => Answer::Refuse(why),
+            (_, Err(why)) if scope != ScopeKind::Call => Answer::Refuse(why.to_string()),
             (answer, _) => answer,
         };
         // Answering takes the entry out of the table, as the daemon does: an answer
         // after its deadline is no answer.
-        match table.take(&pending.id, now_ms()) {
+        // (This process showed the rest itself, so it holds the seal.)
+        match table.take_approving(&pending.id, pending.seal.as_deref(), now_ms()) {
             Answered::Taken(_) => answer,
-            Answered::Expired(_) | Answered::AlreadyAnswered | Answered::Unknown => Answer::Expired,
+            Answered::Expired(_)
+            | Answered::AlreadyAnswered
+            | Answered::Unknown
+            | Answered::Unseen(_) => Answer::Expired,
         }
     }
 }
