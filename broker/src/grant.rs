@@ -234,12 +234,14 @@ impl Grant {
     }
 
     /// Why a write or fetch to where data labelled `target` goes must not run, when the
-    /// call has read data labelled `read` by then: it was decided at [`Grant::flow`], and
-    /// what it read since rose past that to a label that does not flow to `target`. The
-    /// label it would have to be decided at, or `None` when the operation may run.
+    /// call has read data labelled `read` by then: it was decided (and, where it asked,
+    /// approved) at [`Grant::flow`], and what it read rose past that, to data that does
+    /// not flow to `target`. (Reading the file it writes, whose label is the target's,
+    /// adds nothing the decision did not cover.) The label it would have to be decided
+    /// at, or `None` when the operation may run.
     pub fn undecided_flow(&self, read: Label, target: Label) -> Option<Label> {
         let now = self.flow.join(read);
-        (now != self.flow && !now.flows_to(target)).then_some(now)
+        (now != self.flow && !read.flows_to(target)).then_some(now)
     }
 
     /// The label of the grant that decided the root at `root`.
@@ -514,6 +516,27 @@ mod tests {
             secrets: Vec::new(),
             flow: Label::CLEAN,
         }
+    }
+
+    /// What a call read after its decision holds its writes and fetches only where it
+    /// rose past the decided label and does not flow to the target.
+    #[test]
+    fn a_read_above_the_decided_flow_holds_only_targets_it_does_not_flow_to() {
+        let l = |t: &str| crate::parse_label(t).unwrap();
+        let mut g = grant();
+        g.flow = l("public/untrusted");
+        // An approved edit of a private file reads that file: nothing new flows.
+        assert_eq!(g.undecided_flow(l("private/trusted"), l("private/trusted")), None);
+        // A secret read through a hard link, then a private or public target.
+        assert_eq!(
+            g.undecided_flow(l("secret/trusted"), l("private/trusted")),
+            Some(l("secret/untrusted"))
+        );
+        assert_eq!(g.undecided_flow(Label::TOP, l("public/untrusted")), Some(Label::TOP));
+        // No rise: what the decision covered runs.
+        assert_eq!(g.undecided_flow(l("public/trusted"), l("public/trusted")), None);
+        g.flow = l("secret/trusted");
+        assert_eq!(g.undecided_flow(l("secret/trusted"), l("public/trusted")), None);
     }
 
     #[test]
