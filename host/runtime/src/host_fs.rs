@@ -856,6 +856,11 @@ impl CallState {
         let (_, logical, real) = self.verified_file(idx, &file, path, FsAccess::Write)?;
         if how.truncate {
             file.set_len(0).map_err(|e| io_error(path, &e))?;
+        } else if how.read {
+            // A descriptor that reads as well as writes (`open(p, 'r+')`) reads what the
+            // file holds: that joins what the call has read, as any read does (a write
+            // after it is held to its label).
+            self.touch_path(logical.clone(), Some(real.clone()), FsAccess::Read, 1);
         }
         self.touch_path(logical, Some(real), FsAccess::Write, 1);
         Ok(Opened::File(file))

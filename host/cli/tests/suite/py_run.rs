@@ -376,6 +376,20 @@ fn a_folder_read_is_decided_at_what_it_holds_and_a_write_after_a_higher_read_is_
     assert!(!ws.join("pub/out.txt").exists());
     let said = format!("{}{}", r.stdout, r.stderr);
     assert!(!said.contains("vault-key-4711"), "{said}");
+    // A file named only as a write, opened to read as well ('r+'): what it reads holds
+    // the call's later writes as any read does.
+    let extra = format!(
+        "[[grant]]\ntool = \"py.run\"\npath = \"{}\"\nmode = \"write\"\nlabel = \"secret/trusted\"\nwhen_tainted = \"allow\"\n",
+        ws.join("vault").display()
+    );
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    write_policy(s, &format!("{policy}\n{extra}"));
+    let code = "d = open('vault/key.txt', 'r+').read()\nopen('pub/out.txt', 'w').write(d)";
+    let args = json!({"code": code, "writes": ["vault/key.txt", "pub/out.txt"]});
+    let r = run(s, &ws, args, &["--session", "both-ways"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("#read-above-decided"), "{}", r.stderr);
+    assert!(!ws.join("pub/out.txt").exists());
     // The neighbour: a file under the workspace's own label copied the same way runs.
     // (In a session of its own: the read through the link tainted the last one.)
     let args =
