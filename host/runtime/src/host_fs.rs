@@ -503,8 +503,11 @@ impl CallState {
         // after the table was read): what it shows is unknown, so compare everything.
         let second_mount = mount.is_none_or(|m| mounts.ids.get(&m) != Some(&false));
         if links > 1 || second_mount || binds.iter().any(|b| real.starts_with(b)) {
-            let own: Vec<PathBuf> =
-                grant.denied().filter(|d| grant.is_own(d)).map(Path::to_path_buf).collect();
+            let scan = || {
+                let own: Vec<PathBuf> =
+                    grant.denied().filter(|d| grant.is_own(d)).map(Path::to_path_buf).collect();
+                OwnScan::of(&own)
+            };
             let mut ids = vec![*opened];
             for dir in real.ancestors().skip(1).filter(|d| binds.iter().any(|b| d.starts_with(b))) {
                 use std::os::unix::fs::MetadataExt as _;
@@ -512,12 +515,12 @@ impl CallState {
                     ids.push((meta.dev(), meta.ino()));
                 }
             }
-            let mut deep = self.roots.own_deep.take().unwrap_or_else(|| OwnScan::of(&own));
+            let mut deep = self.roots.own_deep.take().unwrap_or_else(scan);
             // Kept for the call, and looked through again when bx's directories changed
             // since: a file bx wrote after it was made (a session, a file replaced by
             // rename) is compared too.
             if !deep.holds(&ids) && deep.stale() {
-                deep = OwnScan::of(&own);
+                deep = scan();
             }
             let (found, whole) = (deep.holds(&ids), deep.whole);
             self.roots.own_deep = Some(deep);
