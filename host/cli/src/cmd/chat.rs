@@ -368,7 +368,9 @@ impl Chat<'_> {
                 }
                 Body::ReasoningDelta { text, .. } => errp!("{}", term::shown(&text)),
                 Body::ToolCallProposed { tool, args, .. } => {
-                    errln!("\n[tool] {} {}", term::one_line(&tool), term::one_line(&args));
+                    // Bounded like any reason: the whole call is the approval block's
+                    // (and its rest's) to show, never this line's.
+                    errln!("\n[tool] {} {}", term::reason(&tool), term::reason(&args));
                 }
                 Body::ApprovalNeeded { approval: waiting, block, in_part, .. } => {
                     errp!("{}", term::shown(&block));

@@ -365,6 +365,9 @@ fn at_the_chat_prompt_a_block_shown_in_part_shows_its_rest_before_the_id() {
     };
     writeln!(stdin, "write the notes").unwrap();
     until("to approve", &mut said);
+    // The proposed call's line is bounded: 5,000 spaces do not reach the terminal whole.
+    let proposed = said.lines().find(|l| l.starts_with("[tool] fs.write")).unwrap();
+    assert!(proposed.len() < 4_200 && proposed.contains("bytes cut"), "{proposed}");
     let id = said.split("approval needed: ").nth(1).unwrap()[..6].to_owned();
     assert!(said.contains("shows the call in part"), "{said}");
     // The id typed now shows the rest, and asks again at its end.
