@@ -118,27 +118,17 @@ fn show(state: &StateDir, id: &str, raw: bool) -> anyhow::Result<u8> {
         "--raw writes the arguments' bytes as they are, which could steer this terminal; redirect it to a file or a pipe (`bx approvals show {} --raw > args.json`)",
         term::one_line(id)
     );
-    let mut conn = connect_running(state)?;
-    let mut offset = 0;
-    loop {
-        let reply = conn.request(Body::ShowApproval { approval: id.to_owned(), offset })?;
-        let (text, total) = match reply {
-            Body::ApprovalArgs { text, total, .. } => (text, total),
-            Body::Refused { reason } => {
-                errln!("bx: {}", term::shown(&reason));
-                return Ok(EXIT_DENIED);
-            }
-            other => anyhow::bail!("unexpected reply: {}", term::one_line(other.type_name())),
-        };
-        if raw {
-            outp!("{text}");
-        } else {
-            outp!("{}", bx_broker::escape_untrusted(&text, true));
+    let args = match super::rest::whole_args(state, id)? {
+        Ok((args, _)) => args,
+        Err(reason) => {
+            errln!("bx: {}", term::shown(&reason));
+            return Ok(EXIT_DENIED);
         }
-        offset += text.len() as u64;
-        if text.is_empty() || offset >= total {
-            break;
-        }
+    };
+    if raw {
+        outp!("{args}");
+    } else {
+        outp!("{}", bx_broker::escape_untrusted(&args, true));
     }
     outln!();
     Ok(EXIT_OK)

@@ -23,15 +23,20 @@ pub(crate) struct Rest {
     pub(crate) seal: Option<String>,
 }
 
-/// Fetches approval `id`'s whole arguments over a connection of its own.
-pub(crate) fn fetch(state: &StateDir, id: &str) -> anyhow::Result<Rest> {
+/// Approval `id`'s whole arguments, as the call gave them, and the seal their end came
+/// with, read part by part over a connection of its own; `Ok(Err(reason))` when the
+/// daemon refused (no such approval waits).
+pub(crate) fn whole_args(
+    state: &StateDir,
+    id: &str,
+) -> anyhow::Result<Result<(String, Option<String>), String>> {
     let mut conn = connect_running(state)?;
     let (mut args, mut offset, mut seal) = (String::new(), 0u64, None);
     loop {
         let reply = conn.request(Body::ShowApproval { approval: id.to_owned(), offset })?;
         let (text, total, part_seal) = match reply {
             Body::ApprovalArgs { text, total, seal, .. } => (text, total, seal),
-            Body::Refused { reason } => anyhow::bail!("{}", term::reason(&reason)),
+            Body::Refused { reason } => return Ok(Err(reason)),
             other => anyhow::bail!("unexpected reply: {}", term::one_line(other.type_name())),
         };
         anyhow::ensure!(
@@ -46,7 +51,15 @@ pub(crate) fn fetch(state: &StateDir, id: &str) -> anyhow::Result<Rest> {
             break;
         }
     }
-    Ok(Rest { parts: bx_broker::rest_parts(id, &args), seal })
+    Ok(Ok((args, seal)))
+}
+
+/// Approval `id`'s rest, as shown, with its seal.
+pub(crate) fn fetch(state: &StateDir, id: &str) -> anyhow::Result<Rest> {
+    match whole_args(state, id)? {
+        Ok((args, seal)) => Ok(Rest { parts: bx_broker::rest_parts(id, &args), seal }),
+        Err(reason) => anyhow::bail!("{}", term::reason(&reason)),
+    }
 }
 
 /// Whether the rest is shown a part at a time: the owner reads at a terminal and answers
