@@ -184,21 +184,19 @@ fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
 /// Shows approval `id`'s rest and takes the id at its end: the seal to approve with, or
 /// `None` when the owner stopped or typed something else.
 fn seen_rest(state: &StateDir, id: &str) -> anyhow::Result<Option<String>> {
-    use std::io::{BufRead as _, Write as _};
+    use std::io::Write as _;
     let rest = super::rest::fetch(state, id)?;
     errln!(
         "bx: approval {} shows the call in part; here is the rest, escaped:",
         term::one_line(id)
     );
-    if !super::rest::show(&rest.parts) {
+    if !super::rest::show(&rest.parts, rest.until) {
         return Ok(None);
     }
     errp!("that is the whole call; type {} to approve it: ", term::one_line(id));
     let _ = std::io::stderr().flush();
-    let mut line = String::new();
-    if std::io::stdin().lock().read_line(&mut line)? == 0 {
-        return Ok(None);
-    }
+    // No longer than the approval waits at the daemon.
+    let Some(line) = super::rest::read_line_until(rest.until) else { return Ok(None) };
     let typed = matches!(bx_broker::typed_answer(id, line.trim()).0, bx_broker::Answer::Approve);
     Ok(rest.seal.filter(|_| typed))
 }

@@ -3,6 +3,7 @@
 //! its end gives, without which the daemon takes no approval of it.
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::time::{Duration, Instant};
 
 use bx_protocol::Body;
 use bx_state::StateDir;
@@ -21,6 +22,8 @@ pub(crate) struct Rest {
     pub(crate) parts: Vec<String>,
     /// The seal the last part came with; `None` when the block was whole after all.
     pub(crate) seal: Option<String>,
+    /// When the approval expires at the daemon: no wait for the owner outlasts it.
+    pub(crate) until: Instant,
 }
 
 /// Approval `id`'s whole arguments, as the call gave them, and the seal their end came
@@ -54,12 +57,33 @@ pub(crate) fn whole_args(
     Ok(Ok((args, seal)))
 }
 
-/// Approval `id`'s rest, as shown, with its seal.
+/// Approval `id`'s rest, as shown, with its seal and when it expires.
 pub(crate) fn fetch(state: &StateDir, id: &str) -> anyhow::Result<Rest> {
-    match whole_args(state, id)? {
-        Ok((args, seal)) => Ok(Rest { parts: bx_broker::rest_parts(id, &args), seal }),
+    let (args, seal) = match whole_args(state, id)? {
+        Ok(found) => found,
         Err(reason) => anyhow::bail!("{}", term::reason(&reason)),
-    }
+    };
+    let reply = connect_running(state)?.request(Body::ListApprovals {})?;
+    let Body::Approvals { items, .. } = reply else {
+        anyhow::bail!("unexpected reply: {}", term::one_line(reply.type_name()))
+    };
+    let wanted = id.trim().to_ascii_lowercase();
+    let left = items.iter().find(|a| a.approval == wanted).map_or(0, |a| a.expires_in_s);
+    let until = Instant::now() + Duration::from_secs(left);
+    Ok(Rest { parts: bx_broker::rest_parts(id, &args), seal, until })
+}
+
+/// A line the owner types before `until`; `None` at the end of input, on an error, or
+/// when `until` passes first (the line is read on a thread of its own, so the wait ends).
+pub(crate) fn read_line_until(until: Instant) -> Option<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        if let Ok(n) = std::io::stdin().lock().read_line(&mut line) {
+            let _ = tx.send((n > 0).then_some(line));
+        }
+    });
+    rx.recv_timeout(until.saturating_duration_since(Instant::now())).ok().flatten()
 }
 
 /// Whether the rest is shown a part at a time: the owner reads at a terminal and answers
@@ -68,9 +92,10 @@ pub(crate) fn paged() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }
 
-/// Writes `parts` to stderr; at a terminal, waits for Enter (read from stdin) after each
-/// but the last. False when the owner stopped it (end of input, or `q`).
-pub(crate) fn show(parts: &[String]) -> bool {
+/// Writes `parts` to stderr; at a terminal, waits for Enter (read from stdin, until
+/// `until`) after each but the last. False when the owner stopped it (end of input, `q`,
+/// or no Enter in time).
+pub(crate) fn show(parts: &[String], until: Instant) -> bool {
     let paging = paged();
     let n = parts.len();
     for (i, part) in parts.iter().enumerate() {
@@ -78,11 +103,10 @@ pub(crate) fn show(parts: &[String]) -> bool {
         if paging && i + 1 < n {
             errp!("(Enter for part {} of {n}, q to stop) ", i + 2);
             let _ = std::io::stderr().flush();
-            let mut line = String::new();
-            match std::io::stdin().lock().read_line(&mut line) {
-                Ok(0) | Err(_) => return false,
-                Ok(_) if line.trim().eq_ignore_ascii_case("q") => return false,
-                Ok(_) => {}
+            match read_line_until(until) {
+                None => return false,
+                Some(line) if line.trim().eq_ignore_ascii_case("q") => return false,
+                Some(_) => {}
             }
         }
     }

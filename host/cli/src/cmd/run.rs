@@ -136,7 +136,7 @@ fn stderr_is_void() -> bool {
 /// Shows the block and the prompt on stderr; false when they could not be shown (stderr
 /// closed, a device that is not a terminal, or a write failed), and then nobody may
 /// answer: nothing is approved unseen.
-fn prompt(block: &str, id: &str, rest: Option<&[String]>) -> bool {
+fn prompt(block: &str, id: &str, rest: Option<&[String]>, until: std::time::Instant) -> bool {
     if stderr_is_void() {
         return false;
     }
@@ -145,7 +145,7 @@ fn prompt(block: &str, id: &str, rest: Option<&[String]>) -> bool {
         write!(err, "{}", term::shown(block)).and_then(|()| err.flush()).is_ok()
     };
     // A block shown in part: the rest comes before the prompt that takes the id.
-    if !wrote || rest.is_some_and(|parts| !super::rest::show(parts)) {
+    if !wrote || rest.is_some_and(|parts| !super::rest::show(parts, until)) {
         return false;
     }
     let mut err = std::io::stderr().lock();
@@ -169,7 +169,7 @@ fn ask_owner(
     rest: Option<&[String]>,
     timeout: Duration,
 ) -> (Answer, ScopeKind) {
-    if !prompt(block, id, rest) {
+    if !prompt(block, id, rest, std::time::Instant::now() + timeout) {
         return (Answer::Refuse(UNSEEN.into()), ScopeKind::Call);
     }
     let (tx, rx) = mpsc::channel();
@@ -329,10 +329,11 @@ fn via_daemon(
                     None => None,
                 };
                 seal = rest.as_ref().and_then(|r| r.seal.clone());
+                let until = std::time::Instant::now() + Duration::from_secs(args.approval_timeout);
                 let shown = match &rest {
-                    Some(rest) => prompt(&block, &approval, Some(&rest.parts)),
+                    Some(rest) => prompt(&block, &approval, Some(&rest.parts), until),
                     None if in_part => false,
-                    None => prompt(&block, &approval, None),
+                    None => prompt(&block, &approval, None, until),
                 };
                 if !shown {
                     let answer = bx_protocol::Answer::Refuse { reason: UNSEEN.into(), scope: None };

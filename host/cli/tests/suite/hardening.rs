@@ -305,6 +305,38 @@ fn a_block_shown_in_part_is_approved_only_after_its_rest() {
     daemon.stop();
 }
 
+/// Every wait ends: `bx approve` of a block shown in part, with a terminal nobody types
+/// at (stdin held open), ends by itself once the approval expires, and approves nothing.
+#[test]
+fn bx_approve_showing_a_rest_waits_no_longer_than_the_approval() {
+    let Setup { s, ws, .. } = &setup("[loop]\napproval_secs = 3\n", &["fs_write"]);
+    let daemon = Daemon::start(s);
+    let mut raw = Raw::start(s, ws);
+    raw.send(&write_call(10, "notes.md", &" ".repeat(5_000), None));
+    let id = wait_for_approvals(s, 1)[0]["approval"].as_str().unwrap().to_owned();
+    let mut child = bx_command(s)
+        .args(["approve", &id])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _held_open = child.stdin.take();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output().unwrap()));
+    // A bound on this test, not a timing assertion: the approval lives 3 s.
+    let Ok(out) = rx.recv_timeout(Duration::from_secs(60)) else {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        panic!("bx approve still waits a minute after the approval expired");
+    };
+    assert_ne!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(raw.reply(json!(10))["result"]["isError"], true);
+    assert!(!ws.join("notes.md").exists());
+    raw.kill();
+    daemon.stop();
+}
+
 /// The same at the chat's prompt: typing the id of a block shown in part shows the rest
 /// (escaped, numbered, ending with the size and SHA-256), and only the id typed after its
 /// end approves the call.
