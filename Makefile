@@ -145,6 +145,7 @@ lint:
 bench: tools components
 	$(CARGO) bench --locked -p bx-runtime --bench runtime
 	$(CARGO) bench --locked -p bx-broker --bench decide
+	$(CARGO) bench --locked -p bx-fs --bench replace
 	$(CARGO) bench --locked -p bx-audit --bench audit
 	$(CARGO) bench --locked -p bx-infer --bench infer
 	$(CARGO) bench --locked -p bx-agent --bench loop
