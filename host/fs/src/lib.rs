@@ -21,8 +21,18 @@ use std::path::{Path, PathBuf};
 /// from before the rename until it is emptied or let go: while it has another name, its
 /// link count stays above one (the runtime compares such a file with everything in bx's
 /// directories, and finds this one), and once the rename is done, a file still linked
-/// elsewhere is truncated before bx's name for it goes.
+/// elsewhere is truncated before bx's name for it goes. Where no second name can be made
+/// (a file system without hard links), the file is held by an open descriptor instead.
 pub fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    replace_with(path, data, |from, to| std::fs::hard_link(from, to))
+}
+
+/// [`write_atomically`], holding the replaced file by `link` (a hard link, but for tests).
+fn replace_with(
+    path: &Path,
+    data: &[u8],
+    link: impl Fn(&Path, &Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -30,11 +40,17 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(data)?;
     tmp.as_file().sync_all()?;
-    let held = hold(path, dir)?;
+    let held = hold(path, dir, link)?;
     tmp.persist(path).map_err(|e| e.error)?;
-    if let Some(held) = held {
-        empty_if_linked(&held)?;
-        held.close()?;
+    match held {
+        Some(Held::Name(name)) => {
+            if let Some(file) = open_to_empty(&name) {
+                empty_if_linked(&file, 1)?;
+            }
+            name.close()?;
+        }
+        Some(Held::Open(file)) => empty_if_linked(&file, 0)?,
+        None => {}
     }
     sync_dir(dir)
 }
@@ -43,38 +59,47 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
 /// the file's own directory; nothing that lists bx's directories reads such a name).
 pub const RETIRING_PREFIX: &str = ".retiring";
 
-/// A second name for `path` in `dir`, removed when dropped; `None` when `path` does not
-/// exist (nothing is replaced).
-fn hold(path: &Path, dir: &Path) -> std::io::Result<Option<tempfile::TempPath>> {
-    let made = tempfile::Builder::new()
-        .prefix(RETIRING_PREFIX)
-        .make_in(dir, |name| std::fs::hard_link(path, name));
+/// How a replaced file is held across its rename.
+enum Held {
+    /// Under a second name of bx's own, removed when dropped.
+    Name(tempfile::TempPath),
+    /// By an open descriptor, where no second name can be made: a file system without
+    /// hard links (FAT, where nobody can link it elsewhere either), or a file at its
+    /// link limit (then it is emptied just after the rename, not before its name goes).
+    Open(File),
+}
+
+/// The replaced file at `path`, held; `None` when there is none (or it is no regular
+/// file bx could have written: a symlink in its place is replaced, never followed).
+fn hold(
+    path: &Path,
+    dir: &Path,
+    link: impl Fn(&Path, &Path) -> std::io::Result<()>,
+) -> std::io::Result<Option<Held>> {
+    let made = tempfile::Builder::new().prefix(RETIRING_PREFIX).make_in(dir, |n| link(path, n));
     match made {
-        Ok(file) => Ok(Some(file.into_temp_path())),
+        Ok(file) => Ok(Some(Held::Name(file.into_temp_path()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+        Err(_) => Ok(open_to_empty(path).map(Held::Open)),
     }
 }
 
-/// Truncates the file at `name` when it has a name other than `name`: one made elsewhere,
-/// the only one left once its place in bx's directories was taken by the rename. Opened
-/// without following a symlink or waiting on a FIFO; anything but a regular file is left.
-fn empty_if_linked(name: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+/// `name` opened for writing without following a symlink or waiting on a FIFO; `None`
+/// when that fails (a symlink, ELOOP, holds no bytes of bx's file).
+fn open_to_empty(name: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     const O_NOFOLLOW: i32 = 0o400000;
     const O_NONBLOCK: i32 = 0o4000;
-    let file = match std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(O_NOFOLLOW | O_NONBLOCK)
-        .open(name)
-    {
-        Ok(file) => file,
-        // A symlink (ELOOP) or something else that cannot be opened for writing: it holds
-        // no bytes of bx's file.
-        Err(_) => return Ok(()),
-    };
+    std::fs::OpenOptions::new().write(true).custom_flags(O_NOFOLLOW | O_NONBLOCK).open(name).ok()
+}
+
+/// Truncates `file` when it has names beyond the `own` that bx holds: one made
+/// elsewhere, the only one left once its place in bx's directories went to the rename.
+/// Anything but a regular file is left.
+fn empty_if_linked(file: &File, own: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
     let meta = file.metadata()?;
-    if meta.is_file() && meta.nlink() > 1 {
+    if meta.is_file() && meta.nlink() > own {
         file.set_len(0)?;
         file.sync_all()?;
     }
@@ -170,6 +195,25 @@ mod tests {
         write_atomically(&sym, b"bx's").unwrap();
         assert_eq!(std::fs::read(&target).unwrap(), b"owner's");
         assert_eq!(std::fs::read(&sym).unwrap(), b"bx's");
+    }
+
+    /// Where no second name can be made (a file system without hard links, such as an
+    /// export directory on a FAT stick; simulated here by a link that fails, since no
+    /// such file system can be mounted for a test), a replace still works, and a link
+    /// made elsewhere (where the file system has them) is still emptied.
+    #[test]
+    fn without_hard_links_a_replace_holds_the_file_open_instead() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        let no_links = |_: &Path, _: &Path| Err(std::io::Error::from_raw_os_error(1));
+        replace_with(&path, b"first", no_links).unwrap();
+        let link = dir.path().join("elsewhere");
+        std::fs::hard_link(&path, &link).unwrap();
+        replace_with(&path, b"second", no_links).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        assert_eq!(std::fs::read(&link).unwrap(), b"", "the link kept the old bytes");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 2, "{names:?}");
     }
 
     #[test]
