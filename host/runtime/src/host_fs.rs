@@ -635,20 +635,50 @@ impl CallState {
     /// A regular file with more than one link (`links`) has other names, anywhere on its
     /// file system, whose grants (a secret one, or none) cannot be seen from here: its
     /// label is unknown, and what cannot be known counts as the top label.
+    ///
+    /// A read is refused when it would carry the call past what may flow to a file it
+    /// opened for writing before: that descriptor can still be written without another
+    /// check (`wasi:filesystem` writes go to the open file), so the read is where the
+    /// flow is held ([`Grant::undecided_flow`], as a write after a read is).
     fn touch_path(
         &mut self,
         logical: PathBuf,
         real: Option<PathBuf>,
         access: FsAccess,
         links: u64,
-    ) {
+    ) -> Result<(), Error> {
         let real = real.or_else(|| std::fs::canonicalize(&logical).ok());
         let mut label = self.label_of(&logical, real.as_deref());
         if links > 1 {
             label = bx_broker::Label::TOP;
         }
+        match access {
+            FsAccess::Read => {
+                let read = self.reads.lock().join(label);
+                let grant = &self.grant;
+                if let Some((now, target)) = self
+                    .write_targets
+                    .iter()
+                    .find_map(|t| grant.undecided_flow(read, *t).map(|now| (now, *t)))
+                {
+                    let what = format!("a read of {} after a write", logical.display());
+                    return Err(Error::Denied(crate::state::undecided(
+                        &what,
+                        grant.flow(),
+                        now,
+                        target,
+                    )));
+                }
+            }
+            FsAccess::Write => {
+                if !self.write_targets.contains(&label) {
+                    self.write_targets.push(label);
+                }
+            }
+        }
         let path = real.unwrap_or(logical);
         self.touch(Touched::Path { path, access, label });
+        Ok(())
     }
 
     /// The label of a path: the most specific grant covering it by name (`logical`), and
@@ -722,7 +752,7 @@ impl CallState {
         let opened = root.dir.open_with(name, &options);
         let file = opened.map_err(|e| io_error(path, &e))?;
         let (meta, logical, real) = self.verified_file(idx, &file, path, FsAccess::Read)?;
-        self.touch_path(logical, Some(real), FsAccess::Read, meta.nlink());
+        self.touch_path(logical, Some(real), FsAccess::Read, meta.nlink())?;
         Ok((file, meta.len()))
     }
 
@@ -782,7 +812,7 @@ impl CallState {
         if mode == WriteMode::Overwrite {
             file.set_len(0).map_err(|e| io_error(path, &e))?;
         }
-        self.touch_path(logical, Some(real), FsAccess::Write, 1);
+        self.touch_path(logical, Some(real), FsAccess::Write, 1)?;
         file.write_all(data).map_err(|e| io_error(path, &e))?;
         Ok(data.len() as u64)
     }
@@ -835,7 +865,7 @@ impl CallState {
             }
             let file = root.dir.open_with(name, &options).map_err(|e| io_error(path, &e))?;
             let (meta, logical, real) = self.verified_file(idx, &file, path, FsAccess::Read)?;
-            self.touch_path(logical, Some(real), FsAccess::Read, meta.nlink());
+            self.touch_path(logical, Some(real), FsAccess::Read, meta.nlink())?;
             return Ok(Opened::File(file));
         }
         let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
@@ -863,9 +893,9 @@ impl CallState {
             // A descriptor that reads as well as writes (`open(p, 'r+')`) reads what the
             // file holds: that joins what the call has read, as any read does (a write
             // after it is held to its label).
-            self.touch_path(logical.clone(), Some(real.clone()), FsAccess::Read, 1);
+            self.touch_path(logical.clone(), Some(real.clone()), FsAccess::Read, 1)?;
         }
-        self.touch_path(logical, Some(real), FsAccess::Write, 1);
+        self.touch_path(logical, Some(real), FsAccess::Write, 1)?;
         Ok(Opened::File(file))
     }
 
@@ -879,7 +909,7 @@ impl CallState {
     ) -> Result<Opened, Error> {
         let (logical, real) = self.verify(idx, &dir, path)?;
         if access == FsAccess::Read {
-            self.touch_path(logical, Some(real), FsAccess::Read, 1);
+            self.touch_path(logical, Some(real), FsAccess::Read, 1)?;
         }
         Ok(Opened::Dir(dir))
     }
@@ -929,7 +959,7 @@ impl CallState {
         let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
         let seen = look(&dir, &name).map_err(|e| io_error(path, &e))?;
         let real = real_path(&dir)?.join(&name);
-        self.touch_path(self.logical(idx, &rel), Some(real), FsAccess::Read, 1);
+        self.touch_path(self.logical(idx, &rel), Some(real), FsAccess::Read, 1)?;
         Ok(seen)
     }
 
@@ -956,7 +986,7 @@ impl CallState {
                 )));
             }
         }
-        self.touch_path(logical.clone(), Some(real.clone()), FsAccess::Write, 1);
+        self.touch_path(logical.clone(), Some(real.clone()), FsAccess::Write, 1)?;
         Ok(Change { dir, name, logical, real })
     }
 
@@ -999,7 +1029,7 @@ impl CallState {
         let target = if rel.as_os_str().is_empty() { Path::new(".") } else { rel.as_path() };
         let dir = root.dir.open_dir(target).map_err(|e| io_error(path, &e))?;
         let (logical, real) = self.verify(idx, &dir, path)?;
-        self.touch_path(logical.clone(), Some(real), FsAccess::Read, 1);
+        self.touch_path(logical.clone(), Some(real), FsAccess::Read, 1)?;
         let mut out = Vec::new();
         for entry in dir.entries().map_err(|e| io_error(path, &e))? {
             let entry = entry.map_err(|e| io_error(path, &e))?;
@@ -1029,7 +1059,7 @@ impl CallState {
             let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Read)?;
             dir.symlink_metadata(&name).map_err(|e| io_error(path, &e))?
         };
-        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read, 1);
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Read, 1)?;
         Ok(Metadata {
             kind: kind_of(meta.file_type()),
             size: meta.len(),
@@ -1041,7 +1071,7 @@ impl CallState {
         let (idx, rel) = self.route(path, FsAccess::Write)?;
         let (dir, name) = self.open_parent(idx, &rel, path, FsAccess::Write)?;
         dir.create_dir(&name).map_err(|e| io_error(path, &e))?;
-        self.touch_path(self.logical(idx, &rel), None, FsAccess::Write, 1);
+        self.touch_path(self.logical(idx, &rel), None, FsAccess::Write, 1)?;
         Ok(())
     }
 }

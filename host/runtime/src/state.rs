@@ -50,6 +50,10 @@ pub(crate) struct CallState {
     /// HTTP, which runs in futures of its own): a write or fetch after a read labelled
     /// above what the call was decided at ([`Grant::flow`]) is refused.
     pub(crate) reads: std::sync::Arc<parking_lot::Mutex<Label>>,
+    /// The labels of the files the call opened for writing (distinct, a handful): a read
+    /// that would carry it past what flows to one of them is refused, since a descriptor
+    /// open for writing takes what the guest writes to it without another check.
+    pub(crate) write_targets: Vec<Label>,
     pub(crate) touched: BTreeSet<Touched>,
     /// Touched things past [`MAX_TOUCHED`], counted but not kept.
     pub(crate) touched_more: u64,
@@ -105,6 +109,7 @@ impl CallState {
             memory_hit: None,
             label: Label::CLEAN,
             reads: std::sync::Arc::default(),
+            write_targets: Vec::new(),
             touched: BTreeSet::new(),
             touched_more: 0,
             stdout,

@@ -395,3 +395,60 @@ fn a_refused_component_names_its_cause_once() {
     assert_eq!(r.stderr.matches("not a valid component").count(), 1, "{}", r.stderr);
     assert_eq!(r.stderr.matches("refused component").count(), 1, "{}", r.stderr);
 }
+
+/// Regression (an attack on the in-call flow): a standard component that opens its
+/// output for writing before it reads (a check made only when a path is opened for
+/// writing passes then) and writes what it read through a hard link to a secret file to
+/// the descriptor it already holds. The read is held to the write the call opened; the
+/// neighbour, a file of the workspace's own label copied the same way, runs.
+#[test]
+fn a_read_after_an_output_was_opened_is_held_to_that_output() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let manifest = "[functions.copy-open-first]\nread = [\"source\"]\nwrite = [\"target\"]\n";
+    let r = install_standard(s, "wasi-hostile", Some(manifest), &["--name", "hostile"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let (_tmp, ws) = workspace();
+    std::fs::create_dir_all(ws.join("vault")).unwrap();
+    std::fs::create_dir(ws.join("pub")).unwrap();
+    std::fs::write(ws.join("vault/key.txt"), "vault-key-4711\n").unwrap();
+    std::fs::hard_link(ws.join("vault/key.txt"), ws.join("linked.txt")).unwrap();
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    let extra = format!(
+        "[[grant]]\ntool = \"*\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"secret/trusted\"\nwhen_tainted = \"allow\"\n\
+         [[grant]]\ntool = \"hostile.copy-open-first\"\npath = \"{}\"\nmode = \"write\"\nlabel = \"private/trusted\"\nwhen_tainted = \"ask\"\n",
+        ws.join("vault").display(),
+        ws.join("pub").display()
+    );
+    write_policy(s, &format!("{policy}\n{extra}"));
+    let copy = |source: &str, session: &str| {
+        let args = json!({"source": source, "target": "pub/out.txt"}).to_string();
+        let w = ws.to_str().unwrap();
+        bx(
+            s,
+            &[
+                "tool",
+                "run",
+                "hostile.copy-open-first",
+                "--workspace",
+                w,
+                "--session",
+                session,
+                "--args",
+                &args,
+            ],
+        )
+    };
+    let r = copy("linked.txt", "link");
+    assert_ne!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("#read-above-decided"), "{}", r.stderr);
+    let out = std::fs::read_to_string(ws.join("pub/out.txt")).unwrap_or_default();
+    assert!(!out.contains("vault-key-4711"), "the secret reached the output: {out}");
+    let r = copy("notes.txt", "plain");
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pub/out.txt")).unwrap(),
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap()
+    );
+}

@@ -376,6 +376,16 @@ fn a_folder_read_is_decided_at_what_it_holds_and_a_write_after_a_higher_read_is_
     assert!(!ws.join("pub/out.txt").exists());
     let said = format!("{}{}", r.stdout, r.stderr);
     assert!(!said.contains("vault-key-4711"), "{said}");
+    // The output opened before the read: a descriptor open for writing takes what is
+    // written to it with no further check, so the read through the link is what is held.
+    let code =
+        "out = open('pub/out.txt', 'w')\nd = open('notes.txt').read()\nout.write(d)\nout.close()";
+    let args = json!({"code": code, "reads": ["notes.txt"], "writes": ["pub/out.txt"]});
+    let r = run(s, &ws, args, &["--session", "open-first"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("#read-above-decided"), "{}", r.stderr);
+    let out = std::fs::read_to_string(ws.join("pub/out.txt")).unwrap_or_default();
+    assert!(!out.contains("vault-key-4711"), "{out}");
     // A file named only as a write, opened to read as well ('r+'): what it reads holds
     // the call's later writes as any read does.
     let extra = format!(

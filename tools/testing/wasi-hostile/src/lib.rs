@@ -29,6 +29,13 @@ impl bindings::Guest for Hostile {
         std::fs::write(path, content).map_err(|e| e.to_string())
     }
 
+    fn copy_open_first(source: String, target: String) -> Result<(), String> {
+        use std::io::Write as _;
+        let mut out = std::fs::File::create(target).map_err(|e| e.to_string())?;
+        let data = std::fs::read(source).map_err(|e| e.to_string())?;
+        out.write_all(&data).map_err(|e| e.to_string())
+    }
+
     fn list_path(path: String) -> Result<Vec<String>, String> {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(path).map_err(|e| e.to_string())? {
