@@ -21,6 +21,9 @@ struct Waiter {
     session: String,
     block: String,
     answer: oneshot::Sender<Answer>,
+    /// How far, from the first byte, the parts of its arguments asked for so far cover
+    /// them without a gap: the seal is given once this reaches the end.
+    shown: usize,
 }
 
 /// One pending approval, for listings.
@@ -84,7 +87,7 @@ impl Approvals {
         let (tx, mut rx) = oneshot::channel();
         self.waiting().insert(
             pending.id.clone(),
-            Waiter { session: session.to_owned(), block: block.clone(), answer: tx },
+            Waiter { session: session.to_owned(), block: block.clone(), answer: tx, shown: 0 },
         );
         let id = pending.id.clone();
         let wait = async move {
@@ -111,6 +114,21 @@ impl Approvals {
     /// long one in part), and the code that approves a block shown in part.
     pub fn waiting_entry(&self, id: &str) -> Option<Pending> {
         self.table.get(id, now_ms())
+    }
+
+    /// Notes that bytes `start..end` of waiting approval `id`'s arguments were handed
+    /// out, and returns its seal once the parts handed out cover them whole, from the
+    /// first byte on without a gap: asking for the end alone gives no seal. `None` also
+    /// for a block that needs none.
+    pub fn shown(&self, id: &str, start: usize, end: usize) -> Option<String> {
+        let pending = self.table.get(id, now_ms())?;
+        let seal = pending.seal?;
+        let mut waiting = self.waiting();
+        let waiter = waiting.get_mut(&pending.id)?;
+        if start <= waiter.shown {
+            waiter.shown = waiter.shown.max(end);
+        }
+        (waiter.shown >= pending.args.len()).then_some(seal)
     }
 
     /// Answers approval `id`. Only the first answer counts. An approval of a block shown

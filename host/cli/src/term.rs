@@ -111,6 +111,20 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::term::out(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+/// Whether standard error goes nowhere a person reads: a device that is not a terminal
+/// (`/dev/null`, `/dev/zero`), or closed (which Rust's runtime turns into `/dev/null` at
+/// start, and whose writes then succeed unseen). A file or a pipe is the owner's own
+/// arrangement (a log, a script that answers): those are shown to.
+pub(crate) fn stderr_is_void() -> bool {
+    use std::io::IsTerminal as _;
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::FileTypeExt as _;
+    let err = std::io::stderr();
+    let Ok(fd) = err.as_fd().try_clone_to_owned() else { return true };
+    let Ok(meta) = std::fs::File::from(fd).metadata() else { return true };
+    meta.file_type().is_char_device() && !err.is_terminal()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

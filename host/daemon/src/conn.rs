@@ -299,14 +299,16 @@ pub(crate) async fn handle(
                     Some(pending) => {
                         let args = &pending.args;
                         let (text, start) = args_part(args, offset);
-                        // The seal comes only with the part that reaches the end.
-                        let end = start as usize + text.len() >= args.len();
+                        // The seal comes only once the parts asked for cover the
+                        // arguments from their first byte to their last.
+                        let end = start as usize + text.len();
+                        let seal = agent.approvals().shown(&pending.id, start as usize, end);
                         Body::ApprovalArgs {
                             approval: approval.trim().to_ascii_lowercase(),
                             offset: start,
                             total: args.len() as u64,
                             text,
-                            seal: pending.seal.filter(|_| end),
+                            seal,
                         }
                     }
                     None => Body::Refused {

@@ -185,6 +185,12 @@ fn answer(state: &StateDir, id: &str, answer: Answer) -> anyhow::Result<u8> {
 /// `None` when the owner stopped or typed something else.
 fn seen_rest(state: &StateDir, id: &str) -> anyhow::Result<Option<String>> {
     use std::io::Write as _;
+    // Shown on stderr: where that goes nowhere a person reads (/dev/null, closed), the
+    // rest is not shown, and nothing is approved.
+    if term::stderr_is_void() {
+        errln!("bx: the rest cannot be shown: standard error goes nowhere a person reads");
+        return Ok(None);
+    }
     let rest = super::rest::fetch(state, id)?;
     errln!(
         "bx: approval {} shows the call in part; here is the rest, escaped:",

@@ -119,25 +119,11 @@ fn answer_of(id: &str, line: Line) -> (Answer, ScopeKind) {
     }
 }
 
-/// Whether standard error goes nowhere a person reads: a device that is not a terminal
-/// (`/dev/null`, `/dev/zero`), or closed (which Rust's runtime turns into `/dev/null` at
-/// start, and whose writes then succeed unseen). A file or a pipe is the owner's own
-/// arrangement (a log, a script that answers): those are shown to.
-fn stderr_is_void() -> bool {
-    use std::io::IsTerminal as _;
-    use std::os::fd::AsFd as _;
-    use std::os::unix::fs::FileTypeExt as _;
-    let err = std::io::stderr();
-    let Ok(fd) = err.as_fd().try_clone_to_owned() else { return true };
-    let Ok(meta) = std::fs::File::from(fd).metadata() else { return true };
-    meta.file_type().is_char_device() && !err.is_terminal()
-}
-
 /// Shows the block and the prompt on stderr; false when they could not be shown (stderr
 /// closed, a device that is not a terminal, or a write failed), and then nobody may
 /// answer: nothing is approved unseen.
 fn prompt(block: &str, id: &str, rest: Option<&[String]>, until: std::time::Instant) -> bool {
-    if stderr_is_void() {
+    if term::stderr_is_void() {
         return false;
     }
     let wrote = {

@@ -279,6 +279,32 @@ fn a_block_shown_in_part_is_approved_only_after_its_rest() {
         (code, runbook.as_str()),
         (ErrorCode::ApprovalUnseen, "docs/runbook.md#approval-unseen")
     );
+    // The seal is not had by asking for the arguments from their end, or near it: only
+    // parts that cover them from the first byte on give it.
+    let mut show = |n: u64, offset: u64| {
+        let msg = Body::ShowApproval { approval: id.clone(), offset };
+        sock.write_all(&encode(&Envelope { v: 1, id: n, msg }).unwrap()).unwrap();
+        let reply = read_frame(&mut sock).unwrap().unwrap();
+        let Body::ApprovalArgs { seal, total, text, .. } = reply.msg else {
+            panic!("{:?}", reply.msg)
+        };
+        (seal, total, text)
+    };
+    let (seal, total, text) = show(2, u64::MAX);
+    assert_eq!((seal, text.as_str()), (None, ""), "from past the end");
+    let (seal, _, text) = show(3, total - 1);
+    assert_eq!((seal, text.len()), (None, 1), "the last byte alone");
+    // `bx approve` whose rest goes nowhere a person reads (stderr to /dev/null), with the
+    // id on its stdin: not approved.
+    let mut child = bx_command(s)
+        .args(["approve", &id])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{id}\n").as_bytes()).unwrap();
+    assert_ne!(child.wait().unwrap().code(), Some(0));
     // `bx approve` with nobody to read the rest (end of input): not approved.
     let r = bx(s, &["approve", &id]);
     assert_ne!(r.code, 0, "{}{}", r.stdout, r.stderr);
