@@ -334,7 +334,7 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
     }
     if r.flow != r.taint {
         out.push_str(&format!(
-            "    what this call reads (all a folder it names holds) raises it to {}\n",
+            "    what this call reads or fetches (all a folder it names holds) raises it to {}\n",
             r.flow
         ));
     }

@@ -333,21 +333,33 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
     let mut matched = Vec::new();
     let mut approved = Vec::new();
     let mut every = Vec::new();
-    // What the call itself reads flows into what it writes and fetches (py.run reads a
-    // file and writes another in one call): those are decided at the session's taint
+    // What the call itself reads or fetches flows into what it writes and fetches (py.run
+    // reads a file and writes another in one call): those are decided at the session's taint
     // joined with the labels of everything the call's own reads can reach. A folder it
     // reads reaches every grant nested in it (a `secret` folder inside a `public` one),
     // so it counts at the highest of them (the runtime holds a call to that as it runs:
     // a write or fetch after a read labelled higher, through a hard link or a symlink,
     // is refused).
+    // A fetch reads too: its answer comes into the call at its host's label. That counts
+    // where the call sends something elsewhere (a write, or a second fetch); a call that
+    // only fetches sends its answers nowhere but back, and is decided as before.
+    let fetches = call.resources.iter().filter(|r| matches!(r, Resource::Url(_))).count();
+    let writes = call.resources.iter().any(|r| matches!(r, Resource::PathWrite(_)));
+    let fetch_reads = writes || fetches > 1;
     let reads = call
         .resources
         .iter()
         .filter_map(|r| match r {
-            Resource::PathRead(p) => normalize(Path::new(p)).ok(),
-            Resource::PathWrite(_) | Resource::Url(_) => None,
+            Resource::PathRead(p) => {
+                normalize(Path::new(p)).ok().and_then(|p| read_reach(policy, &call.tool, taint, &p))
+            }
+            Resource::PathWrite(_) => None,
+            Resource::Url(u) => url::Url::parse(u)
+                .ok()
+                .filter(|_| fetch_reads)
+                .and_then(|u| covering(policy, &call.tool, Mode::Fetch, None, Some(&u)))
+                .map(|g| g.label),
         })
-        .filter_map(|p| read_reach(policy, &call.tool, taint, &p))
         .fold(Label::CLEAN, Label::join);
     let outward = taint.join(reads);
     for resource in &call.resources {

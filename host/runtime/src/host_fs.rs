@@ -340,10 +340,8 @@ impl CallState {
             // Decided at what the call's declared reads reach; what it read since may
             // reach higher (a hard link, a symlink out of a folder it named).
             let target = self.grant.path_label(&self.logical(route.root, &route.relative));
-            let read = *self.reads.lock();
-            if let Some(now) = self.grant.undecided_flow(read, target) {
-                let what = format!("a write of {path}");
-                let why = crate::state::undecided(&what, self.grant.flow(), now, target);
+            let what = format!("a write of {path}");
+            if let Some(why) = self.flow.lock().refuse_send(&self.grant, &what, target) {
                 return Err(Error::Denied(why));
             }
         }
@@ -637,9 +635,7 @@ impl CallState {
     /// label is unknown, and what cannot be known counts as the top label.
     ///
     /// A read is refused when it would carry the call past what may flow to a file it
-    /// opened for writing before: that descriptor can still be written without another
-    /// check (`wasi:filesystem` writes go to the open file), so the read is where the
-    /// flow is held ([`Grant::undecided_flow`], as a write after a read is).
+    /// opened for writing before ([`crate::state::InCall::refuse_take`]).
     fn touch_path(
         &mut self,
         logical: PathBuf,
@@ -652,28 +648,10 @@ impl CallState {
         if links > 1 {
             label = bx_broker::Label::TOP;
         }
-        match access {
-            FsAccess::Read => {
-                let read = self.reads.lock().join(label);
-                let grant = &self.grant;
-                if let Some((now, target)) = self
-                    .write_targets
-                    .iter()
-                    .find_map(|t| grant.undecided_flow(read, *t).map(|now| (now, *t)))
-                {
-                    let what = format!("a read of {} after a write", logical.display());
-                    return Err(Error::Denied(crate::state::undecided(
-                        &what,
-                        grant.flow(),
-                        now,
-                        target,
-                    )));
-                }
-            }
-            FsAccess::Write => {
-                if !self.write_targets.contains(&label) {
-                    self.write_targets.push(label);
-                }
+        if access == FsAccess::Read {
+            let what = format!("a read of {}", logical.display());
+            if let Some(why) = self.flow.lock().refuse_take(&self.grant, &what, label) {
+                return Err(Error::Denied(why));
             }
         }
         let path = real.unwrap_or(logical);

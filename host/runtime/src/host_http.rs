@@ -104,9 +104,9 @@ pub(crate) struct Fetcher {
     limits: crate::limits::Limits,
     deadline: Instant,
     secrets: Secrets,
-    /// The join of the labels of what the call has read so far (shared with its state):
-    /// a fetch after a read above what the call was decided at is refused.
-    reads: Arc<parking_lot::Mutex<bx_broker::Label>>,
+    /// The flow inside the call, shared with its state ([`crate::state::InCall`]): a
+    /// fetch sends what the call has read, and brings in its answer.
+    flow: crate::state::Flow,
     pub(crate) sink: Arc<parking_lot::Mutex<Reached>>,
 }
 
@@ -146,14 +146,14 @@ impl Fetcher {
         limits: &crate::limits::Limits,
         deadline: Instant,
         secrets: &Secrets,
-        reads: &Arc<parking_lot::Mutex<bx_broker::Label>>,
+        flow: &crate::state::Flow,
     ) -> Fetcher {
         Fetcher {
             grant: Arc::new(grant.clone()),
             limits: limits.clone(),
             deadline,
             secrets: secrets.clone(),
-            reads: Arc::clone(reads),
+            flow: Arc::clone(flow),
             sink: Arc::default(),
         }
     }
@@ -192,14 +192,14 @@ impl Fetcher {
         let route = self.grant.route_url(&url).map_err(|e| Error::Denied(e.to_string()))?;
         let host = url.host_str().unwrap_or_default();
         let target = self.grant.host_label(host).unwrap_or(bx_broker::Label::TOP);
-        let read = *self.reads.lock();
-        if let Some(now) = self.grant.undecided_flow(read, target) {
-            return Err(Error::Denied(crate::state::undecided(
-                &format!("a fetch from {host}"),
-                self.grant.flow(),
-                now,
-                target,
-            )));
+        let what = format!("a fetch from {host}");
+        let flow = self.flow.lock();
+        // It sends what the call has read, and brings in an answer labelled as its host.
+        let refused = flow
+            .refuse_send(&self.grant, &what, target)
+            .or_else(|| flow.refuse_take(&self.grant, &what, target));
+        if let Some(why) = refused {
+            return Err(Error::Denied(why));
         }
         Ok((url, route))
     }
@@ -218,6 +218,11 @@ impl Fetcher {
 
     fn touch(&self, host: String) {
         let label = self.grant.host_label(&host).unwrap_or(bx_broker::Label::TOP);
+        // What a host answers is read by the call: it holds the call's later writes and
+        // fetches as a file read does.
+        let mut flow = self.flow.lock();
+        flow.read = flow.read.join(label);
+        drop(flow);
         let touched = Touched::Host { host, label };
         let mut sink = self.sink.lock();
         sink.label = Some(sink.label.map_or(label, |l| l.join(label)));
@@ -624,7 +629,7 @@ impl CallState {
             return Err(Error::Denied(LEAKED_BEFORE.into()));
         }
         let fetcher =
-            Fetcher::new(&self.grant, &self.limits, self.deadline, &self.secrets, &self.reads);
+            Fetcher::new(&self.grant, &self.limits, self.deadline, &self.secrets, &self.flow);
         let result = fetcher.fetch(method, &req.url, headers, req.body).await;
         self.gather_http(&fetcher);
         result

@@ -46,14 +46,10 @@ pub(crate) struct CallState {
     pub(crate) memory_hit: Option<String>,
     /// The join of the label of everything the call read or fetched.
     pub(crate) label: Label,
-    /// The join of the labels of the files the call has read so far (shared with its
-    /// HTTP, which runs in futures of its own): a write or fetch after a read labelled
-    /// above what the call was decided at ([`Grant::flow`]) is refused.
-    pub(crate) reads: std::sync::Arc<parking_lot::Mutex<Label>>,
-    /// The labels of the files the call opened for writing (distinct, a handful): a read
-    /// that would carry it past what flows to one of them is refused, since a descriptor
-    /// open for writing takes what the guest writes to it without another check.
-    pub(crate) write_targets: Vec<Label>,
+    /// What the call has read and where it has written so far, shared with its HTTP
+    /// (which runs in futures of its own): the flow inside the call, held to what it was
+    /// decided at ([`InCall`]).
+    pub(crate) flow: Flow,
     pub(crate) touched: BTreeSet<Touched>,
     /// Touched things past [`MAX_TOUCHED`], counted but not kept.
     pub(crate) touched_more: u64,
@@ -108,8 +104,7 @@ impl CallState {
             host_calls: 0,
             memory_hit: None,
             label: Label::CLEAN,
-            reads: std::sync::Arc::default(),
-            write_targets: Vec::new(),
+            flow: Flow::default(),
             touched: BTreeSet::new(),
             touched_more: 0,
             stdout,
@@ -141,9 +136,18 @@ impl CallState {
     /// kept by name while fewer than [`MAX_TOUCHED`] distinct things were.
     pub(crate) fn touch(&mut self, what: Touched) {
         self.label = self.label.join(what.label());
-        if let Touched::Path { access: bx_broker::FsAccess::Read, label, .. } = &what {
-            let mut reads = self.reads.lock();
-            *reads = reads.join(*label);
+        match &what {
+            Touched::Path { access: bx_broker::FsAccess::Read, label, .. } => {
+                let mut flow = self.flow.lock();
+                flow.read = flow.read.join(*label);
+            }
+            Touched::Path { access: bx_broker::FsAccess::Write, label, .. } => {
+                let mut flow = self.flow.lock();
+                if !flow.written.contains(label) {
+                    flow.written.push(*label);
+                }
+            }
+            Touched::Host { .. } => {}
         }
         if self.touched.len() < MAX_TOUCHED {
             self.touched.insert(what);
@@ -153,10 +157,47 @@ impl CallState {
     }
 }
 
-/// Why a write or fetch (`what`) is refused when the call read something labelled above
-/// what it was decided at (`decided`): what it would have to be decided at (`now`), and
-/// that it may not send that to `target`.
-pub(crate) fn undecided(what: &str, decided: Label, now: Label, target: Label) -> String {
+/// The flow inside one call, shared by its filesystem and its HTTP.
+pub(crate) type Flow = std::sync::Arc<parking_lot::Mutex<InCall>>;
+
+/// What one call has read so far (files, and the answers of what it fetched) and the
+/// labels of where it has opened files for writing. A call's writes and fetches were
+/// decided at [`Grant::flow`]; what it reads since may reach higher (a hard link, a
+/// symlink out of a folder it named), and then:
+/// - a write or a fetch is refused where what was read does not flow to its target;
+/// - a read (or a fetch, which reads its answer) is refused where it would carry the
+///   call past what flows to a file it has opened for writing: that descriptor takes
+///   what the guest writes to it without another check.
+#[derive(Debug, Default)]
+pub(crate) struct InCall {
+    /// The join of the labels of what the call has read.
+    pub(crate) read: Label,
+    /// The distinct labels of the files it has opened for writing (a handful).
+    pub(crate) written: Vec<Label>,
+}
+
+impl InCall {
+    /// Why `what` (a write, or a fetch's request) may not send what the call has read to
+    /// where data labelled `target` goes; `None` when it may.
+    pub(crate) fn refuse_send(&self, grant: &Grant, what: &str, target: Label) -> Option<String> {
+        let now = grant.undecided_flow(self.read, target)?;
+        Some(undecided(what, grant.flow(), now, target))
+    }
+
+    /// Why `what` (a read, or a fetch's answer) may not bring data labelled `label` into
+    /// a call that has files open for writing; `None` when it may.
+    pub(crate) fn refuse_take(&self, grant: &Grant, what: &str, label: Label) -> Option<String> {
+        let read = self.read.join(label);
+        self.written.iter().find_map(|target| {
+            let now = grant.undecided_flow(read, *target)?;
+            Some(undecided(&format!("{what} after a write was opened"), grant.flow(), now, *target))
+        })
+    }
+}
+
+/// Why `what` is refused: the call read data labelled `now`, past what it was decided at
+/// (`decided`), and that does not flow to `target`.
+fn undecided(what: &str, decided: Label, now: Label, target: Label) -> String {
     format!(
         "{what} after this call read data labelled {now} (its writes and fetches were decided at {decided}; {now} does not flow to {target}): the owner was not asked about that, so it is refused; name the files it reads, or read and write in separate calls (see docs/runbook.md#read-above-decided)"
     )

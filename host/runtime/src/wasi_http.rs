@@ -126,10 +126,10 @@ impl WasiHttpView for CallState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
         // Made on first use: most calls never send a request.
         let (grant, limits, deadline) = (&self.grant, &self.limits, self.deadline);
-        let (secrets, reads) = (&self.secrets, &self.reads);
+        let (secrets, flow) = (&self.secrets, &self.flow);
         let http = self.http.get_or_insert_with(|| WasiHttp {
             ctx: WasiHttpCtx::new(),
-            hooks: CheckedHttp { fetcher: Fetcher::new(grant, limits, deadline, secrets, reads) },
+            hooks: CheckedHttp { fetcher: Fetcher::new(grant, limits, deadline, secrets, flow) },
         });
         WasiHttpCtxView { ctx: &mut http.ctx, table: &mut self.table, hooks: &mut http.hooks }
     }

@@ -433,3 +433,39 @@ fn fetch_reaches_the_listed_urls_only() {
     assert!(r.stderr.contains("HttpRequestDenied"), "{}", r.stderr);
     assert!(!r.stderr.contains("never read"), "{}", r.stderr);
 }
+
+/// A fetch reads: its answer comes into the call at its host's label. Code that fetched
+/// from a host labelled `secret` and wrote what it got to a `private` file in the same
+/// call ran with no prompt, decided at the workspace's label alone (found by probing the
+/// built binary). It is now decided at the join with the host's label, shown in the block.
+#[test]
+fn a_fetch_within_a_call_counts_as_a_read_of_its_host() {
+    let (state, _w, ws) = setup();
+    let s = state.path();
+    std::fs::create_dir(ws.join("pub")).unwrap();
+    let vault = page_server("vault-key-4711\n");
+    let open = page_server("weather: fine\n");
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    let extra = format!(
+        "[[grant]]\ntool = \"py.run\"\nhost = \"127.0.0.1:{vault}\"\nmode = \"fetch\"\nlabel = \"secret/trusted\"\nwhen_tainted = \"allow\"\n\
+         [[grant]]\ntool = \"py.run\"\nhost = \"127.0.0.1:{open}\"\nmode = \"fetch\"\nlabel = \"public/trusted\"\nwhen_tainted = \"allow\"\n\
+         [[grant]]\ntool = \"py.run\"\npath = \"{}\"\nmode = \"write\"\nlabel = \"private/trusted\"\nwhen_tainted = \"ask\"\n",
+        ws.join("pub").display()
+    );
+    write_policy(s, &format!("{policy}\n{extra}"));
+    let copy = |port: u16| {
+        let url = format!("http://127.0.0.1:{port}/");
+        let code = format!("open('pub/out.txt', 'w').write(fetch('{url}'))");
+        json!({"code": code, "urls": [url], "writes": ["pub/out.txt"]})
+    };
+    // From the secret host: asked about at its label, and with no answer refused.
+    let r = run(s, &ws, copy(vault), &["--approval-timeout", "1", "--session", "vault"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("raises it to secret/trusted"), "{}", r.stderr);
+    assert!(!ws.join("pub/out.txt").exists());
+    // The neighbour: from a public host, the same copy runs with no prompt.
+    let r = run(s, &ws, copy(open), &["--session", "open"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(std::fs::read_to_string(ws.join("pub/out.txt")).unwrap(), "weather: fine\n");
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
