@@ -53,7 +53,8 @@ enum Command {
     Refuse(cmd::approvals::RefuseArgs),
     /// Check the inference server, the policy, the audit log and the installed tools.
     Doctor(cmd::doctor::DoctorArgs),
-    /// Serve the installed tools to another agent over MCP (stdio), under the policy.
+    /// Serve the installed tools to another agent over MCP (stdio), under the policy;
+    /// add, list, accept and remove the owner's other MCP servers behind it.
     Mcp(cmd::mcp::McpArgs),
 }
 

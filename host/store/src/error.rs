@@ -149,6 +149,12 @@ pub enum StoreError {
     /// No tool by this name.
     #[error("no tool named {0} is installed (see `bx tool list`)")]
     NotInstalled(String),
+    /// An upstream MCP server could not be added, accepted or removed.
+    #[error(transparent)]
+    Upstream(#[from] bx_gateway::GatewayError),
+    /// A name that another installed tool or upstream already has.
+    #[error("{0}")]
+    NameTaken(String),
     /// Reading or writing the store failed.
     #[error("{path}: {message}")]
     Io {
@@ -188,6 +194,7 @@ impl StoreError {
             // A limit the component hit while it described itself is the more specific.
             StoreError::Component(e) => e.runbook().or(Some("docs/runbook.md#install-refused")),
             StoreError::State(e) => e.runbook(),
+            StoreError::Upstream(e) => e.runbook(),
             _ => None,
         }
     }

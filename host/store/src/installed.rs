@@ -136,6 +136,10 @@ pub struct Installed {
     pub epoch: u64,
     /// Installed tools by name.
     pub tools: BTreeMap<String, InstalledTool>,
+    /// The owner's other MCP servers by name (`bx mcp add`), each with its pinned tool
+    /// set: their tools are `NAME.TOOL`, in the same epoch as the components'.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstreams: BTreeMap<String, bx_gateway::Upstream>,
 }
 
 impl Installed {

@@ -23,5 +23,5 @@ pub use installed::{Declared, Difference, Installed, InstalledFunction, Installe
 pub use manifest::{Manifest, ParamReach, ReadManifest, StaticReach};
 pub use store::{
     Change, InstallOptions, InstallOutcome, InstallSource, MAX_COMPONENT_BYTES, NamedBy,
-    RecordHook, StaticCheck, Store,
+    RecordHook, StaticCheck, Store, UpstreamAction,
 };

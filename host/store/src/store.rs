@@ -640,6 +640,58 @@ impl Store {
         Ok(removed)
     }
 
+    /// Adds, replaces (`bx mcp accept`) or removes (`None`) the upstream `name`, and
+    /// raises the epoch; `action` names the change in its record. An upstream may not
+    /// take a name whose tools an installed component already has (`NAME.…`).
+    pub fn set_upstream(
+        &self,
+        name: &str,
+        upstream: Option<bx_gateway::Upstream>,
+        action: UpstreamAction,
+        record: Option<&RecordHook<'_>>,
+    ) -> Result<Option<bx_gateway::Upstream>, StoreError> {
+        let _lock = self.lock()?;
+        let mut installed = self.installed()?;
+        let previous = installed.upstreams.get(name).cloned();
+        match (&upstream, &previous, action) {
+            (Some(_), Some(_), UpstreamAction::Add) => {
+                return Err(StoreError::Upstream(bx_gateway::GatewayError::Exists(name.into())));
+            }
+            (_, None, UpstreamAction::Accept | UpstreamAction::Remove) => {
+                return Err(StoreError::Upstream(bx_gateway::GatewayError::Unknown(name.into())));
+            }
+            _ => {}
+        }
+        let prefix = format!("{name}.");
+        if let Some(clash) = installed.tools.keys().find(|t| t.starts_with(&prefix)) {
+            return Err(StoreError::NameTaken(format!(
+                "{name}: the installed tool {clash} already has that name; give the upstream another"
+            )));
+        }
+        match &upstream {
+            Some(u) => {
+                installed.upstreams.insert(name.to_owned(), u.clone());
+            }
+            None => {
+                installed.upstreams.remove(name);
+            }
+        }
+        installed.epoch += 1;
+        if let Some(record) = record {
+            let change = Change::Upstream {
+                action,
+                name,
+                upstream: upstream.as_ref().or(previous.as_ref()),
+                previous: previous.as_ref(),
+                epoch: installed.epoch,
+            };
+            let line = record(&change)?;
+            self.journal(installed.epoch - 1, &line)?;
+        }
+        installed.save(&self.installed_path())?;
+        Ok(previous)
+    }
+
     /// Loads an installed tool, from precompiled code when the cache has an artifact
     /// whose MAC holds for its digest; otherwise the stored bytes are re-verified
     /// against the digest and compiled. The outcome says which, and why an artifact
@@ -680,6 +732,41 @@ pub enum Change<'a> {
     Install(&'a InstallOutcome),
     /// The removal of one tool, and the epoch it makes.
     Remove(&'a str, &'a InstalledTool, u64),
+    /// An upstream MCP server added, accepted or removed.
+    Upstream {
+        /// Which.
+        action: UpstreamAction,
+        /// Its name.
+        name: &'a str,
+        /// It as it is now (as it was, for a removal).
+        upstream: Option<&'a bx_gateway::Upstream>,
+        /// It as it was before an accept or a removal.
+        previous: Option<&'a bx_gateway::Upstream>,
+        /// The epoch the change makes.
+        epoch: u64,
+    },
+}
+
+/// What is done to an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamAction {
+    /// `bx mcp add`.
+    Add,
+    /// `bx mcp accept`: its tool set pinned again as it lists it now.
+    Accept,
+    /// `bx mcp remove`.
+    Remove,
+}
+
+impl UpstreamAction {
+    /// As its record names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamAction::Add => "mcp-add",
+            UpstreamAction::Accept => "mcp-accept",
+            UpstreamAction::Remove => "mcp-remove",
+        }
+    }
 }
 
 /// Asked, after every check and before anything is written, for the change's record: a

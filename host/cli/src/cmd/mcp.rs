@@ -35,6 +35,7 @@ mod lines;
 mod link;
 mod schema;
 mod token;
+mod upstream;
 
 /// How often the installed tools are compared with the last list the client saw.
 const TOOLS_POLL: Duration = Duration::from_secs(1);
@@ -49,9 +50,41 @@ const MAX_DIR_NAME: usize = 40;
 /// took all 16 of the daemon's and locked out the owner's chat.
 const MAX_CALLS_IN_FLIGHT: usize = 4;
 
-/// `bx mcp`
+/// `bx mcp`: serve (the default), or manage the owner's other MCP servers.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct McpArgs {
+    /// What to do; without one, serve bx's tools on stdio.
+    #[command(subcommand)]
+    action: Option<McpAction>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// `bx mcp …`
+#[derive(Debug, clap::Subcommand)]
+enum McpAction {
+    /// Serve bx's tools (and its upstreams') to another agent over MCP (the default).
+    Serve(ServeArgs),
+    /// Add one of the owner's other MCP servers: its tools become bx tools, `NAME.TOOL`.
+    Add(upstream::AddArgs),
+    /// List the added servers, and what changed in their tools since they were pinned.
+    List,
+    /// Remove an added server.
+    Remove {
+        /// Its name.
+        name: String,
+    },
+    /// Pin a server's tool set again as it lists it now, after showing what changed.
+    Accept {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// `bx mcp serve`
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
     /// The session every call is made in (its taint and workspace). Default: one named
     /// after the workspace (`mcp-NAME-HASH`), never after anything the client says.
     #[arg(long, value_name = "ID")]
@@ -381,6 +414,17 @@ async fn watch_tools(bridge: Bridge, peer: Peer<RoleServer>) {
 /// Serves MCP on stdin and stdout (or over HTTP with `--http`) until the client closes
 /// them.
 pub(crate) fn run(state: &StateDir, args: &McpArgs) -> anyhow::Result<u8> {
+    match &args.action {
+        None => serve(state, &args.serve),
+        Some(McpAction::Serve(serve_args)) => serve(state, serve_args),
+        Some(McpAction::Add(add)) => upstream::add(state, add),
+        Some(McpAction::List) => upstream::list(state),
+        Some(McpAction::Remove { name }) => upstream::remove(state, name),
+        Some(McpAction::Accept { name }) => upstream::accept(state, name),
+    }
+}
+
+fn serve(state: &StateDir, args: &ServeArgs) -> anyhow::Result<u8> {
     if let Some(s) = &args.session {
         anyhow::ensure!(
             valid_session_id(s),

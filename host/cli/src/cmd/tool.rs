@@ -234,7 +234,7 @@ fn install(
 /// taken, as a one-shot `bx tool run` does) when the first record is asked for: a log
 /// that cannot be written refuses the change before anything is; while a running
 /// `bx serve` holds it, the daemon writes the journal before its tools change.
-struct Recorder<'a> {
+pub(crate) struct Recorder<'a> {
     state: &'a StateDir,
     config: &'a bx_state::Config,
     store: &'a Store,
@@ -244,7 +244,7 @@ struct Recorder<'a> {
 }
 
 impl<'a> Recorder<'a> {
-    fn new(
+    pub(crate) fn new(
         state: &'a StateDir,
         config: &'a bx_state::Config,
         store: &'a Store,
@@ -253,7 +253,10 @@ impl<'a> Recorder<'a> {
         Recorder { state, config, store, widening_accepted, log: std::cell::OnceCell::new() }
     }
 
-    fn record(&self, change: &bx_store::Change<'_>) -> Result<String, bx_store::StoreError> {
+    pub(crate) fn record(
+        &self,
+        change: &bx_store::Change<'_>,
+    ) -> Result<String, bx_store::StoreError> {
         use bx_audit::{MAX_ITEM_BYTES, ToolChange, bounded};
         if self.log.get().is_none() {
             let log = match bx_daemon::open_audit(self.state, self.config, LOG_LOCK_WAIT) {
@@ -291,12 +294,42 @@ impl<'a> Recorder<'a> {
                 widening_accepted: false,
                 epoch: *epoch,
             },
+            bx_store::Change::Upstream { action, name, upstream, previous, epoch } => {
+                let digest = |u: &bx_gateway::Upstream| {
+                    serde_json::to_vec(u)
+                        .map(|bytes| format!("sha256:{}", bx_audit::sha256_hex(&bytes)))
+                        .unwrap_or_default()
+                };
+                let pinned = |u: Option<&bx_gateway::Upstream>| -> Vec<String> {
+                    u.map(|u| u.tools.keys().map(|t| format!("{name}.{t}")).collect())
+                        .unwrap_or_default()
+                };
+                let removing = *action == bx_store::UpstreamAction::Remove;
+                let now = if removing { None } else { *upstream };
+                let (before, after) = (pinned(*previous), pinned(now));
+                let difference: Vec<String> = (after.iter().filter(|t| !before.contains(t)))
+                    .map(|t| format!("+ {t}"))
+                    .chain(before.iter().filter(|t| !after.contains(t)).map(|t| format!("- {t}")))
+                    .collect();
+                ToolChange {
+                    action: action.as_str().to_owned(),
+                    name: (*name).to_owned(),
+                    tools: if removing { before } else { after },
+                    digest: now.map(digest).unwrap_or_default(),
+                    previous: previous.map(digest).unwrap_or_default(),
+                    source: upstream.map(|u| item(&u.transport.to_string())).unwrap_or_default(),
+                    signer: String::new(),
+                    difference: bounded_lines(&difference, item),
+                    widening_accepted: false,
+                    epoch: *epoch,
+                }
+            }
         };
         serde_json::to_string(&entry).map_err(|e| bx_store::StoreError::Unrecorded(e.to_string()))
     }
 
     /// After the change: the journal onto the log, or a word that the daemon will.
-    fn finish(&self) -> anyhow::Result<()> {
+    pub(crate) fn finish(&self) -> anyhow::Result<()> {
         match self.log.get() {
             Some(Some(log)) => {
                 bx_agent::record_pending(self.store, log)?;

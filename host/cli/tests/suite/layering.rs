@@ -21,6 +21,7 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
         "bx-daemon",
         "bx-cli",
         "bx-eval",
+        "bx-gateway",
     ];
     let mut m = BTreeMap::new();
     m.insert("bx-broker", [all_bx.as_slice(), &runtimes].concat());
@@ -39,6 +40,7 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
             "bx-agent",
             "bx-daemon",
             "bx-cli",
+            "bx-gateway",
         ],
     );
     // The state directory's files: the broker's policy and labels, nothing that runs.
@@ -54,10 +56,28 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
                 "bx-agent",
                 "bx-daemon",
                 "bx-cli",
+                "bx-gateway",
             ][..],
             &runtimes,
         ]
         .concat(),
+    );
+    // The gateway's client beside the runtime: the owner's other MCP servers, knowing
+    // nothing of components, the log or the loop.
+    m.insert(
+        "bx-gateway",
+        vec![
+            "bx-audit",
+            "bx-protocol",
+            "bx-runtime",
+            "bx-store",
+            "bx-infer",
+            "bx-agent",
+            "bx-daemon",
+            "bx-cli",
+            "bx-eval",
+            "bx-broker",
+        ],
     );
     // The inference client and the component runtime do not know each other.
     m.insert("bx-infer", [all_bx.as_slice(), &["bx-broker", "wasmtime", "wasmtime-wasi"]].concat());

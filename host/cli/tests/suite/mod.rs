@@ -5,6 +5,7 @@ mod bounds;
 mod chat;
 mod components;
 mod eval;
+mod gateway;
 mod hardening;
 mod history;
 mod install;

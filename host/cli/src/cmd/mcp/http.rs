@@ -20,7 +20,7 @@ use rmcp::transport::streamable_http_server::{
 };
 
 use super::token::same_token;
-use super::{Bridge, McpArgs};
+use super::{Bridge, ServeArgs};
 
 /// Seconds a connection may take to send a request's headers, and may sit idle between
 /// requests. Without it one client could hold a connection (and a descriptor) for ever
@@ -65,7 +65,7 @@ async fn authorize(
 /// Serves Streamable HTTP at `addr` until SIGINT or SIGTERM.
 pub(super) async fn serve(
     bridge: Bridge,
-    args: &McpArgs,
+    args: &ServeArgs,
     addr: std::net::SocketAddr,
     token: String,
 ) -> anyhow::Result<()> {

@@ -1,0 +1,210 @@
+//! `bx mcp add`, `list`, `accept` and `remove`: the owner's other MCP servers, whose
+//! tools become bx tools named `NAME.TOOL`. Adding starts the server, lists its tools
+//! and pins them (name, description, input schema) in the installed set, on the audit
+//! log like a tool install; a later list that differs keeps the changed tools off until
+//! `bx mcp accept` shows the difference and pins them again. See `docs/gateway.md`.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use bx_gateway::{Changes, Connection, Limits, ListedTool, Transport, Upstream};
+use bx_state::StateDir;
+use bx_store::{Store, UpstreamAction};
+use clap::Args;
+
+use super::super::EXIT_OK;
+use crate::cmd::tool::Recorder;
+use crate::term;
+
+/// `bx mcp add NAME [--env K=V]... [--cwd DIR] -- COMMAND [ARGS...]`
+#[derive(Debug, Args)]
+pub(crate) struct AddArgs {
+    /// Its name: its tools are `NAME.TOOL` (a-z, 0-9, `_`, `-`; starting with a letter).
+    name: String,
+    /// A variable its process gets (repeatable): nothing else of bx's environment is
+    /// passed on.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Its working directory (default: `upstreams/NAME/` in the state directory).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<std::path::PathBuf>,
+    /// The command that starts it, and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// Starts `upstream` and lists its tools, within the client's deadlines, in a runtime of
+/// its own (the CLI has none).
+fn listed(
+    state: &StateDir,
+    name: &str,
+    upstream: &Upstream,
+) -> anyhow::Result<(String, Vec<ListedTool>, Vec<String>)> {
+    let dir = state.upstreams_dir();
+    std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
+    let home = dir.join(name);
+    let log = dir.join(format!("{name}.log"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let connection = Connection::start(name, upstream, &home, &log, Limits::default()).await?;
+        let (tools, problems) = connection.list().await?;
+        anyhow::Ok((connection.server(), tools, problems))
+    })
+}
+
+fn open(state: &StateDir) -> anyhow::Result<(bx_state::Config, Store)> {
+    let config = state.config()?;
+    let store = Store::open(state, &config)?;
+    Ok((config, store))
+}
+
+/// One tool as the owner is shown it: its bx name and its description's first line.
+fn shown_tool(name: &str, tool: &str, description: &str) -> String {
+    let first = description.lines().next().unwrap_or_default();
+    term::one_line(&format!("  {name}.{tool}  {}", bx_audit::bounded(first, 160)))
+}
+
+pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
+    let name = args.name.as_str();
+    anyhow::ensure!(bx_gateway::valid_name(name), bx_gateway::GatewayError::BadName(name.into()));
+    let mut env = BTreeMap::new();
+    for pair in &args.env {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--env {}: use KEY=VALUE", term::one_line(pair)))?;
+        anyhow::ensure!(!key.is_empty(), "--env {}: the key is empty", term::one_line(pair));
+        env.insert(key.to_owned(), value.to_owned());
+    }
+    let (command, rest) = args.command.split_first().context("no command was given after --")?;
+    let cwd = args
+        .cwd
+        .as_deref()
+        .map(|d| d.canonicalize().with_context(|| format!("--cwd {}", d.display())))
+        .transpose()?;
+    let mut upstream = Upstream {
+        transport: Transport::Stdio {
+            command: command.clone(),
+            args: rest.to_vec(),
+            cwd: cwd.map(|d| d.display().to_string()),
+            env,
+        },
+        manifest: None,
+        server: String::new(),
+        tools: BTreeMap::new(),
+    };
+    let (config, store) = open(state)?;
+    if store.installed()?.upstreams.contains_key(name) {
+        anyhow::bail!(bx_gateway::GatewayError::Exists(name.into()));
+    }
+    let (server, tools, problems) = listed(state, name, &upstream)?;
+    upstream.server = server;
+    upstream.tools = tools.iter().map(|t| (t.name.clone(), t.pin())).collect();
+    let recorder = Recorder::new(state, &config, &store, false);
+    let record = |change: &bx_store::Change<'_>| recorder.record(change);
+    store.set_upstream(name, Some(upstream.clone()), UpstreamAction::Add, Some(&record))?;
+    recorder.finish()?;
+    outln!(
+        "added {name} ({}): {} tools, pinned",
+        term::one_line(&upstream.server),
+        upstream.tools.len()
+    );
+    for (tool, pin) in &upstream.tools {
+        outln!("{}", shown_tool(name, tool, &pin.description));
+    }
+    for why in &problems {
+        errln!("bx: left out: {}", term::reason(why));
+    }
+    Ok(EXIT_OK)
+}
+
+pub(crate) fn list(state: &StateDir) -> anyhow::Result<u8> {
+    let (_, store) = open(state)?;
+    let installed = store.installed()?;
+    if installed.upstreams.is_empty() {
+        outln!("no upstream MCP servers are added (bx mcp add NAME -- COMMAND ...)");
+    }
+    for (name, upstream) in &installed.upstreams {
+        outln!(
+            "{name}  {}  {} tools",
+            term::one_line(&upstream.transport.to_string()),
+            upstream.tools.len()
+        );
+        // Connected now, to say whether it answers and whether its tools still match.
+        match listed(state, name, upstream) {
+            Err(e) => outln!("  not answering: {}", term::reason(&format!("{e:#}"))),
+            Ok((_, tools, _)) => {
+                let changes = Changes::between(upstream, &tools);
+                if changes.is_empty() {
+                    outln!("  answering; its tools match their pins");
+                } else {
+                    outln!(
+                        "  answering; {} changed, {} new, {} gone: off until `bx mcp accept {name}`",
+                        changes.changed.len(),
+                        changes.new.len(),
+                        changes.gone.len()
+                    );
+                }
+            }
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+pub(crate) fn remove(state: &StateDir, name: &str) -> anyhow::Result<u8> {
+    let (config, store) = open(state)?;
+    let recorder = Recorder::new(state, &config, &store, false);
+    let record = |change: &bx_store::Change<'_>| recorder.record(change);
+    store.set_upstream(name, None, UpstreamAction::Remove, Some(&record))?;
+    recorder.finish()?;
+    outln!("removed {}", term::one_line(name));
+    Ok(EXIT_OK)
+}
+
+pub(crate) fn accept(state: &StateDir, name: &str) -> anyhow::Result<u8> {
+    let (config, store) = open(state)?;
+    let Some(mut upstream) = store.installed()?.upstreams.get(name).cloned() else {
+        anyhow::bail!(bx_gateway::GatewayError::Unknown(name.into()));
+    };
+    let (server, tools, problems) = listed(state, name, &upstream)?;
+    let changes = Changes::between(&upstream, &tools);
+    if changes.is_empty() {
+        outln!("{name}: its tools match their pins; nothing to accept");
+        return Ok(EXIT_OK);
+    }
+    for tool in &changes.changed {
+        let (was, now) = (&upstream.tools[tool], tools.iter().find(|t| &t.name == tool));
+        outln!("~ {}", term::one_line(&format!("{name}.{tool}")));
+        if let Some(now) = now {
+            let now = now.pin();
+            if was.description != now.description {
+                outln!("    description was: {}", term::one_line(&was.description));
+                outln!("    description now: {}", term::one_line(&now.description));
+            }
+            if was.schema != now.schema {
+                outln!("    schema was: {}", term::one_line(&was.schema.to_string()));
+                outln!("    schema now: {}", term::one_line(&now.schema.to_string()));
+            }
+        }
+    }
+    for tool in &changes.new {
+        let description = tools.iter().find(|t| &t.name == tool).map(|t| t.description.as_str());
+        outln!("+ {}", shown_tool(name, tool, description.unwrap_or_default()).trim_start());
+    }
+    for tool in &changes.gone {
+        outln!("- {}", term::one_line(&format!("{name}.{tool}")));
+    }
+    upstream.server = server;
+    upstream.tools = tools.iter().map(|t| (t.name.clone(), t.pin())).collect();
+    let recorder = Recorder::new(state, &config, &store, false);
+    let record = |change: &bx_store::Change<'_>| recorder.record(change);
+    store.set_upstream(name, Some(upstream), UpstreamAction::Accept, Some(&record))?;
+    recorder.finish()?;
+    outln!("{name}: pinned again");
+    for why in &problems {
+        errln!("bx: left out: {}", term::reason(why));
+    }
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,332 @@
+//! A connection to one upstream MCP server, as rmcp's client speaks to it, with every
+//! wait bounded by a deadline and every answer by a size. A stdio upstream is a process
+//! of bx's own starting: no inherited environment beyond what the owner declared, its
+//! own process group (stopped whole when the connection ends), its own working
+//! directory, and its stderr kept, bounded, in a log beside the upstreams file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, ClientConfig, ContentBlock, PaginatedRequestParams};
+use rmcp::service::RunningService;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::{RoleClient, ServiceExt as _};
+use serde_json::Value;
+use tokio::io::AsyncReadExt as _;
+
+use crate::error::GatewayError;
+use crate::upstream::{
+    ListedTool, MAX_SCHEMA_BYTES, MAX_TOOLS, Transport, Upstream, valid_tool_name,
+};
+
+/// The bounds one connection keeps.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// How long starting and `initialize` may take.
+    pub start: Duration,
+    /// How long one `tools/list` (all its pages) may take.
+    pub list: Duration,
+    /// How long one call may take.
+    pub call: Duration,
+    /// The largest message bx reads from the upstream: a longer line is dropped, and
+    /// the call it answered ends at its deadline.
+    pub max_message_bytes: usize,
+    /// The largest result handed on (its text or JSON).
+    pub max_result_bytes: usize,
+    /// The most of its stderr kept in its log per start; the rest is read and dropped.
+    pub max_log_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            start: Duration::from_secs(20),
+            list: Duration::from_secs(20),
+            call: Duration::from_secs(60),
+            max_message_bytes: 8 << 20,
+            max_result_bytes: 1 << 20,
+            max_log_bytes: 1 << 20,
+        }
+    }
+}
+
+/// The most pages of `tools/list` read before the list counts as endless.
+const MAX_PAGES: usize = 32;
+
+/// The client bx is to an upstream: no sampling, no elicitation, no roots. A server
+/// that asks the client to sample or elicit is answered with an error by rmcp's
+/// defaults (bx never hands its model or its owner to an upstream).
+fn client_config() -> ClientConfig {
+    let mut info = ClientConfig::default();
+    info.client_info.name = "bx".into();
+    info.client_info.version = env!("CARGO_PKG_VERSION").into();
+    info
+}
+
+/// A running connection to one upstream.
+pub struct Connection {
+    name: String,
+    limits: Limits,
+    service: RunningService<RoleClient, ClientConfig>,
+    /// The process group of a stdio upstream, stopped whole when the connection ends.
+    group: Option<rustix::process::Pid>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// A call's result, as bx takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallOutput {
+    /// The text handed on: the structured content's JSON where there is one, else the
+    /// text blocks joined (other blocks named by kind).
+    pub text: String,
+    /// Whether the upstream said the call failed (`isError`).
+    pub is_error: bool,
+}
+
+impl Connection {
+    /// Starts `upstream` (named `name`) and completes `initialize`. A stdio upstream's
+    /// stderr goes to `log`, and it runs in `home` unless it names a directory.
+    pub async fn start(
+        name: &str,
+        upstream: &Upstream,
+        home: &Path,
+        log: &Path,
+        limits: Limits,
+    ) -> Result<Connection, GatewayError> {
+        let (command, args, cwd, env) = match &upstream.transport {
+            Transport::Stdio { command, args, cwd, env } => (command, args, cwd, env),
+            Transport::Http { url } => {
+                return Err(GatewayError::Failed {
+                    name: name.into(),
+                    step: "connect".into(),
+                    why: format!("streamable HTTP upstreams ({url}) are not served yet"),
+                });
+            }
+        };
+        let cwd = cwd.as_ref().map_or_else(|| home.to_path_buf(), PathBuf::from);
+        std::fs::create_dir_all(&cwd).map_err(|e| GatewayError::io(&cwd, e))?;
+        let mut cmd = tokio::process::Command::new(command);
+        cmd.args(args)
+            .env_clear()
+            .envs(env)
+            .current_dir(&cwd)
+            .process_group(0)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|source| GatewayError::Spawn {
+            name: name.into(),
+            command: command.clone(),
+            source,
+        })?;
+        let group = child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32));
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(GatewayError::Failed {
+                name: name.into(),
+                step: "start".into(),
+                why: "its standard streams could not be opened".into(),
+            });
+        };
+        keep_log(stderr, log.to_path_buf(), limits.max_log_bytes)?;
+        // The child is reaped (and its leader killed) with the task that owns it.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        let transport = AsyncRwTransport::new_client(stdout, stdin)
+            .with_max_line_length(limits.max_message_bytes);
+        let started = tokio::time::timeout(limits.start, client_config().serve(transport)).await;
+        let stop = |e: GatewayError| {
+            if let Some(group) = group {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
+            e
+        };
+        let service = match started {
+            Err(_) => return Err(stop(timeout(name, "initialize", limits.start))),
+            Ok(Err(e)) => return Err(stop(failed(name, "initialize", &e.to_string()))),
+            Ok(Ok(service)) => service,
+        };
+        Ok(Connection { name: name.into(), limits, service, group })
+    }
+
+    /// The server's name and version as it gave them (bounded; not trusted).
+    pub fn server(&self) -> String {
+        let Some(info) = self.service.peer_info() else { return String::new() };
+        info.server_info
+            .as_ref()
+            .map_or_else(String::new, |i| cut_shown(&format!("{} {}", i.name, i.version), 200))
+    }
+
+    /// Every tool it lists (all pages, by the list deadline), each checked: a name
+    /// outside the MCP spec's set or a schema that is not a bounded JSON object is
+    /// left out and named in the second list.
+    pub async fn list(&self) -> Result<(Vec<ListedTool>, Vec<String>), GatewayError> {
+        let pages = async {
+            let mut tools = Vec::new();
+            let mut cursor = None;
+            for _ in 0..MAX_PAGES {
+                let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+                let page = self.service.list_tools(params).await.map_err(|e| e.to_string())?;
+                tools.extend(page.tools);
+                if tools.len() > MAX_TOOLS {
+                    return Err(format!("it lists more than {MAX_TOOLS} tools"));
+                }
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => return Ok(tools),
+                }
+            }
+            Err(format!("its list runs past {MAX_PAGES} pages"))
+        };
+        let tools = match tokio::time::timeout(self.limits.list, pages).await {
+            Err(_) => return Err(timeout(&self.name, "tools/list", self.limits.list)),
+            Ok(Err(why)) => return Err(failed(&self.name, "tools/list", &why)),
+            Ok(Ok(tools)) => tools,
+        };
+        let mut listed = Vec::new();
+        let mut problems = Vec::new();
+        for tool in tools {
+            let shown = cut_shown(&tool.name, 80);
+            if !valid_tool_name(&tool.name) {
+                problems.push(format!("a tool named {shown:?}: not a name bx takes"));
+                continue;
+            }
+            let schema = Value::Object((*tool.input_schema).clone());
+            if schema.to_string().len() > MAX_SCHEMA_BYTES {
+                problems
+                    .push(format!("{shown}: its input schema is over {MAX_SCHEMA_BYTES} bytes"));
+                continue;
+            }
+            if listed.iter().any(|t: &ListedTool| t.name == tool.name) {
+                problems.push(format!("{shown}: listed twice"));
+                continue;
+            }
+            listed.push(ListedTool {
+                name: tool.name.to_string(),
+                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+                schema,
+            });
+        }
+        Ok((listed, problems))
+    }
+
+    /// Calls `tool` with `args`, by the call deadline; the result is bounded.
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: serde_json::Map<String, Value>,
+    ) -> Result<CallOutput, GatewayError> {
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        let step = format!("the call of {tool}");
+        let result =
+            match tokio::time::timeout(self.limits.call, self.service.call_tool(params)).await {
+                Err(_) => return Err(timeout(&self.name, &step, self.limits.call)),
+                Ok(Err(e)) => return Err(failed(&self.name, &step, &e.to_string())),
+                Ok(Ok(result)) => result,
+            };
+        let text = match &result.structured_content {
+            Some(value) => value.to_string(),
+            None => {
+                let parts: Vec<String> = result
+                    .content
+                    .iter()
+                    .map(|block| match block {
+                        ContentBlock::Text(t) => t.text.clone(),
+                        other => format!("[{} content]", kind_of(other)),
+                    })
+                    .collect();
+                parts.join("\n")
+            }
+        };
+        if text.len() > self.limits.max_result_bytes {
+            return Err(GatewayError::TooLarge {
+                name: self.name.clone(),
+                step,
+                max: self.limits.max_result_bytes,
+            });
+        }
+        Ok(CallOutput { text, is_error: result.is_error == Some(true) })
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(group) = self.group {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+fn kind_of(block: &ContentBlock) -> &'static str {
+    match block {
+        ContentBlock::Text(_) => "text",
+        ContentBlock::Image(_) => "image",
+        ContentBlock::Audio(_) => "audio",
+        ContentBlock::ResourceLink(_) => "resource link",
+        ContentBlock::Resource(_) => "resource",
+        #[allow(unreachable_patterns, reason = "the content kinds grow with the spec")]
+        _ => "other",
+    }
+}
+
+fn timeout(name: &str, step: &str, after: Duration) -> GatewayError {
+    GatewayError::Timeout { name: name.into(), step: step.into(), seconds: after.as_secs() }
+}
+
+fn failed(name: &str, step: &str, why: &str) -> GatewayError {
+    GatewayError::Failed { name: name.into(), step: step.into(), why: cut_shown(why, 1000) }
+}
+
+/// `text` with control characters replaced and cut at `max` bytes: what an upstream
+/// said, fit for an error message (escaped again where it is printed).
+fn cut_shown(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if out.len() + c.len_utf8() > max {
+            out.push('…');
+            break;
+        }
+        out.push(if c.is_control() { '\u{fffd}' } else { c });
+    }
+    out
+}
+
+/// Copies `stderr` into `log` (appended), at most `max` bytes per start; the rest is read
+/// and dropped, so a flooding upstream neither blocks on its pipe nor fills the disk.
+fn keep_log(
+    mut stderr: tokio::process::ChildStderr,
+    log: PathBuf,
+    max: u64,
+) -> Result<(), GatewayError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| GatewayError::io(&log, e))?;
+    let mut file = tokio::fs::File::from_std(file);
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        let mut kept = 0u64;
+        let mut buf = vec![0u8; 8 << 10];
+        loop {
+            let n = match stderr.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let room = max.saturating_sub(kept).min(n as u64) as usize;
+            if room > 0 && file.write_all(&buf[..room]).await.is_ok() {
+                kept += room as u64;
+            }
+        }
+        let _ = file.flush().await;
+    });
+    Ok(())
+}

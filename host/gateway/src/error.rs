@@ -1,0 +1,90 @@
+//! Errors of the gateway: an upstream that cannot be added, started, listed or called.
+
+/// Why an upstream MCP server could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// A name that cannot name an upstream.
+    #[error(
+        "bad upstream name {0:?}: use 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter (its tools are named NAME.TOOL)"
+    )]
+    BadName(String),
+    /// An upstream of that name is already added.
+    #[error("an upstream named {0:?} is already added; remove it first (bx mcp remove {0})")]
+    Exists(String),
+    /// No upstream of that name.
+    #[error("no upstream named {0:?} is added (bx mcp list shows those that are)")]
+    Unknown(String),
+    /// The upstream's process could not be started.
+    #[error("upstream {name}: its command {command:?} could not be started: {source}")]
+    Spawn {
+        /// The upstream.
+        name: String,
+        /// The command.
+        command: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The upstream did not finish a step by its deadline.
+    #[error(
+        "upstream {name}: no answer to {step} within {seconds} s; it is stopped (see docs/runbook.md#upstream-failed)"
+    )]
+    Timeout {
+        /// The upstream.
+        name: String,
+        /// What was waited for (`initialize`, `tools/list`, a call).
+        step: String,
+        /// The deadline.
+        seconds: u64,
+    },
+    /// The upstream broke the protocol, closed, or answered with an error.
+    #[error("upstream {name}: {step} failed: {why} (see docs/runbook.md#upstream-failed)")]
+    Failed {
+        /// The upstream.
+        name: String,
+        /// What failed.
+        step: String,
+        /// Why, bounded and as the upstream said it.
+        why: String,
+    },
+    /// An answer larger than bx takes from an upstream.
+    #[error(
+        "upstream {name}: its answer to {step} is larger than {max} bytes; refused (see docs/runbook.md#upstream-failed)"
+    )]
+    TooLarge {
+        /// The upstream.
+        name: String,
+        /// What it answered.
+        step: String,
+        /// The bound.
+        max: usize,
+    },
+    /// The upstreams file cannot be read, parsed or written.
+    #[error(transparent)]
+    State(#[from] bx_state::StateError),
+    /// Another I/O failure, on the named path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl GatewayError {
+    /// The runbook entry for this error, where it is a state the owner acts on.
+    pub fn runbook(&self) -> Option<&'static str> {
+        match self {
+            GatewayError::Timeout { .. }
+            | GatewayError::Failed { .. }
+            | GatewayError::TooLarge { .. }
+            | GatewayError::Spawn { .. } => Some("docs/runbook.md#upstream-failed"),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> GatewayError {
+        GatewayError::Io { path: path.display().to_string(), source }
+    }
+}

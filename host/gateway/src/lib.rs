@@ -1,0 +1,20 @@
+//! The gateway: the owner's other MCP servers (a process over stdio, or a remote server
+//! over streamable HTTP) as bx tools named `NAME.TOOL`. This crate keeps the
+//! upstreams file (`upstreams.json`), each upstream's tool set pinned at add (a later
+//! change keeps the changed tools off until the owner accepts it), and a client that
+//! starts and calls an upstream within deadlines and size bounds. Deciding a call is
+//! the broker's, recording it the audit log's, through the one trust path; see
+//! `docs/gateway.md`.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod client;
+mod error;
+mod upstream;
+
+pub use client::{CallOutput, Connection, Limits};
+pub use error::GatewayError;
+pub use upstream::{
+    Changes, ListedTool, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME, MAX_TOOLS,
+    PinnedTool, Transport, Upstream, Upstreams, valid_name, valid_tool_name,
+};
