@@ -67,6 +67,7 @@ fn main() {
     );
     listed_entry_row();
     println!("\ntarget: decide <= 5 µs median");
+    list_length_rows();
 }
 
 /// What the runtime asks for every entry a listing or a search meets: whether the
@@ -112,4 +113,66 @@ fn listed_entry_row() {
         fmt(b.p90),
         m.median.as_secs_f64() / b.median.as_secs_f64()
     );
+}
+
+/// A policy's lists are read in time linear in their length: each kind of list parsed at
+/// 1,000 and at 100,000 entries, per entry (docs/fuzzing.md: a secret bound to 4,096
+/// hosts with an error on each took 2.1 s once, every error rendering the whole line).
+fn list_length_rows() {
+    type Make = fn(usize) -> String;
+    let kinds: [(&str, Make); 4] = [
+        ("[[secret]] hosts on one line", |n| secret_hosts(n, "example.com")),
+        ("[[secret]] hosts on one line, each an error", |n| secret_hosts(n, "exa mple.com")),
+        ("[[grant]] tables", |n| {
+            (0..n)
+                .map(|i| format!("[[grant]]\ntool = \"fs.read\"\npath = \"/p/d{i}\"\nmode = \"read\"\nlabel = \"private/trusted\"\n"))
+                .collect()
+        }),
+        ("[[deny]] tables", |n| {
+            (0..n).map(|i| format!("[[deny]]\ntool = \"*\"\npath = \"/p/s{i}\"\n")).collect()
+        }),
+    ];
+    println!("\npolicy lists: the time to parse one entry, at 1,000 and at 100,000 entries,");
+    println!("against the TOML parser alone on the same text (the floor)\n");
+    println!(
+        "| list | per entry at 1,000 (median) | p90 | per entry at 100,000 (median) | p90 | ratio | TOML alone: at 1,000 | at 100,000 | ratio |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (name, make) in kinds {
+        let per = |n: usize, samples: usize, parse: &dyn Fn(&str)| {
+            let text = make(n);
+            let m = measure(samples, || parse(std::hint::black_box(&text)));
+            (m.median / n as u32, m.p90 / n as u32)
+        };
+        let policy = |text: &str| {
+            std::hint::black_box(Policy::parse("bench.toml", text).is_ok());
+        };
+        let toml_alone = |text: &str| {
+            std::hint::black_box(text.parse::<toml::Table>().is_ok());
+        };
+        let (small, small_p90) = per(1_000, 50, &policy);
+        let (large, large_p90) = per(100_000, 5, &policy);
+        let (raw_small, _) = per(1_000, 50, &toml_alone);
+        let (raw_large, _) = per(100_000, 5, &toml_alone);
+        println!(
+            "| {name} | {} | {} | {} | {} | {:.2}× | {} | {} | {:.2}× |",
+            fmt(small),
+            fmt(small_p90),
+            fmt(large),
+            fmt(large_p90),
+            large.as_secs_f64() / small.as_secs_f64(),
+            fmt(raw_small),
+            fmt(raw_large),
+            raw_large.as_secs_f64() / raw_small.as_secs_f64()
+        );
+    }
+}
+
+/// One `[[secret]]` bound to `n` hosts `hN.DOMAIN`, all on one line.
+fn secret_hosts(n: usize, domain: &str) -> String {
+    let hosts: Vec<String> = (0..n).map(|i| format!("\"h{i}.{domain}\"")).collect();
+    format!(
+        "[[secret]]\nname = \"tok\"\ntool = \"http.fetch\"\nhost = [{}]\nheader.authorization = \"Bearer {{secret:tok}}\"\n",
+        hosts.join(",")
+    )
 }
