@@ -135,7 +135,9 @@ impl AllowList {
                 }
                 (ResourceRule::Host(h), _) => Some(crate::Resource::Url(format!("http://{h}/"))),
                 // An allow-list names no workspace; a policy under it may.
-                (ResourceRule::InWorkspace(_) | ResourceRule::Names(_), _) => None,
+                (ResourceRule::InWorkspace(_) | ResourceRule::Names(_) | ResourceRule::Call, _) => {
+                    None
+                }
             })
             .collect()
     }

@@ -391,7 +391,9 @@ pub fn render_block(pending: &Pending, digest: &str, now_ms: u64) -> String {
             e(&cover.describe(&r.call.tool))
         ));
     }
-    if !r.every.is_empty() {
+    if r.every.iter().any(|res| matches!(res, crate::Resource::Call { .. })) {
+        out.push_str("    (no scope: a tool no manifest labels asks before every use)\n");
+    } else if !r.every.is_empty() {
         out.push_str("    (no scope: an [[ask]] rule asks before every use of a path it names)\n");
     } else if r.flow.integrity == crate::Integrity::Untrusted {
         out.push_str(&format!("    (no approving scope: {})\n", crate::scope::UNTRUSTED_NO_SCOPE));

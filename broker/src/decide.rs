@@ -27,6 +27,16 @@ pub enum Resource {
     PathWrite(String),
     /// A URL the tool fetches.
     Url(String),
+    /// A call of an upstream MCP server's tool (docs/gateway.md). `sink` is the label of
+    /// where what it sends goes, when its manifest says it acts on the world (a post, a
+    /// mail, a payment); `None` for a tool that only reads.
+    Call {
+        /// Where what it sends goes.
+        sink: Option<Label>,
+        /// No manifest entry says what the tool does: it asks before every use, whatever
+        /// its grant says, and no scoped answer covers it.
+        unlabelled: bool,
+    },
 }
 
 impl std::fmt::Display for Resource {
@@ -35,6 +45,13 @@ impl std::fmt::Display for Resource {
             Resource::PathRead(p) => write!(f, "read {p}"),
             Resource::PathWrite(p) => write!(f, "write {p}"),
             Resource::Url(u) => write!(f, "fetch {u}"),
+            Resource::Call { sink: None, .. } => f.write_str("call"),
+            Resource::Call { sink: Some(l), unlabelled: false } => {
+                write!(f, "call, sending to a sink labelled {l}")
+            }
+            Resource::Call { sink: Some(l), unlabelled: true } => {
+                write!(f, "call of a tool no manifest labels, taken as a sink labelled {l}")
+            }
         }
     }
 }
@@ -198,7 +215,10 @@ fn read_reach(policy: &Policy, tool: &str, taint: Label, path: &Path) -> Option<
     let own = covering(policy, tool, Mode::Read, Some(path), None)?.label;
     let nested = |g: &&GrantRule| match &g.resource {
         ResourceRule::Path(p) => under(p, path) && p.as_os_str() != path.as_os_str(),
-        ResourceRule::Host(_) | ResourceRule::Names(_) | ResourceRule::InWorkspace(_) => false,
+        ResourceRule::Host(_)
+        | ResourceRule::Names(_)
+        | ResourceRule::InWorkspace(_)
+        | ResourceRule::Call => false,
     };
     let unreached: Vec<&Path> = policy
         .grants
@@ -250,6 +270,7 @@ fn covering<'p>(
                     let depth = usize::from(*h != crate::HostRule::AnyName);
                     u.host().filter(|host| h.matches(host, port)).map(|_| depth)
                 }
+                (ResourceRule::Call, None, None) => Some(0),
                 _ => None,
             }?;
             let specific = usize::from(matches!(g.tool, crate::policy::ToolMatch::Named(_)));
@@ -353,7 +374,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             Resource::PathRead(p) => {
                 normalize(Path::new(p)).ok().and_then(|p| read_reach(policy, &call.tool, taint, &p))
             }
-            Resource::PathWrite(_) => None,
+            Resource::PathWrite(_) | Resource::Call { .. } => None,
             Resource::Url(u) => url::Url::parse(u)
                 .ok()
                 .filter(|_| fetch_reads)
@@ -388,6 +409,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
                 }
                 Err(e) => return deny(format!("{resource}: not a URL: {e}")),
             },
+            Resource::Call { .. } => (Mode::Call, None, None),
         };
         if let Some(own) = path.as_deref().and_then(|p| policy.own.iter().find(|o| under(p, o))) {
             return deny(format!(
@@ -403,12 +425,27 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         };
         // (A read is decided at the session's taint; a write or a fetch at the call's.)
         let taint = if mode == Mode::Read { taint } else { outward };
-        let clean = taint.flows_to(g.label);
         let name = rule_name("grant", g.index, g.line);
+        // Where the resource's data goes, and its label: the grant's, or for an upstream
+        // tool that acts on the world, its sink's (a tool that only reads sends nothing).
+        let label = match resource {
+            Resource::Call { sink: Some(l), .. } => *l,
+            Resource::Call { sink: None, .. } => Label::TOP,
+            _ => g.label,
+        };
+        let to = |which: &str| match resource {
+            Resource::Call { .. } => format!("the sink's label {label} ({name}, which {which})"),
+            _ => format!("{name}'s label {label}, which {which}"),
+        };
+        let clean = taint.flows_to(label);
         matched.push(Matched {
             resource: resource.clone(),
             grant: name.clone(),
-            label: g.label,
+            label: if matches!(resource, Resource::Call { sink: None, .. }) {
+                Label::CLEAN
+            } else {
+                label
+            },
             clean,
         });
         // An `[[ask]]` rule asks at every taint; it allows nothing a grant does not.
@@ -429,6 +466,14 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
             approved.push((access, path.to_path_buf()));
             every.push(resource.clone());
         }
+        if let Resource::Call { unlabelled: true, .. } = resource {
+            reasons.push(format!(
+                "{resource}: no manifest entry says what {} does, so it asks before every use",
+                call.tool
+            ));
+            asking.push(resource.clone());
+            every.push(resource.clone());
+        }
         if clean && g.when_clean == OnTainted::Ask {
             reasons.push(format!("{resource}: {name} asks before every use"));
             asking.push(resource.clone());
@@ -438,15 +483,15 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
                 OnTainted::Allow => {}
                 OnTainted::Ask => {
                     reasons.push(format!(
-                        "{resource}: session taint {taint} does not flow to {name}'s label {}, which asks",
-                        g.label
+                        "{resource}: session taint {taint} does not flow to {}",
+                        to("asks")
                     ));
                     asking.push(resource.clone());
                 }
                 OnTainted::Deny => {
                     return deny(format!(
-                        "{resource}: session taint {taint} does not flow to {name}'s label {}, which denies when tainted",
-                        g.label
+                        "{resource}: session taint {taint} does not flow to {}",
+                        to("denies when tainted")
                     ));
                 }
             }
@@ -464,8 +509,8 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
                 }
             }
             // `covering` never picks one (it covers nothing before `for_workspace`, and a
-            // grant has no name rule).
-            ResourceRule::InWorkspace(_) | ResourceRule::Names(_) => {}
+            // grant has no name rule); a call grant reaches no path or host.
+            ResourceRule::InWorkspace(_) | ResourceRule::Names(_) | ResourceRule::Call => {}
         }
     }
     let mut denied: Vec<std::path::PathBuf> = policy
@@ -474,7 +519,10 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         .filter(|d| d.tool.matches(&call.tool))
         .filter_map(|d| match &d.resource {
             ResourceRule::Path(p) => Some(p.clone()),
-            ResourceRule::Host(_) | ResourceRule::Names(_) | ResourceRule::InWorkspace(_) => None,
+            ResourceRule::Host(_)
+            | ResourceRule::Names(_)
+            | ResourceRule::InWorkspace(_)
+            | ResourceRule::Call => None,
         })
         .collect();
     let denied_names = policy
@@ -483,7 +531,10 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         .filter(|d| d.tool.matches(&call.tool))
         .flat_map(|d| match &d.resource {
             ResourceRule::Names(names) => names.as_slice(),
-            ResourceRule::Path(_) | ResourceRule::Host(_) | ResourceRule::InWorkspace(_) => &[],
+            ResourceRule::Path(_)
+            | ResourceRule::Host(_)
+            | ResourceRule::InWorkspace(_)
+            | ResourceRule::Call => &[],
         })
         .cloned()
         .collect();
@@ -577,7 +628,7 @@ fn secrets_for(grant: &Grant, resources: &[Resource]) -> Vec<String> {
         .iter()
         .filter_map(|r| match r {
             Resource::Url(u) => url::Url::parse(u).ok(),
-            Resource::PathRead(_) | Resource::PathWrite(_) => None,
+            Resource::PathRead(_) | Resource::PathWrite(_) | Resource::Call { .. } => None,
         })
         .collect();
     grant

@@ -349,6 +349,8 @@ impl Grant {
             let (text, access) = match resource {
                 crate::Resource::PathRead(p) => (p, FsAccess::Read),
                 crate::Resource::PathWrite(p) => (p, FsAccess::Write),
+                // A call of an upstream's tool reaches nothing of the host's.
+                crate::Resource::Call { .. } => continue,
                 crate::Resource::Url(u) => {
                     let Ok(url) = url::Url::parse(u) else { continue };
                     let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {

@@ -39,6 +39,9 @@ pub enum Mode {
     Write,
     /// Send HTTP requests to the host.
     Fetch,
+    /// Call an upstream MCP server's tool (`NAME.TOOL`, docs/gateway.md): the upstream's
+    /// manifest labels what it returns and where what it sends goes.
+    Call,
 }
 
 /// What to do when the session's taint does not flow to the grant's label.
@@ -67,6 +70,8 @@ pub enum ResourceRule {
     /// as the normalised `rest` (empty for the workspace itself). It covers nothing
     /// until [`Policy::for_workspace`] puts the workspace in.
     InWorkspace(PathBuf),
+    /// A call grant's (`mode = "call"`): the tool itself, which names no path or host.
+    Call,
 }
 
 /// What a policy path starts with to name the session's workspace.
@@ -86,7 +91,9 @@ pub struct GrantRule {
     /// How.
     pub mode: Mode,
     /// The label of data that flows in through this grant; also the most a session may
-    /// be tainted for the grant to apply without `when_tainted`.
+    /// be tainted for the grant to apply without `when_tainted`. A call grant has none
+    /// of its own (the upstream's manifest labels each call): it is [`Label::CLEAN`] and
+    /// not read.
     pub label: Label,
     /// What happens when the session's taint does not flow to `label`.
     pub when_tainted: OnTainted,
@@ -163,6 +170,7 @@ impl std::fmt::Display for ResourceRule {
                 f.write_str(WORKSPACE)
             }
             ResourceRule::InWorkspace(rest) => write!(f, "{WORKSPACE}/{}", rest.display()),
+            ResourceRule::Call => f.write_str("its calls"),
         }
     }
 }
@@ -175,6 +183,7 @@ impl std::fmt::Display for GrantRule {
             Mode::Read => "read",
             Mode::Write => "write",
             Mode::Fetch => "fetch",
+            Mode::Call => "call",
         };
         let tainted = match self.when_tainted {
             OnTainted::Allow => "allow",

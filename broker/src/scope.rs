@@ -393,6 +393,13 @@ pub fn cover_for(
                             instead: "host or args",
                         });
                     }
+                    Resource::Call { .. } => {
+                        return Err(ScopeError::Unfit {
+                            scope: "path",
+                            resource: r.clone(),
+                            instead: "args",
+                        });
+                    }
                 };
                 if writes.is_some_and(|w| w != write) {
                     return Err(ScopeError::ReadAndWrite);
@@ -428,7 +435,11 @@ pub fn cover_for(
                     return Err(ScopeError::Unfit {
                         scope: "host",
                         resource: r.clone(),
-                        instead: "path or args",
+                        instead: if matches!(r, Resource::Call { .. }) {
+                            "args"
+                        } else {
+                            "path or args"
+                        },
                     });
                 };
                 let o = origin(u).ok_or_else(|| ScopeError::NoHost(r.clone()))?;

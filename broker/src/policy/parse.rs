@@ -80,7 +80,7 @@ struct RawGrant {
     path: Option<Spanned<String>>,
     host: Option<Spanned<String>>,
     mode: Spanned<String>,
-    label: Spanned<String>,
+    label: Option<Spanned<String>>,
     when_tainted: Option<Spanned<String>>,
     when_clean: Option<Spanned<String>>,
 }
@@ -428,20 +428,61 @@ impl Policy {
             let whole = g.span();
             let g = g.get_ref();
             let tool = tool_match(&src, &g.tool, &rule, &mut errors);
-            let res =
-                resource(&src, g.path.as_ref(), g.host.as_ref(), whole.clone(), &rule, &mut errors);
             let mode = one_of(
                 &src,
                 &g.mode,
                 &format!("{rule}.mode"),
-                &[("read", Mode::Read), ("write", Mode::Write), ("fetch", Mode::Fetch)],
+                &[
+                    ("read", Mode::Read),
+                    ("write", Mode::Write),
+                    ("fetch", Mode::Fetch),
+                    ("call", Mode::Call),
+                ],
                 &mut errors,
             );
-            let label = parse_label(g.label.get_ref())
-                .map_err(|e| {
-                    errors.push(src.error(g.label.span(), &format!("{rule}.label"), e.to_string()))
-                })
-                .ok();
+            // A call grant names a tool and nothing else: the upstream's manifest labels
+            // its calls (docs/gateway.md#labels).
+            let (res, label) = if mode == Some(Mode::Call) {
+                for (field, span) in [
+                    ("path", g.path.as_ref().map(Spanned::span)),
+                    ("host", g.host.as_ref().map(Spanned::span)),
+                    ("label", g.label.as_ref().map(Spanned::span)),
+                ] {
+                    if let Some(span) = span {
+                        errors.push(src.error(
+                            span,
+                            &format!("{rule}.{field}"),
+                            "a call grant names only its tool; the upstream's manifest labels its calls (docs/gateway.md#labels)",
+                        ));
+                    }
+                }
+                (Some(ResourceRule::Call), Some(Label::CLEAN))
+            } else {
+                let res = resource(
+                    &src,
+                    g.path.as_ref(),
+                    g.host.as_ref(),
+                    whole.clone(),
+                    &rule,
+                    &mut errors,
+                );
+                let label = match &g.label {
+                    Some(l) => parse_label(l.get_ref())
+                        .map_err(|e| {
+                            errors.push(src.error(
+                                l.span(),
+                                &format!("{rule}.label"),
+                                e.to_string(),
+                            ))
+                        })
+                        .ok(),
+                    None => {
+                        errors.push(src.error(whole.clone(), &rule, "needs a label"));
+                        None
+                    }
+                };
+                (res, label)
+            };
             let when_tainted = match &g.when_tainted {
                 Some(w) => one_of(
                     &src,
@@ -474,7 +515,7 @@ impl Policy {
                     &format!("{rule}.mode"),
                     "a path grant's mode is read or write; fetch is for hosts",
                 )),
-                (_, true, Some(Mode::Read | Mode::Write)) => errors.push(src.error(
+                (_, true, Some(Mode::Read | Mode::Write | Mode::Call)) => errors.push(src.error(
                     g.mode.span(),
                     &format!("{rule}.mode"),
                     "a host grant's mode is fetch",

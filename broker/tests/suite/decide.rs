@@ -484,3 +484,88 @@ fn a_named_host_beats_the_any_name_rule() {
         outcome(&p, "public/trusted", &call("http.fetch", vec![fetch("http://127.0.0.1:8080/")]));
     assert!(got.starts_with("deny: no grant covers"), "{got}");
 }
+
+/// An upstream tool's call is decided by its call grant and, where it acts on the world,
+/// against its sink's label as a fetch is against its host's: the toxic flow's last step
+/// (private data read, a public post) asks, or is refused under `when_tainted = "deny"`.
+#[test]
+fn an_upstream_call_is_decided_against_its_sinks_label() {
+    let p = policy(
+        r#"
+[[grant]]
+tool = "code.get_issue"
+mode = "call"
+
+[[grant]]
+tool = "code.create_comment"
+mode = "call"
+when_tainted = "ask"
+
+[[grant]]
+tool = "mail.send"
+mode = "call"
+when_tainted = "deny"
+"#,
+    );
+    let source = call("code.get_issue", vec![Resource::Call { sink: None, unlabelled: false }]);
+    let public_sink = |tool: &str| {
+        call(
+            tool,
+            vec![Resource::Call { sink: Some(label("public/untrusted")), unlabelled: false }],
+        )
+    };
+    // A tool that only reads runs at any taint; its result raises the taint (the caller's).
+    assert_eq!(outcome(&p, "secret/untrusted", &source), "allow");
+    // A public sink from a clean or public session runs; from a private one it asks.
+    assert_eq!(outcome(&p, "public/untrusted", &public_sink("code.create_comment")), "allow");
+    assert_eq!(outcome(&p, "private/untrusted", &public_sink("code.create_comment")), "ask");
+    let private_sink = call(
+        "code.create_comment",
+        vec![Resource::Call { sink: Some(label("private/untrusted")), unlabelled: false }],
+    );
+    assert_eq!(outcome(&p, "private/untrusted", &private_sink), "allow");
+    let denied = outcome(&p, "private/trusted", &public_sink("mail.send"));
+    assert!(denied.starts_with("deny: call, sending to a sink labelled public/untrusted: session taint private/trusted does not flow to the sink's label public/untrusted (grant[2] (line 11), which denies"), "{denied}");
+    // A tool no manifest labels asks at every taint, and no scoped answer covers it.
+    let unlabelled = call(
+        "code.get_issue",
+        vec![Resource::Call { sink: Some(label("public/untrusted")), unlabelled: true }],
+    );
+    match decide(&p, label("public/trusted"), &unlabelled) {
+        Decision::Ask(ask) => {
+            assert_eq!(ask.every.len(), 1);
+            assert!(ask.reasons[0].contains("no manifest entry says what code.get_issue does"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // No call grant: refused; and a path or host grant never covers a call.
+    let other = outcome(
+        &p,
+        "public/trusted",
+        &call("code.delete_repo", vec![Resource::Call { sink: None, unlabelled: false }]),
+    );
+    assert!(other.starts_with("deny: no grant covers call for code.delete_repo"), "{other}");
+    let fs = policy(BASE);
+    assert!(outcome(&fs, "public/trusted", &source).starts_with("deny: no grant covers call"));
+}
+
+#[test]
+fn a_call_grant_names_only_its_tool() {
+    for (extra, field) in [
+        ("path = \"/home/o\"", "grant[0].path"),
+        ("host = \"example.com\"", "grant[0].host"),
+        ("label = \"public/untrusted\"", "grant[0].label"),
+    ] {
+        let text = format!("[[grant]]\ntool = \"code.post\"\nmode = \"call\"\n{extra}\n");
+        let errors = Policy::parse("p.toml", &text).unwrap_err().to_string();
+        assert!(
+            errors.contains(field) && errors.contains("a call grant names only its tool"),
+            "{errors}"
+        );
+    }
+    let errors =
+        Policy::parse("p.toml", "[[grant]]\ntool = \"*\"\npath = \"/home/o\"\nmode = \"read\"\n")
+            .unwrap_err()
+            .to_string();
+    assert!(errors.contains("grant[0]: needs a label"), "{errors}");
+}

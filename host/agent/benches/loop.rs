@@ -54,7 +54,7 @@ fn one_call(s: &Setup, trust: &Trust, tokio: &tokio::runtime::Runtime) {
             session: "bench",
             call: "c",
             name: "fs.read",
-            tool: Some(&s.tool),
+            tool: Some(bx_agent::Tool::Component(&s.tool)),
             args: &s.args,
             workspace: None,
         };

@@ -57,6 +57,8 @@ pub struct AgentParts {
 #[derive(Debug)]
 pub struct Agent {
     pub(crate) parts: AgentParts,
+    /// The owner's other MCP servers, started as their tools are called.
+    gateway: Arc<bx_gateway::Gateway>,
     pub(crate) trust: Trust,
     pub(crate) approvals: Approvals,
     pub(crate) toolset: Mutex<Arc<Toolset>>,
@@ -96,8 +98,13 @@ impl Agent {
         let policy = parts.state.watch_policy(&parts.config);
         let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy, parts.state.secrets());
         record_pending(&parts.store, &parts.audit)?;
-        let toolset = Toolset::load(&parts.store, &parts.runtime)?;
+        let gateway = Arc::new(bx_gateway::Gateway::new(
+            parts.state.upstreams_dir(),
+            bx_gateway::Limits::default(),
+        ));
+        let toolset = Toolset::load(&parts.store, &parts.runtime, &gateway)?;
         Ok(Agent {
+            gateway,
             trust,
             approvals: Approvals::new(),
             toolset: Mutex::new(Arc::new(toolset)),
@@ -163,7 +170,8 @@ impl Agent {
         if current.epoch() != epoch {
             // What changed the tools goes on the log before any call sees them.
             self.record_pending()?;
-            *current = Arc::new(Toolset::load(&self.parts.store, &self.parts.runtime)?);
+            *current =
+                Arc::new(Toolset::load(&self.parts.store, &self.parts.runtime, &self.gateway)?);
         }
         Ok(Arc::clone(&current))
     }

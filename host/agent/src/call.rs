@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use crate::error::AgentError;
 use crate::ledger::Ledger;
+use crate::toolset::Tool;
 
 /// Why a call's arguments do not name their resources properly; the call is refused
 /// with this as its reason (which the model reads).
@@ -411,22 +412,30 @@ impl Trust {
         session: &str,
         call: &str,
         name: &str,
-        tool: Option<&'t LoadedTool>,
+        tool: Option<Tool<'t>>,
         args: &Value,
         workspace: Option<&Path>,
     ) -> Result<Requested<'t>, AgentError> {
         let args_text = args.to_string();
-        let (resources, run_args, redirected) =
-            match tool.map(|t| resolve_noting(t, args, workspace)) {
-                Some(Ok((resources, resolved, redirected))) => {
-                    (Ok(resources), resolved.to_string(), redirected)
-                }
-                Some(Err(why)) => (Err(why), args_text.clone(), Vec::new()),
-                None => (Ok(Vec::new()), args_text.clone(), Vec::new()),
-            };
+        let resolved = match tool {
+            Some(Tool::Component(t)) => Some(resolve_noting(t, args, workspace)),
+            // An upstream's tool names one resource, its call; its arguments go as they are.
+            Some(Tool::Upstream(t)) => Some(match args {
+                Value::Object(_) => Ok((vec![t.resource()], args.clone(), Vec::new())),
+                _ => Err(ArgsError::Types("an upstream tool's arguments are an object".into())),
+            }),
+            None => None,
+        };
+        let (resources, run_args, redirected) = match resolved {
+            Some(Ok((resources, resolved, redirected))) => {
+                (Ok(resources), resolved.to_string(), redirected)
+            }
+            Some(Err(why)) => (Err(why), args_text.clone(), Vec::new()),
+            None => (Ok(Vec::new()), args_text.clone(), Vec::new()),
+        };
         let listed =
             resources.as_deref().unwrap_or_default().iter().map(ToString::to_string).collect();
-        let digest = tool.map_or("", |t| t.digest());
+        let digest = tool.as_ref().map_or("", Tool::digest);
         self.audit.append_deferred(&Entry::Request(bx_audit::Request::new(
             session, call, name, digest, &args_text, listed,
         )))?;
@@ -486,7 +495,7 @@ pub struct Requested<'t> {
     session: String,
     call: String,
     name: String,
-    tool: Option<&'t LoadedTool>,
+    tool: Option<Tool<'t>>,
     /// The arguments the tool runs with (relative paths resolved), JSON text.
     args: String,
     resources: Result<Vec<Resource>, ArgsError>,
@@ -829,8 +838,14 @@ impl Allowed<'_> {
     pub async fn run(self, runtime: &Runtime) -> Result<Finished, AgentError> {
         let r = self.requested;
         let trust = r.trust;
-        let tool =
-            r.tool.ok_or_else(|| AgentError::Internal("an allowed call has no tool".into()))?;
+        let tool = match r.tool {
+            Some(Tool::Component(tool)) => tool,
+            Some(Tool::Upstream(tool)) => {
+                let outcome = call_upstream(trust, tool, &r.args).await;
+                return finish(&r, outcome, tool.result, SecretActivity::default());
+            }
+            None => return Err(AgentError::Internal("an allowed call has no tool".into())),
+        };
         // A standard component's code is not the owner's to read: it reaches exactly what
         // its call declared (the grant's roots cut down to those paths and hosts).
         let grant = match (tool.export(), &r.resources) {
@@ -842,107 +857,156 @@ impl Allowed<'_> {
             Ok(secrets) => runtime.call_with(tool, grant, &r.args, &secrets).await,
             Err(refused) => (Err(refused), SecretActivity::default()),
         };
-        let (status, label, for_model, output) = match &outcome {
-            Ok(report) => {
-                let (status, text, output) = match &report.result {
-                    Ok(Output::Json(t) | Output::Text(t)) => {
-                        (bx_audit::CallStatus::Ok, t.clone(), Some(t.as_str()))
-                    }
-                    Err(e) => (bx_audit::CallStatus::Error, call_error_text(e), None),
-                };
-                (status, report.label, text, output)
-            }
-            // Not started: it read nothing.
-            Err(e @ RunError::Secrets { .. }) => {
-                (bx_audit::CallStatus::Stopped, Label::CLEAN, format!("error: {e}"), None)
-            }
-            // A call stopped part-way may have read anything its grant reaches.
-            Err(e) => (
-                bx_audit::CallStatus::Stopped,
-                reach,
-                format!("error: the call was stopped: {e}"),
-                None,
-            ),
-        };
-        let refused = match &outcome {
-            Ok(report) => {
-                report.refused.iter().map(|r| bounded(r, bx_audit::MAX_ITEM_BYTES)).collect()
-            }
-            Err(_) => Vec::new(),
-        };
-        let (touched, touched_more): (Vec<String>, u64) = match &outcome {
-            Ok(report) => (
-                report
-                    .touched
-                    .iter()
-                    .map(|t| bounded(&t.to_string(), bx_audit::MAX_ITEM_BYTES))
-                    .collect(),
-                report.touched_more,
-            ),
-            Err(_) => (Vec::new(), 0),
-        };
-        // The taint rises first (a call that ran has been seen, even if its record then
-        // cannot be written, and then nobody sees its output), noting what it reached with
-        // each item's label, as its record shows it, and the URLs it named: what raised it.
-        let reached: Vec<(Label, &str)> = match &outcome {
-            Ok(report) => {
-                { report.touched.iter().map(|t| t.label()).zip(touched.iter().map(String::as_str)) }
-                    .collect()
-            }
-            Err(_) => Vec::new(),
-        };
-        let urls: Vec<&str> = r
-            .resources
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|r| match r {
-                Resource::Url(u) => Some(u.as_str()),
-                Resource::PathRead(_) | Resource::PathWrite(_) => None,
-            })
-            .collect();
-        let taint = in_place(|| trust.ledger.observe(&r.session, &r.call, label, &reached, &urls))?;
-        let (output_sha256, output_bytes, error) = match output {
-            Some(t) => (Some(sha256_hex(t.as_bytes())), Some(t.len() as u64), None),
-            None => (None, None, Some(bounded(&for_model, MAX_FIELD_BYTES))),
-        };
-        let record = Entry::Result(bx_audit::Outcome {
-            session: r.session.clone(),
-            call: r.call.clone(),
-            status,
-            label: label.to_string(),
-            touched,
-            touched_more,
-            output_sha256,
-            output_bytes,
-            error,
-            refused,
-            secrets: activity
-                .used
-                .iter()
-                .map(|(name, host)| bx_audit::SecretUse {
-                    name: name.clone(),
-                    host: bounded(host, bx_audit::MAX_ITEM_BYTES),
-                })
-                .collect(),
-            leaks: activity
-                .leaks
-                .iter()
-                .map(|l| bx_audit::LeakFound {
-                    name: l.name.clone(),
-                    direction: l.direction.to_string(),
-                    host: bounded(&l.host, bx_audit::MAX_ITEM_BYTES),
-                    encoding: l.encoding.to_string(),
-                })
-                .collect(),
-        });
-        in_place(|| trust.audit.append(&record))?;
-        let now = bx_audit::format_rfc3339(std::time::SystemTime::now());
-        trust.secrets.note_uses(&activity.used, &now);
-        trust.secrets.quarantine(&activity.leaks, &now);
-        let bytes = output.map_or(0, |t| t.len() as u64);
-        Ok(Finished { status, label, taint, for_model, bytes, outcome, secrets: activity })
+        finish(&r, outcome, reach, activity)
     }
+}
+
+/// Calls an upstream's tool through the gateway: its result is labelled by the tool's
+/// manifest entry, whatever came back (an error's text is the upstream's too). A call
+/// whose arguments carry a secret's value is not sent: a secret reaches an upstream only
+/// the way the owner bound it, never through what the model wrote.
+async fn call_upstream(
+    trust: &Trust,
+    tool: &crate::UpstreamTool,
+    args: &str,
+) -> Result<CallReport, RunError> {
+    let report = |result, label| CallReport {
+        result,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        host_calls: 1,
+        label,
+        touched: Vec::new(),
+        touched_more: 0,
+        refused: Vec::new(),
+    };
+    if trust.secrets.redact_text(args) != args {
+        let why = "its arguments carry a secret's value; it was not sent (see docs/runbook.md#secret-leak)";
+        return Ok(report(Err(CallError::Denied(why.into())), Label::CLEAN));
+    }
+    let args = match serde_json::from_str::<Value>(args) {
+        Ok(Value::Object(map)) => map,
+        _ => {
+            let why = "an upstream tool's arguments are an object".to_owned();
+            return Ok(report(Err(CallError::InvalidArgs(why)), Label::CLEAN));
+        }
+    };
+    let result = match tool.gateway.call(&tool.server, &tool.upstream, &tool.tool, args).await {
+        Ok(out) if out.is_error => Err(CallError::Failed(out.text)),
+        Ok(out) => Ok(Output::Text(out.text)),
+        Err(e) => Err(CallError::Failed(e.to_string())),
+    };
+    Ok(report(result, tool.result))
+}
+
+/// Records how a call that ran ended and raises the session's taint (see
+/// [`Allowed::run`]): `label` is its result's, `reach` what a call stopped part-way may
+/// have read.
+fn finish(
+    r: &Requested<'_>,
+    outcome: Result<CallReport, RunError>,
+    reach: Label,
+    activity: SecretActivity,
+) -> Result<Finished, AgentError> {
+    let trust = r.trust;
+    let (status, label, for_model, output) = match &outcome {
+        Ok(report) => {
+            let (status, text, output) = match &report.result {
+                Ok(Output::Json(t) | Output::Text(t)) => {
+                    (bx_audit::CallStatus::Ok, t.clone(), Some(t.as_str()))
+                }
+                Err(e) => (bx_audit::CallStatus::Error, call_error_text(e), None),
+            };
+            (status, report.label, text, output)
+        }
+        // Not started: it read nothing.
+        Err(e @ RunError::Secrets { .. }) => {
+            (bx_audit::CallStatus::Stopped, Label::CLEAN, format!("error: {e}"), None)
+        }
+        // A call stopped part-way may have read anything its grant reaches.
+        Err(e) => (
+            bx_audit::CallStatus::Stopped,
+            reach,
+            format!("error: the call was stopped: {e}"),
+            None,
+        ),
+    };
+    let refused = match &outcome {
+        Ok(report) => report.refused.iter().map(|r| bounded(r, bx_audit::MAX_ITEM_BYTES)).collect(),
+        Err(_) => Vec::new(),
+    };
+    let (touched, touched_more): (Vec<String>, u64) = match &outcome {
+        Ok(report) => (
+            report
+                .touched
+                .iter()
+                .map(|t| bounded(&t.to_string(), bx_audit::MAX_ITEM_BYTES))
+                .collect(),
+            report.touched_more,
+        ),
+        Err(_) => (Vec::new(), 0),
+    };
+    // The taint rises first (a call that ran has been seen, even if its record then
+    // cannot be written, and then nobody sees its output), noting what it reached with
+    // each item's label, as its record shows it, and the URLs it named: what raised it.
+    let reached: Vec<(Label, &str)> = match &outcome {
+        Ok(report) => {
+            { report.touched.iter().map(|t| t.label()).zip(touched.iter().map(String::as_str)) }
+                .collect()
+        }
+        Err(_) => Vec::new(),
+    };
+    let urls: Vec<&str> = r
+        .resources
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Url(u) => Some(u.as_str()),
+            Resource::PathRead(_) | Resource::PathWrite(_) | Resource::Call { .. } => None,
+        })
+        .collect();
+    let taint = in_place(|| trust.ledger.observe(&r.session, &r.call, label, &reached, &urls))?;
+    let (output_sha256, output_bytes, error) = match output {
+        Some(t) => (Some(sha256_hex(t.as_bytes())), Some(t.len() as u64), None),
+        None => (None, None, Some(bounded(&for_model, MAX_FIELD_BYTES))),
+    };
+    let record = Entry::Result(bx_audit::Outcome {
+        session: r.session.clone(),
+        call: r.call.clone(),
+        status,
+        label: label.to_string(),
+        touched,
+        touched_more,
+        output_sha256,
+        output_bytes,
+        error,
+        refused,
+        secrets: activity
+            .used
+            .iter()
+            .map(|(name, host)| bx_audit::SecretUse {
+                name: name.clone(),
+                host: bounded(host, bx_audit::MAX_ITEM_BYTES),
+            })
+            .collect(),
+        leaks: activity
+            .leaks
+            .iter()
+            .map(|l| bx_audit::LeakFound {
+                name: l.name.clone(),
+                direction: l.direction.to_string(),
+                host: bounded(&l.host, bx_audit::MAX_ITEM_BYTES),
+                encoding: l.encoding.to_string(),
+            })
+            .collect(),
+    });
+    in_place(|| trust.audit.append(&record))?;
+    let now = bx_audit::format_rfc3339(std::time::SystemTime::now());
+    trust.secrets.note_uses(&activity.used, &now);
+    trust.secrets.quarantine(&activity.leaks, &now);
+    let bytes = output.map_or(0, |t| t.len() as u64);
+    Ok(Finished { status, label, taint, for_model, bytes, outcome, secrets: activity })
 }
 
 /// The arguments of a call made by hand, as JSON: `(value, refusal)`, where text that

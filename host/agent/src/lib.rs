@@ -26,5 +26,5 @@ pub use error::{AgentError, ScopeMisfit};
 pub use ledger::{Ledger, Replayed};
 pub use secrets::SecretSource;
 pub use settle::{NoOwner, Owner, Proposal};
-pub use toolset::{Toolset, prompt_text};
+pub use toolset::{Tool, Toolset, UpstreamTool, prompt_text};
 pub use transcript::Transcript;

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use bx_broker::Answer;
-use bx_runtime::{LoadedTool, Runtime};
+use bx_runtime::Runtime;
 use serde_json::Value;
 
 use crate::call::{Asking, Covered, Decided, Finished, Overlay, Refused, Trust, in_place};
@@ -25,7 +25,7 @@ pub struct Proposal<'a> {
     /// The tool's name as proposed.
     pub name: &'a str,
     /// The installed tool of that name, if any.
-    pub tool: Option<&'a LoadedTool>,
+    pub tool: Option<crate::Tool<'a>>,
     /// The arguments as proposed.
     pub args: &'a Value,
     /// The session's workspace: relative paths resolve against it.

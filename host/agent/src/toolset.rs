@@ -1,9 +1,14 @@
 //! The tools array: every installed tool, loaded, with the definitions the model sees.
 //! It is built once per tool epoch, so the request prefix stays the same between
-//! installs and removals.
+//! installs and removals. A tool is a component bx runs, or a tool of one of the owner's
+//! other MCP servers (an upstream, `NAME.TOOL`), which the gateway calls: both are
+//! decided, recorded and labelled on the one trust path.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use bx_broker::{Label, Resource, parse_label};
+use bx_gateway::{Gateway, Upstream};
 use bx_infer::ToolDef;
 use bx_runtime::{LoadedTool, Runtime};
 use bx_store::Store;
@@ -15,15 +20,125 @@ use crate::error::AgentError;
 pub struct Toolset {
     epoch: u64,
     tools: BTreeMap<String, LoadedTool>,
+    upstream: BTreeMap<String, UpstreamTool>,
     defs: Vec<ToolDef>,
     problems: Vec<String>,
+}
+
+/// A tool the model may call: a component, or an upstream MCP server's tool.
+#[derive(Debug, Clone, Copy)]
+pub enum Tool<'t> {
+    /// A WebAssembly component bx runs.
+    Component(&'t LoadedTool),
+    /// A tool of an upstream MCP server.
+    Upstream(&'t UpstreamTool),
+}
+
+impl Tool<'_> {
+    /// The digest grants and scoped answers are tied to: the component's, or the
+    /// upstream tool's pin (its name, description and schema).
+    pub fn digest(&self) -> &str {
+        match self {
+            Tool::Component(t) => t.digest(),
+            Tool::Upstream(t) => &t.digest,
+        }
+    }
+}
+
+/// The label of what a tool no manifest entry describes returns: untrusted, and taken as
+/// private (nothing says it is not).
+pub(crate) const UNLABELLED_RESULT: &str = "private/untrusted";
+/// Where what such a tool sends is taken to go: the lowest label, so anything above it
+/// read before asks (and the tool asks before every use anyway).
+pub(crate) const UNLABELLED_SINK: &str = "public/untrusted";
+
+/// An upstream MCP server's tool, as pinned and labelled when the owner added it.
+#[derive(Debug)]
+pub struct UpstreamTool {
+    /// The upstream's name (`NAME` of `NAME.TOOL`).
+    pub server: String,
+    /// The tool's name, as the upstream spells it.
+    pub tool: String,
+    /// The upstream as installed (how it is reached, its pins).
+    pub upstream: Upstream,
+    /// The pin's digest.
+    pub digest: String,
+    /// The label of what it returns.
+    pub result: Label,
+    /// Where what it sends goes, when it acts on the world.
+    pub sink: Option<Label>,
+    /// No manifest entry describes it.
+    pub unlabelled: bool,
+    /// The running upstreams, shared by every epoch's toolset.
+    pub(crate) gateway: Arc<Gateway>,
+}
+
+impl UpstreamTool {
+    /// The tool `tool` of the upstream `server` as installed (`up`), called through
+    /// `gateway`, with what is wrong with its labels, if anything (it is then taken as
+    /// unlabelled).
+    pub fn new(
+        server: &str,
+        up: &Upstream,
+        tool: &str,
+        gateway: &Arc<Gateway>,
+    ) -> (UpstreamTool, Option<String>) {
+        let parsed = up.labels.get(tool).map(|l| {
+            let result = parse_label(&l.result);
+            let sink = l.sink.as_deref().map(parse_label).transpose();
+            (result, sink)
+        });
+        let (result, sink, unlabelled, problem) = match parsed {
+            Some((Ok(result), Ok(sink))) => (result, sink, false, None),
+            Some(_) => {
+                let (result, sink, unlabelled) = unlabelled();
+                let why = format!(
+                    "{server}.{tool}: its manifest labels do not parse; it is taken as unlabelled"
+                );
+                (result, sink, unlabelled, Some(why))
+            }
+            None => {
+                let (result, sink, unlabelled) = unlabelled();
+                (result, sink, unlabelled, None)
+            }
+        };
+        let made = UpstreamTool {
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            upstream: up.clone(),
+            digest: up.tools.get(tool).map(|p| p.digest.clone()).unwrap_or_default(),
+            result,
+            sink,
+            unlabelled,
+            gateway: Arc::clone(gateway),
+        };
+        (made, problem)
+    }
+
+    /// The one resource a call of it names, for the broker.
+    pub fn resource(&self) -> Resource {
+        Resource::Call { sink: self.sink, unlabelled: self.unlabelled }
+    }
+}
+
+/// `text` with every control character but newline and tab replaced: an upstream's
+/// description goes to the model and to terminals as the server wrote it.
+fn tame(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() && c != '\n' && c != '\t' { '\u{fffd}' } else { c })
+        .collect()
 }
 
 impl Toolset {
     /// Loads every installed tool. A tool that cannot be loaded (its bytes no longer
     /// match its digest, its schema is not JSON) is left out and named in
-    /// [`Toolset::problems`]; the others stay usable.
-    pub fn load(store: &Store, runtime: &Runtime) -> Result<Toolset, AgentError> {
+    /// [`Toolset::problems`]; the others stay usable. An upstream's pinned tools are
+    /// offered as `NAME.TOOL`, called through `gateway`.
+    pub fn load(
+        store: &Store,
+        runtime: &Runtime,
+        gateway: &Arc<Gateway>,
+    ) -> Result<Toolset, AgentError> {
         let installed = store.installed()?;
         let mut tools = BTreeMap::new();
         let mut defs = Vec::new();
@@ -53,7 +168,26 @@ impl Toolset {
             defs.push(ToolDef { name: name.clone(), description: d.summary.clone(), parameters });
             tools.insert(name.clone(), tool);
         }
-        Ok(Toolset { epoch: installed.epoch, tools, defs, problems })
+        let mut upstream = BTreeMap::new();
+        for (server, up) in &installed.upstreams {
+            for (tool, pin) in &up.tools {
+                let name = format!("{server}.{tool}");
+                if tools.contains_key(&name) {
+                    problems.push(format!("{name}: an installed component has the same name"));
+                    continue;
+                }
+                let (made, problem) = UpstreamTool::new(server, up, tool, gateway);
+                problems.extend(problem);
+                defs.push(ToolDef {
+                    name: name.clone(),
+                    description: tame(&pin.description),
+                    parameters: pin.schema.clone(),
+                });
+                upstream.insert(name, made);
+            }
+        }
+        defs.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Toolset { epoch: installed.epoch, tools, upstream, defs, problems })
     }
 
     /// The tool epoch this set belongs to.
@@ -89,7 +223,15 @@ impl Toolset {
     }
 
     /// A tool by name.
-    pub fn get(&self, name: &str) -> Option<&LoadedTool> {
+    pub fn get(&self, name: &str) -> Option<Tool<'_>> {
+        match self.tools.get(name) {
+            Some(t) => Some(Tool::Component(t)),
+            None => self.upstream.get(name).map(Tool::Upstream),
+        }
+    }
+
+    /// A component by name.
+    pub fn component(&self, name: &str) -> Option<&LoadedTool> {
         self.tools.get(name)
     }
 
@@ -98,6 +240,12 @@ impl Toolset {
     pub fn problems(&self) -> &[String] {
         &self.problems
     }
+}
+
+/// The labels of a tool no manifest entry describes: `(result, sink, unlabelled)`.
+fn unlabelled() -> (Label, Option<Label>, bool) {
+    let label = |text| parse_label(text).unwrap_or(Label::TOP);
+    (label(UNLABELLED_RESULT), Some(label(UNLABELLED_SINK)), true)
 }
 
 /// What a path argument says of itself in constrained mode.

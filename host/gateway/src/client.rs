@@ -157,6 +157,11 @@ impl Connection {
         Ok(Connection { name: name.into(), limits, service, group })
     }
 
+    /// Whether the connection has ended (the process exited, the stream closed).
+    pub fn is_closed(&self) -> bool {
+        self.service.is_closed() || self.service.is_transport_closed()
+    }
+
     /// The server's name and version as it gave them (bounded; not trusted).
     pub fn server(&self) -> String {
         let Some(info) = self.service.peer_info() else { return String::new() };

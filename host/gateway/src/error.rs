@@ -59,6 +59,36 @@ pub enum GatewayError {
         /// The bound.
         max: usize,
     },
+    /// A pinned tool whose description or schema changed since the owner accepted it.
+    #[error(
+        "upstream {name}: its tool {tool} changed since it was pinned and is off until `bx mcp accept {name}` (see docs/runbook.md#upstream-changed)"
+    )]
+    Changed {
+        /// The upstream.
+        name: String,
+        /// The tool, as the upstream names it.
+        tool: String,
+    },
+    /// An upstream that failed is not started again before its back-off ends.
+    #[error(
+        "upstream {name}: it failed and is started again in {millis} ms at the earliest (see docs/runbook.md#upstream-failed)"
+    )]
+    Backoff {
+        /// The upstream.
+        name: String,
+        /// How long until it may start.
+        millis: u64,
+    },
+    /// An upstream's manifest that cannot be read as one.
+    #[error("{path}: not an upstream manifest{}: {why} (see docs/gateway.md#labels)", at.map(|a| format!(" at byte {a}")).unwrap_or_default())]
+    Manifest {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+        /// Where, as a byte offset, when known.
+        at: Option<usize>,
+    },
     /// The upstreams file cannot be read, parsed or written.
     #[error(transparent)]
     State(#[from] bx_state::StateError),
@@ -79,7 +109,9 @@ impl GatewayError {
             GatewayError::Timeout { .. }
             | GatewayError::Failed { .. }
             | GatewayError::TooLarge { .. }
-            | GatewayError::Spawn { .. } => Some("docs/runbook.md#upstream-failed"),
+            | GatewayError::Spawn { .. }
+            | GatewayError::Backoff { .. } => Some("docs/runbook.md#upstream-failed"),
+            GatewayError::Changed { .. } => Some("docs/runbook.md#upstream-changed"),
             _ => None,
         }
     }

@@ -10,11 +10,14 @@
 
 mod client;
 mod error;
+mod pool;
 mod upstream;
 
 pub use client::{CallOutput, Connection, Limits};
 pub use error::GatewayError;
+pub use pool::Gateway;
 pub use upstream::{
     Changes, ListedTool, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME, MAX_TOOLS,
-    PinnedTool, Transport, Upstream, Upstreams, valid_name, valid_tool_name,
+    PinnedTool, ToolLabels, Transport, Upstream, UpstreamManifest, Upstreams, valid_name,
+    valid_tool_name,
 };

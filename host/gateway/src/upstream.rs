@@ -96,6 +96,69 @@ pub struct Upstream {
     pub server: String,
     /// The tools the owner has accepted, by the upstream's own name.
     pub tools: BTreeMap<String, PinnedTool>,
+    /// What its manifest said of each tool when it was added or accepted, by the
+    /// upstream's own name (a tool with no entry is an untrusted source and an asking
+    /// sink).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, ToolLabels>,
+}
+
+/// What an upstream's manifest says of one tool (docs/gateway.md#labels): the labels as
+/// written (`private/untrusted`), checked by whoever reads the manifest with the
+/// broker's label parser.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolLabels {
+    /// The label of what it returns: the session's taint rises to it.
+    pub result: String,
+    /// Where what it sends goes, when it acts on the world (a post, a mail, a payment):
+    /// decided like a fetch to a host of that label. None: it only reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<String>,
+}
+
+/// The largest upstream manifest read.
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 64 << 10;
+
+/// An upstream's manifest, bx's TOML form: a `[tools.NAME]` table per tool with
+/// `result` and, for a tool that acts on the world, `sink`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamManifest {
+    /// By the upstream's own tool name.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolLabels>,
+}
+
+impl UpstreamManifest {
+    /// Parses manifest text read from `path` (named in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<UpstreamManifest, GatewayError> {
+        toml::from_str(text).map_err(|e| GatewayError::Manifest {
+            path: path.display().to_string(),
+            why: e.message().trim().to_owned(),
+            at: e.span().map(|s| s.start),
+        })
+    }
+
+    /// Reads and parses the manifest at `path` (at most [`MAX_MANIFEST_BYTES`]).
+    pub fn read(path: &Path) -> Result<UpstreamManifest, GatewayError> {
+        let too_large = || GatewayError::Manifest {
+            path: path.display().to_string(),
+            why: format!("larger than {MAX_MANIFEST_BYTES} bytes"),
+            at: None,
+        };
+        let file = std::fs::File::open(path).map_err(|e| GatewayError::io(path, e))?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(file, MAX_MANIFEST_BYTES + 1),
+            &mut text,
+        )
+        .map_err(|e| GatewayError::io(path, e))?;
+        if text.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(too_large());
+        }
+        UpstreamManifest::parse(path, &text)
+    }
 }
 
 /// A tool as an upstream lists it now.
@@ -254,6 +317,7 @@ mod tests {
             manifest: None,
             server: String::new(),
             tools: before.iter().map(|t| (t.name.clone(), t.pin())).collect(),
+            labels: BTreeMap::new(),
         };
         assert!(Changes::between(&upstream, &before).is_empty());
         let now =

@@ -412,6 +412,18 @@ fn here(
         Err(bx_store::StoreError::NotInstalled(_)) => None,
         Err(e) => return Err(e.into()),
     };
+    // Or a tool of an upstream MCP server (`NAME.TOOL`), started for this call alone.
+    let gateway =
+        Arc::new(bx_gateway::Gateway::new(state.upstreams_dir(), bx_gateway::Limits::default()));
+    let installed = store.installed()?;
+    let upstream = match (&tool, args.name.split_once('.')) {
+        (None, Some((server, name))) => installed
+            .upstreams
+            .get(server)
+            .filter(|up| up.tools.contains_key(name))
+            .map(|up| bx_agent::UpstreamTool::new(server, up, name, &gateway).0),
+        _ => None,
+    };
     let call_id = format!("c{:x}{:x}", now_ms(), std::process::id());
     let (value, refusal) = call::parse_args(&args.args);
     let unavailable = |e: AgentError| {
@@ -430,7 +442,10 @@ fn here(
         session: &args.session,
         call: &call_id,
         name: &args.name,
-        tool: tool.as_ref(),
+        tool: tool
+            .as_ref()
+            .map(bx_agent::Tool::Component)
+            .or(upstream.as_ref().map(bx_agent::Tool::Upstream)),
         args: &value,
         workspace: workspace.as_deref(),
     };

@@ -421,7 +421,7 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
         outln!("{}", serde_json::to_string_pretty(&installed)?);
         return Ok(EXIT_OK);
     }
-    if installed.tools.is_empty() {
+    if installed.tools.is_empty() && installed.upstreams.is_empty() {
         errln!("no tools installed (tool epoch {})", installed.epoch);
         return Ok(EXIT_OK);
     }
@@ -432,6 +432,23 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
             if tool.resources.is_empty() { "-".to_owned() } else { tool.resources.join(",") };
         let kind = if tool.function.is_some() { "wasi" } else { "bx:tool" };
         outln!("{name:<24} {kind:<7} {short:<14} {:>9}  {resources}", tool.size);
+    }
+    // The upstreams' tools (docs/gateway.md): the pin's digest, and the manifest's labels
+    // (or that there are none).
+    for (server, up) in &installed.upstreams {
+        for (tool, pin) in &up.tools {
+            let name = term::one_line(&format!("{server}.{tool}"));
+            let short =
+                Digest::parse(&pin.digest).map(|d| d.short()).unwrap_or_else(|_| "?".into());
+            let labels = match up.labels.get(tool) {
+                Some(l) => match &l.sink {
+                    Some(sink) => format!("result {}, sink {}", l.result, sink),
+                    None => format!("result {}", l.result),
+                },
+                None => "unlabelled: asks before every use".to_owned(),
+            };
+            outln!("{name:<24} {:<7} {short:<14} {:>9}  {}", "mcp", "-", term::one_line(&labels));
+        }
     }
     Ok(EXIT_OK)
 }

@@ -57,7 +57,7 @@ fn settle_directly(state: &Path, args: &Value, owner: &mut Stub) {
         session: "s",
         call: "c1",
         name: "fs.read",
-        tool: Some(&tool),
+        tool: Some(bx_agent::Tool::Component(&tool)),
         args,
         workspace: workspace.as_deref(),
     };

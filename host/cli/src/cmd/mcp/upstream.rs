@@ -28,6 +28,10 @@ pub(crate) struct AddArgs {
     /// Its working directory (default: `upstreams/NAME/` in the state directory).
     #[arg(long, value_name = "DIR")]
     cwd: Option<std::path::PathBuf>,
+    /// Its manifest: the labels of each tool's results and, for a tool that acts on the
+    /// world, of where its data goes (docs/gateway.md#labels).
+    #[arg(long, value_name = "FILE")]
+    manifest: Option<std::path::PathBuf>,
     /// The command that starts it, and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -94,7 +98,13 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         manifest: None,
         server: String::new(),
         tools: BTreeMap::new(),
+        labels: BTreeMap::new(),
     };
+    if let Some(path) = &args.manifest {
+        let path = path.canonicalize().with_context(|| format!("--manifest {}", path.display()))?;
+        upstream.labels = read_labels(&path)?;
+        upstream.manifest = Some(path.display().to_string());
+    }
     let (config, store) = open(state)?;
     if store.installed()?.upstreams.contains_key(name) {
         anyhow::bail!(bx_gateway::GatewayError::Exists(name.into()));
@@ -117,7 +127,30 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
     for why in &problems {
         errln!("bx: left out: {}", term::reason(why));
     }
+    for tool in upstream.labels.keys().filter(|t| !upstream.tools.contains_key(*t)) {
+        errln!("bx: the manifest labels {}, which {name} does not list", term::one_line(tool));
+    }
+    let unlabelled = upstream.tools.keys().filter(|t| !upstream.labels.contains_key(*t)).count();
+    if unlabelled > 0 {
+        errln!(
+            "bx: {unlabelled} of {name}'s tools have no manifest entry: each is taken as an untrusted source and a sink that asks before every use (docs/gateway.md#labels)"
+        );
+    }
     Ok(EXIT_OK)
+}
+
+/// The labels of an upstream's manifest, each checked with the broker's label parser.
+fn read_labels(path: &std::path::Path) -> anyhow::Result<BTreeMap<String, bx_gateway::ToolLabels>> {
+    let manifest = bx_gateway::UpstreamManifest::read(path)?;
+    for (tool, labels) in &manifest.tools {
+        let at =
+            |field: &str| format!("{}: tools.{}.{field}", path.display(), term::one_line(tool));
+        bx_broker::parse_label(&labels.result).with_context(|| at("result"))?;
+        if let Some(sink) = &labels.sink {
+            bx_broker::parse_label(sink).with_context(|| at("sink"))?;
+        }
+    }
+    Ok(manifest.tools)
 }
 
 pub(crate) fn list(state: &StateDir) -> anyhow::Result<u8> {
