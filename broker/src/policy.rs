@@ -190,11 +190,19 @@ impl std::fmt::Display for GrantRule {
             OnTainted::Ask => "ask",
             OnTainted::Deny => "deny",
         };
-        write!(
-            f,
-            "grant[{}] (line {}): tool {} {mode} {}, label {}, when tainted {tainted}",
-            self.index, self.line, self.tool, self.resource, self.label
-        )?;
+        match self.resource {
+            // A call grant has no resource or label of its own (the manifest labels calls).
+            ResourceRule::Call => write!(
+                f,
+                "grant[{}] (line {}): tool {} call, when tainted {tainted}",
+                self.index, self.line, self.tool
+            )?,
+            _ => write!(
+                f,
+                "grant[{}] (line {}): tool {} {mode} {}, label {}, when tainted {tainted}",
+                self.index, self.line, self.tool, self.resource, self.label
+            )?,
+        }
         if self.when_clean == OnTainted::Ask {
             f.write_str(", asks always")?;
         }

@@ -54,7 +54,7 @@ fn the_default_policy_refuses_credential_stores_under_a_home_workspace() {
     let got = outcome(&p, &call("fs.read", vec![read("/home/owner/.aws/credentials")]));
     assert_eq!(
         got,
-        "deny: read /home/owner/.aws/credentials is refused by deny[1] (line 70), name .aws"
+        "deny: read /home/owner/.aws/credentials is refused by deny[1] (line 81), name .aws"
     );
     // What is not a credential store still reads.
     for path in ["/home/owner/notes/todo.md", "/home/owner/.bashrc", "/home/owner/proj/.git/HEAD"] {
@@ -258,7 +258,7 @@ fn doctor_finds_no_gap_in_the_default_policy_and_every_gap_without_its_denies() 
     // The default policy with its deny rules cut out: every store reads.
     let (grants_only, _) = bx_broker::EXAMPLE_POLICY.split_once("\n[[deny]]\n").unwrap();
     let p = Policy::parse("p.toml", grants_only).unwrap();
-    assert_eq!((p.grants().len(), p.denies().len()), (3, 0));
+    assert_eq!((p.grants().len(), p.denies().len()), (4, 0));
     let gaps = p.missing_credential_denies(home);
     assert_eq!(gaps.len(), CREDENTIAL_STORES.len());
     assert!(gaps.iter().all(|g| g.tool == "*" && g.decision == Expect::Allow), "{gaps:?}");

@@ -7,7 +7,7 @@ use super::*;
 #[test]
 fn example_policy_parses_and_its_examples_hold() {
     let policy = Policy::parse("example.toml", &read_fixture("policy/example.toml")).unwrap();
-    assert_eq!(policy.grants().len(), 3);
+    assert_eq!(policy.grants().len(), 4);
     assert_eq!(policy.denies().len(), 2);
     assert_eq!(policy.asks().len(), 1);
     assert_eq!(policy.examples().len(), 17);
@@ -128,20 +128,21 @@ fn grant_and_deny_lines_read_like_the_file() {
         .chain(policy.asks().iter().map(ToString::to_string))
         .collect();
     assert_eq!(
-        lines[..4],
+        lines[..5],
         [
-            "grant[0] (line 30): tool * read {workspace}, label private/trusted, when tainted allow",
-            "grant[1] (line 37): tool * write {workspace}, label private/trusted, when tainted ask, asks always",
-            "grant[2] (line 45): tool http.fetch fetch *, label public/untrusted, when tainted ask, asks always",
-            "deny[0] (line 58): tool * names .env, .env.*, .git/config, .git/modules/*/config, .git/modules/*/modules/*/config, *.pem, *.key, *.p12, *.pfx, *.jks, *.keystore, *.ppk, *.kdbx, .htpasswd",
+            "grant[0] (line 33): tool * read {workspace}, label private/trusted, when tainted allow",
+            "grant[1] (line 40): tool * write {workspace}, label private/trusted, when tainted ask, asks always",
+            "grant[2] (line 48): tool http.fetch fetch *, label public/untrusted, when tainted ask, asks always",
+            "grant[3] (line 58): tool * call, when tainted ask, asks always",
+            "deny[0] (line 69): tool * names .env, .env.*, .git/config, .git/modules/*/config, .git/modules/*/modules/*/config, *.pem, *.key, *.p12, *.pfx, *.jks, *.keystore, *.ppk, *.kdbx, .htpasswd",
         ]
     );
-    assert!(lines[4].starts_with("deny[1] (line 70): tool * names .ssh, id_rsa*, "), "{lines:?}");
+    assert!(lines[5].starts_with("deny[1] (line 81): tool * names .ssh, id_rsa*, "), "{lines:?}");
     assert!(
-        lines[5].starts_with("ask[0] (line 103): tool * write names .git/hooks, "),
+        lines[6].starts_with("ask[0] (line 114): tool * write names .git/hooks, "),
         "{lines:?}"
     );
-    assert_eq!(lines.len(), 6);
+    assert_eq!(lines.len(), 7);
 }
 
 #[test]

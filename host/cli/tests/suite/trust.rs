@@ -341,7 +341,7 @@ fn policy_init_check_and_explain() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let r = bx(st, &["policy", "check"]);
     assert!(
-        r.stdout.ends_with("ok: 3 grants, 2 deny rules, 17 examples hold\n"),
+        r.stdout.ends_with("ok: 4 grants, 2 deny rules, 17 examples hold\n"),
         "{}{}",
         r.stdout,
         r.stderr
