@@ -81,8 +81,8 @@ impl std::fmt::Debug for Connection {
 /// A call's result, as bx takes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallOutput {
-    /// The text handed on: the structured content's JSON where there is one, else the
-    /// text blocks joined (other blocks named by kind).
+    /// The text handed on: the text blocks joined (other blocks named by kind), or the
+    /// structured content's JSON where the result has no block.
     pub text: String,
     /// Whether the upstream said the call failed (`isError`).
     pub is_error: bool,
@@ -237,9 +237,11 @@ impl Connection {
                 Ok(Err(e)) => return Err(failed(&self.name, &step, &e.to_string())),
                 Ok(Ok(result)) => result,
             };
+        // The content blocks, as the server means them to be read; its structured content
+        // only where it gave no block.
         let text = match &result.structured_content {
-            Some(value) => value.to_string(),
-            None => {
+            Some(value) if result.content.is_empty() => value.to_string(),
+            _ => {
                 let parts: Vec<String> = result
                     .content
                     .iter()

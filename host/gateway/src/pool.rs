@@ -14,8 +14,9 @@ use crate::client::{CallOutput, Connection, Limits};
 use crate::error::GatewayError;
 use crate::upstream::{Changes, Upstream};
 
-/// The first wait before an upstream that failed is started again; it doubles with each
-/// failure in a row, up to [`MAX_BACKOFF`].
+/// The wait before an upstream that failed twice in a row is started again (after one
+/// failure it starts at the next call); it doubles with each further failure, up to
+/// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The longest wait between two starts of a failing upstream.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -37,8 +38,10 @@ impl Slot {
     fn failed(&mut self) {
         self.running = None;
         self.failures = self.failures.saturating_add(1);
-        let wait = FIRST_BACKOFF.saturating_mul(1 << self.failures.min(16).saturating_sub(1));
-        self.not_before = Some(Instant::now() + wait.min(MAX_BACKOFF));
+        self.not_before = (self.failures > 1).then(|| {
+            let wait = FIRST_BACKOFF.saturating_mul(1 << (self.failures - 2).min(16));
+            Instant::now() + wait.min(MAX_BACKOFF)
+        });
     }
 }
 
@@ -142,8 +145,11 @@ impl Gateway {
         std::fs::create_dir_all(&self.dir).map_err(|e| GatewayError::io(&self.dir, e))?;
         let home = self.dir.join(name);
         let log = self.dir.join(format!("{name}.log"));
-        let connection =
-            Connection::start(name, upstream, &home, &log, self.limits.clone()).await?;
+        let mut limits = self.limits.clone();
+        if let Some(secs) = upstream.timeout_secs {
+            limits.call = Duration::from_secs(secs);
+        }
+        let connection = Connection::start(name, upstream, &home, &log, limits).await?;
         let (listed, _problems) = connection.list().await?;
         let changes = Changes::between(upstream, &listed);
         Ok((connection, changes.changed.into_iter().collect()))

@@ -101,6 +101,10 @@ pub struct Upstream {
     /// sink).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, ToolLabels>,
+    /// How long one call may take, in seconds, when the owner set it (`--timeout`; else
+    /// the client's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
 }
 
 /// What an upstream's manifest says of one tool (docs/gateway.md#labels): the labels as
@@ -318,6 +322,7 @@ mod tests {
             server: String::new(),
             tools: before.iter().map(|t| (t.name.clone(), t.pin())).collect(),
             labels: BTreeMap::new(),
+            timeout_secs: None,
         };
         assert!(Changes::between(&upstream, &before).is_empty());
         let now =

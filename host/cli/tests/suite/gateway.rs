@@ -343,3 +343,88 @@ fn an_mcp_client_sees_upstream_tools_and_the_toxic_post_is_refused() {
     std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// Issue 41's hostile upstream, through `bx mcp` and one daemon: it hangs, floods its
+/// stderr, answers 50 MiB, exits mid-call, answers terminal escapes, and asks bx to
+/// sample and to elicit. Each fails (or passes) its own call, bounded and recorded; the
+/// upstream is started again at the next call; the log verifies.
+#[test]
+fn a_hostile_upstream_fails_only_its_own_calls() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    write_policy(s, "[[grant]]\ntool = \"*\"\nmode = \"call\"\n");
+    let python = repo().join(".venv/bin/python");
+    let server = repo().join("fixtures/gateway/hostile.py");
+    let manifest = repo().join("fixtures/gateway/hostile.toml");
+    let command = [python.display().to_string(), server.display().to_string()];
+    let r = add(s, "bad", &["--manifest", manifest.to_str().unwrap(), "--timeout", "2"], &command);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let ws = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_call.py");
+    let tools =
+        ["hang", "echo", "flood", "huge", "echo", "crash", "echo", "sample", "elicit", "echo"];
+    let mut argv: Vec<String> = Vec::new();
+    for tool in tools {
+        argv.push(format!("bad.{tool}"));
+        argv.push(if tool == "echo" { r#"{"text": "hi"}"# } else { "{}" }.to_owned());
+    }
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), ws.path().to_str().unwrap()])
+        .args(&argv)
+        .env_remove("BX_HOME")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let called: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|s| s["step"] == "called")
+        .collect();
+    assert_eq!(called.len(), tools.len(), "{stdout}");
+    let text = |i: usize| called[i]["text"].as_str().unwrap().to_owned();
+    let error = |i: usize| called[i]["error"] == true;
+    // It hangs: stopped at its deadline, and started again for the next call.
+    assert!(
+        error(0) && text(0).contains("no answer to the call of hang within 2 s"),
+        "{}",
+        text(0)
+    );
+    assert!(text(0).contains("docs/runbook.md#upstream-failed"), "{}", text(0));
+    let pid = |i: usize| text(i).rsplit(' ').next().unwrap().to_owned();
+    assert!(!error(1) && text(1).starts_with("hi from "), "{}", text(1));
+    // It floods its stderr: the call answers, and the log keeps 1 MiB of it.
+    assert!(!error(2) && text(2).contains("flooded"), "{}", text(2));
+    let log = std::fs::metadata(s.join("upstreams/bad.log")).unwrap().len();
+    assert!(log <= (1 << 20) + 4096, "{log} bytes of log");
+    // 50 MiB: the message is past the bound; the call ends at its deadline.
+    assert!(error(3), "{}", &text(3)[..text(3).len().min(200)]);
+    assert!(text(3).len() < 4096, "{} bytes handed on", text(3).len());
+    // It exits mid-call: the call fails, and the next starts a new process.
+    assert!(!error(4), "{}", text(4));
+    assert!(error(5) && text(5).contains("upstream bad"), "{}", text(5));
+    assert!(!error(6) && pid(6) != pid(4), "{} then {}", text(4), text(6));
+    // It asks bx to sample or elicit: bx offers neither (rmcp's client refuses sampling,
+    // and declines an elicitation unseen), so nobody is asked and its call goes on alone.
+    assert!(error(7) && !text(7).contains("sampled"), "{}", text(7));
+    assert!(text(8).contains("decline"), "{}", text(8));
+    assert!(!error(9), "{}", text(9));
+    // Every call has its request and result on the log.
+    let records = audit_records(s);
+    for kind in ["request", "result"] {
+        let n = records.iter().filter(|r| r["kind"] == kind).count();
+        assert_eq!(n, tools.len(), "{kind}");
+    }
+    for pid in super::mcp::daemons_of(s) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    }
+    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+    // By hand at a terminal, what it answers is shown escaped.
+    let r = bx(s, &["tool", "run", "bad.escape", "--args", "{}"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("before") && r.stdout.contains("after"), "{}", r.stdout);
+    assert!(!r.stdout.contains('\u{1b}') && !r.stdout.contains('\u{7}'), "{:?}", r.stdout);
+}

@@ -32,6 +32,10 @@ pub(crate) struct AddArgs {
     /// world, of where its data goes (docs/gateway.md#labels).
     #[arg(long, value_name = "FILE")]
     manifest: Option<std::path::PathBuf>,
+    /// How long one call may take, in seconds (1 to 600; default 60): a call past it is
+    /// stopped with the server, which starts again at the next call.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=600))]
+    timeout: Option<u64>,
     /// The command that starts it, and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -99,6 +103,7 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         server: String::new(),
         tools: BTreeMap::new(),
         labels: BTreeMap::new(),
+        timeout_secs: args.timeout,
     };
     if let Some(path) = &args.manifest {
         let path = path.canonicalize().with_context(|| format!("--manifest {}", path.display()))?;
