@@ -163,7 +163,7 @@ impl ScopeError {
                 format!("unknown scope {text:?}: use call, args, path, path=/dir or host")
             }
             ScopeError::Untrusted => format!("no scope: {UNTRUSTED_NO_SCOPE}"),
-            ScopeError::AskedEveryUse => "an [[ask]] rule asks before every use of a path this call names; only this call can be answered".to_owned(),
+            ScopeError::AskedEveryUse => "this call asks before every use (an [[ask]] rule names a path it reaches, or it calls a tool no manifest labels); only this call can be answered".to_owned(),
             ScopeError::Unfit { scope, resource, instead } => format!(
                 "scope {scope} does not fit: this call also asks to {resource}; use {instead}"
             ),

@@ -98,9 +98,12 @@ impl Agent {
         let policy = parts.state.watch_policy(&parts.config);
         let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy, parts.state.secrets());
         record_pending(&parts.store, &parts.audit)?;
+        let confine = bx_gateway::Confine::for_state(&parts.state, &parts.config)
+            .map_err(|e| AgentError::Internal(e.to_string()))?;
         let gateway = Arc::new(bx_gateway::Gateway::new(
             parts.state.upstreams_dir(),
             bx_gateway::Limits::default(),
+            confine,
         ));
         let toolset = Toolset::load(&parts.store, &parts.runtime, &gateway)?;
         Ok(Agent {

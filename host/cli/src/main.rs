@@ -56,10 +56,27 @@ enum Command {
     /// Serve the installed tools to another agent over MCP (stdio), under the policy;
     /// add, list, accept and remove the owner's other MCP servers behind it.
     Mcp(cmd::mcp::McpArgs),
+    /// How bx starts an upstream MCP server: confined, then the server (not for use by
+    /// hand).
+    #[command(hide = true)]
+    Confine(cmd::confine::ConfineArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // An upstream's start reads no state (its environment is empty): confined, it runs.
+    if let Command::Confine(args) = &cli.command {
+        return match cmd::confine::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                errln!("bx confine: {}", term::shown(&format!("{e:#}")));
+                if let Some(entry) = runbook_of(&e) {
+                    errln!("    runbook: {entry}");
+                }
+                ExitCode::from(cmd::EXIT_ERROR)
+            }
+        };
+    }
     let state_dir = match bx_state::StateDir::resolve(cli.state_dir) {
         Ok(dir) => dir,
         Err(e) => {
@@ -80,6 +97,7 @@ fn main() -> ExitCode {
         Command::Refuse(args) => cmd::approvals::refuse(&state_dir, &args),
         Command::Doctor(args) => cmd::doctor::run(&state_dir, &args),
         Command::Mcp(args) => cmd::mcp::run(&state_dir, &args),
+        Command::Confine(args) => cmd::confine::run(&args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -111,6 +129,9 @@ fn runbook_of(e: &anyhow::Error) -> Option<&'static str> {
             return e.runbook();
         }
         if let Some(e) = cause.downcast_ref::<bx_runtime::RunError>() {
+            return e.runbook();
+        }
+        if let Some(e) = cause.downcast_ref::<bx_gateway::GatewayError>() {
             return e.runbook();
         }
         cause.downcast_ref::<bx_infer::InferError>().and_then(bx_infer::InferError::runbook)

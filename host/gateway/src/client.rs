@@ -14,6 +14,7 @@ use rmcp::{RoleClient, ServiceExt as _};
 use serde_json::Value;
 use tokio::io::AsyncReadExt as _;
 
+use crate::confine::Confine;
 use crate::error::GatewayError;
 use crate::upstream::{
     ListedTool, MAX_SCHEMA_BYTES, MAX_TOOLS, Transport, Upstream, valid_tool_name,
@@ -90,16 +91,21 @@ pub struct CallOutput {
 
 impl Connection {
     /// Starts `upstream` (named `name`) and completes `initialize`. A stdio upstream's
-    /// stderr goes to `log`, and it runs in `home` unless it names a directory.
+    /// stderr goes to `log`, it runs in `home` unless it names a directory, and it is
+    /// started through `confine` (it writes only there and in the shared temporary
+    /// directories, and reaches nothing of bx's own).
     pub async fn start(
         name: &str,
         upstream: &Upstream,
         home: &Path,
         log: &Path,
         limits: Limits,
+        confine: &Confine,
     ) -> Result<Connection, GatewayError> {
-        let (command, args, cwd, env) = match &upstream.transport {
-            Transport::Stdio { command, args, cwd, env } => (command, args, cwd, env),
+        let (command, args, cwd, env, writes) = match &upstream.transport {
+            Transport::Stdio { command, args, cwd, env, writes } => {
+                (command, args, cwd, env, writes)
+            }
             Transport::Http { url } => {
                 return Err(GatewayError::Failed {
                     name: name.into(),
@@ -108,10 +114,26 @@ impl Connection {
                 });
             }
         };
+        // The command is run by `bx confine`, after it confined itself: one that is not
+        // there is said here, as a start that failed.
+        if command.contains('/')
+            && let Err(source) = std::fs::metadata(command)
+        {
+            return Err(GatewayError::Spawn {
+                name: name.into(),
+                command: command.clone(),
+                source,
+            });
+        }
         let cwd = cwd.as_ref().map_or_else(|| home.to_path_buf(), PathBuf::from);
         std::fs::create_dir_all(&cwd).map_err(|e| GatewayError::io(&cwd, e))?;
-        let mut cmd = tokio::process::Command::new(command);
-        cmd.args(args)
+        std::fs::create_dir_all(home).map_err(|e| GatewayError::io(home, e))?;
+        let mut writable: Vec<&Path> = writes.iter().map(Path::new).collect();
+        if cwd != home {
+            writable.push(&cwd);
+        }
+        let mut cmd = tokio::process::Command::new(&confine.exe);
+        cmd.args(confine.argv(home, &writable, command, args))
             .env_clear()
             .envs(env)
             .current_dir(&cwd)
@@ -210,8 +232,11 @@ impl Connection {
                     .push(format!("{shown}: its input schema is over {MAX_SCHEMA_BYTES} bytes"));
                 continue;
             }
-            if listed.iter().any(|t: &ListedTool| t.name == tool.name) {
-                problems.push(format!("{shown}: listed twice"));
+            if let Some(at) = remote_ref(&schema) {
+                problems.push(format!(
+                    "{shown}: its input schema refers outside itself ({}); only \"#...\" is taken",
+                    cut_shown(&at, 120)
+                ));
                 continue;
             }
             listed.push(ListedTool {
@@ -220,6 +245,18 @@ impl Connection {
                 schema,
             });
         }
+        // A name listed twice is left out whole: which copy the server means is its own
+        // to say, and either may be the one the owner did not see.
+        let mut twice: Vec<String> = Vec::new();
+        for (i, t) in listed.iter().enumerate() {
+            if listed[..i].iter().any(|u| u.name == t.name) && !twice.contains(&t.name) {
+                twice.push(t.name.clone());
+            }
+        }
+        for name in &twice {
+            problems.push(format!("{}: listed twice", cut_shown(name, 80)));
+        }
+        listed.retain(|t| !twice.contains(&t.name));
         Ok((listed, problems))
     }
 
@@ -272,6 +309,21 @@ impl Drop for Connection {
     }
 }
 
+/// The first `$ref` in `schema` that points outside it (anything but `#…`): a schema that
+/// names a file or a URL is not one bx or a client should resolve.
+fn remote_ref(schema: &Value) -> Option<String> {
+    match schema {
+        Value::Object(map) => map.iter().find_map(|(k, v)| match v {
+            Value::String(at) if (k == "$ref" || k == "$dynamicRef") && !at.starts_with('#') => {
+                Some(at.clone())
+            }
+            _ => remote_ref(v),
+        }),
+        Value::Array(items) => items.iter().find_map(remote_ref),
+        _ => None,
+    }
+}
+
 fn kind_of(block: &ContentBlock) -> &'static str {
     match block {
         ContentBlock::Text(_) => "text",
@@ -313,6 +365,15 @@ fn keep_log(
     log: PathBuf,
     max: u64,
 ) -> Result<(), GatewayError> {
+    // The last start's log is kept as `NAME.log.1`: at most two starts' worth on disk, so
+    // a server that floods and crashes at every start does not fill it.
+    let mut previous = log.clone().into_os_string();
+    previous.push(".1");
+    match std::fs::rename(&log, &previous) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(GatewayError::io(&log, e)),
+    }
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -336,4 +397,20 @@ fn keep_log(
         let _ = file.flush().await;
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schema_that_refers_outside_itself_is_found_wherever_it_does() {
+        let inside =
+            serde_json::json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}});
+        assert_eq!(remote_ref(&inside), None);
+        for at in ["file:///etc/passwd", "http://127.0.0.1:9/s.json", "other.json#/x"] {
+            let deep = serde_json::json!({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"$ref": at}]}}});
+            assert_eq!(remote_ref(&deep).as_deref(), Some(at));
+        }
+    }
 }

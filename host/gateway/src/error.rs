@@ -59,9 +59,10 @@ pub enum GatewayError {
         /// The bound.
         max: usize,
     },
-    /// A pinned tool whose description or schema changed since the owner accepted it.
+    /// A pinned tool whose description or schema changed since the owner accepted it, or
+    /// that the upstream no longer lists (or lists twice).
     #[error(
-        "upstream {name}: its tool {tool} changed since it was pinned and is off until `bx mcp accept {name}` (see docs/runbook.md#upstream-changed)"
+        "upstream {name}: its tool {tool} is not as it was pinned (its description or schema changed, or it is no longer listed once) and is off until `bx mcp accept {name}` (see docs/runbook.md#upstream-changed)"
     )]
     Changed {
         /// The upstream.
@@ -89,6 +90,11 @@ pub enum GatewayError {
         /// Where, as a byte offset, when known.
         at: Option<usize>,
     },
+    /// The upstream's process could not be confined (no Landlock on this kernel).
+    #[error(
+        "an upstream is not started unconfined, and this one could not be: {0} (see docs/runbook.md#upstream-unconfined)"
+    )]
+    Unconfined(String),
     /// The upstreams file cannot be read, parsed or written.
     #[error(transparent)]
     State(#[from] bx_state::StateError),
@@ -112,6 +118,7 @@ impl GatewayError {
             | GatewayError::Spawn { .. }
             | GatewayError::Backoff { .. } => Some("docs/runbook.md#upstream-failed"),
             GatewayError::Changed { .. } => Some("docs/runbook.md#upstream-changed"),
+            GatewayError::Unconfined(_) => Some("docs/runbook.md#upstream-unconfined"),
             _ => None,
         }
     }

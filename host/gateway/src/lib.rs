@@ -9,11 +9,13 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod confine;
 mod error;
 mod pool;
 mod upstream;
 
 pub use client::{CallOutput, Connection, Limits};
+pub use confine::{Confine, all_but, confine_self};
 pub use error::GatewayError;
 pub use pool::Gateway;
 pub use upstream::{

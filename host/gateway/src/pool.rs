@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::client::{CallOutput, Connection, Limits};
+use crate::confine::Confine;
 use crate::error::GatewayError;
 use crate::upstream::{Changes, Upstream};
 
@@ -50,6 +51,7 @@ pub struct Gateway {
     /// `upstreams/` in the state directory: each upstream's home and log.
     dir: PathBuf,
     limits: Limits,
+    confine: Confine,
     slots: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
 }
 
@@ -60,10 +62,10 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// Upstreams started with `limits`, each in `dir/NAME` with its stderr in
-    /// `dir/NAME.log`.
-    pub fn new(dir: PathBuf, limits: Limits) -> Gateway {
-        Gateway { dir, limits, slots: std::sync::Mutex::new(BTreeMap::new()) }
+    /// Upstreams started with `limits` through `confine`, each in `dir/NAME` with its
+    /// stderr in `dir/NAME.log`.
+    pub fn new(dir: PathBuf, limits: Limits, confine: Confine) -> Gateway {
+        Gateway { dir, limits, confine, slots: std::sync::Mutex::new(BTreeMap::new()) }
     }
 
     fn slot(&self, name: &str) -> Arc<tokio::sync::Mutex<Slot>> {
@@ -136,7 +138,8 @@ impl Gateway {
         result
     }
 
-    /// Starts `upstream` and lists its tools: the pinned ones that now differ are off.
+    /// Starts `upstream` and lists its tools: the pinned ones that now differ, or that it
+    /// no longer lists (or lists twice), are off.
     async fn start(
         &self,
         name: &str,
@@ -149,10 +152,11 @@ impl Gateway {
         if let Some(secs) = upstream.timeout_secs {
             limits.call = Duration::from_secs(secs);
         }
-        let connection = Connection::start(name, upstream, &home, &log, limits).await?;
+        let connection =
+            Connection::start(name, upstream, &home, &log, limits, &self.confine).await?;
         let (listed, _problems) = connection.list().await?;
         let changes = Changes::between(upstream, &listed);
-        Ok((connection, changes.changed.into_iter().collect()))
+        Ok((connection, changes.changed.into_iter().chain(changes.gone).collect()))
     }
 
     /// Stops every upstream (their process groups are killed as their connections go).

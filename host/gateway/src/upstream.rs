@@ -39,6 +39,10 @@ pub enum Transport {
         /// The environment it gets, declared by the owner: nothing else is inherited.
         #[serde(default)]
         env: BTreeMap<String, String>,
+        /// Directories it may write in besides its own and the temporary ones, declared
+        /// by the owner (`--write`); bx's own files stay out of reach under them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        writes: Vec<String>,
     },
     /// A remote server over streamable HTTP, reached only at this origin.
     Http {

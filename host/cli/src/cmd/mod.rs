@@ -3,6 +3,7 @@
 pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod chat;
+pub(crate) mod confine;
 pub(crate) mod doctor;
 pub(crate) mod mcp;
 pub(crate) mod outcome;

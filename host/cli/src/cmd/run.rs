@@ -413,8 +413,11 @@ fn here(
         Err(e) => return Err(e.into()),
     };
     // Or a tool of an upstream MCP server (`NAME.TOOL`), started for this call alone.
-    let gateway =
-        Arc::new(bx_gateway::Gateway::new(state.upstreams_dir(), bx_gateway::Limits::default()));
+    let gateway = Arc::new(bx_gateway::Gateway::new(
+        state.upstreams_dir(),
+        bx_gateway::Limits::default(),
+        bx_gateway::Confine::for_state(state, &config)?,
+    ));
     let installed = store.installed()?;
     let upstream = match (&tool, args.name.split_once('.')) {
         (None, Some((server, name))) => installed

@@ -116,7 +116,7 @@ fn an_upstream_is_added_pinned_checked_accepted_and_removed_on_the_log() {
     assert_ne!(code, 0, "{said}");
     assert!(said.contains("no manifest entry says what code.get_issue does"), "{said}");
     assert!(said.contains("(no scope: a tool no manifest labels asks before every use)"), "{said}");
-    assert!(said.contains("changed since it was pinned"), "{said}");
+    assert!(said.contains("is not as it was pinned"), "{said}");
     assert!(said.contains("docs/runbook.md#upstream-changed"), "{said}");
     let r = bx(s, &["mcp", "list"]);
     assert!(
@@ -411,6 +411,14 @@ fn a_hostile_upstream_fails_only_its_own_calls() {
     assert!(error(7) && !text(7).contains("sampled"), "{}", text(7));
     assert!(text(8).contains("decline"), "{}", text(8));
     assert!(!error(9), "{}", text(9));
+    // Its log holds this start's stderr, and the last start's beside it: no more.
+    let logs: u64 = ["bad.log", "bad.log.1", "bad.log.2"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(s.join("upstreams").join(f)).ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(logs <= (2 << 20) + 8192, "{logs} bytes of logs");
+    assert!(!s.join("upstreams/bad.log.2").exists());
     // Every call has its request and result on the log.
     let records = audit_records(s);
     for kind in ["request", "result"] {
@@ -427,4 +435,48 @@ fn a_hostile_upstream_fails_only_its_own_calls() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("before") && r.stdout.contains("after"), "{}", r.stdout);
     assert!(!r.stdout.contains('\u{1b}') && !r.stdout.contains('\u{7}'), "{:?}", r.stdout);
+}
+
+/// Nothing bx reads as its own is within an upstream's reach: started through `bx
+/// confine`, the server reads and writes its own directory and the temporary one, and
+/// neither reads nor writes the installed set (its own labels and pins), the policy, the
+/// secret store or the audit log. The probing is the attacker's found in review: a
+/// server that rewrote `tools/installed.json` dropped its own sink label.
+#[test]
+fn an_upstream_reaches_nothing_of_bxs_own() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    write_policy(s, "[[grant]]\ntool = \"*\"\nmode = \"call\"\n");
+    let python = repo().join(".venv/bin/python");
+    let server = repo().join("fixtures/gateway/hostile.py");
+    let manifest = repo().join("fixtures/gateway/hostile.toml");
+    let command = [python.display().to_string(), server.display().to_string()];
+    let r = add(s, "bad", &["--manifest", manifest.to_str().unwrap()], &command);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let touch = |path: &Path, write: bool| -> String {
+        let args = serde_json::json!({"path": path, "write": write}).to_string();
+        let r = bx(s, &["tool", "run", "bad.touch", "--args", &args]);
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+        r.stdout
+    };
+    let before = std::fs::read(s.join("tools/installed.json")).unwrap();
+    for own in ["tools/installed.json", "policy.toml", "config.toml", "audit"] {
+        let path = s.join(own);
+        if own != "audit" {
+            std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+        }
+        let target =
+            if own == "audit" { bx_audit::day_files(&path).unwrap()[0].clone() } else { path };
+        assert!(touch(&target, false).contains("refused: Permission denied"), "read {own}");
+        assert!(touch(&target, true).contains("refused: Permission denied"), "write {own}");
+    }
+    assert_eq!(std::fs::read(s.join("tools/installed.json")).unwrap(), before);
+    // What it may reach: its own directory, and a file outside bx's (read only).
+    assert!(touch(&s.join("upstreams/bad/notes"), true).contains("wrote"));
+    let outside = elsewhere.path().join("readme");
+    std::fs::write(&outside, "hello").unwrap();
+    assert!(touch(&outside, false).contains("read 5"));
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }

@@ -25,9 +25,14 @@ pub(crate) struct AddArgs {
     /// passed on.
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
-    /// Its working directory (default: `upstreams/NAME/` in the state directory).
+    /// Its working directory (default: `upstreams/NAME/` in the state directory); it may
+    /// write there.
     #[arg(long, value_name = "DIR")]
     cwd: Option<std::path::PathBuf>,
+    /// A directory it may write in (repeatable), besides its own and the temporary ones:
+    /// it writes nowhere else, and never in bx's own files.
+    #[arg(long = "write", value_name = "DIR")]
+    write: Vec<std::path::PathBuf>,
     /// Its manifest: the labels of each tool's results and, for a tool that acts on the
     /// world, of where its data goes (docs/gateway.md#labels).
     #[arg(long, value_name = "FILE")]
@@ -52,12 +57,14 @@ fn listed(
     std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
     let home = dir.join(name);
     let log = dir.join(format!("{name}.log"));
+    let confine = bx_gateway::Confine::for_state(state, &state.config()?)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let connection = Connection::start(name, upstream, &home, &log, Limits::default()).await?;
+        let connection =
+            Connection::start(name, upstream, &home, &log, Limits::default(), &confine).await?;
         let (tools, problems) = connection.list().await?;
         anyhow::Ok((connection.server(), tools, problems))
     })
@@ -92,12 +99,18 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         .as_deref()
         .map(|d| d.canonicalize().with_context(|| format!("--cwd {}", d.display())))
         .transpose()?;
+    let writes: Vec<std::path::PathBuf> = args
+        .write
+        .iter()
+        .map(|d| d.canonicalize().with_context(|| format!("--write {}", d.display())))
+        .collect::<anyhow::Result<_>>()?;
     let mut upstream = Upstream {
         transport: Transport::Stdio {
             command: command.clone(),
             args: rest.to_vec(),
-            cwd: cwd.map(|d| d.display().to_string()),
+            cwd: cwd.as_ref().map(|d| d.display().to_string()),
             env,
+            writes: writes.iter().map(|d| d.display().to_string()).collect(),
         },
         manifest: None,
         server: String::new(),
@@ -111,6 +124,16 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         upstream.manifest = Some(path.display().to_string());
     }
     let (config, store) = open(state)?;
+    let own = state.own_paths(&config);
+    for dir in writes.iter().chain(&cwd) {
+        if let Some(o) = own.iter().find(|o| dir.starts_with(o)) {
+            anyhow::bail!(
+                "{}: it lies in bx's own files ({}), which no upstream reaches",
+                dir.display(),
+                o.display()
+            );
+        }
+    }
     if store.installed()?.upstreams.contains_key(name) {
         anyhow::bail!(bx_gateway::GatewayError::Exists(name.into()));
     }
