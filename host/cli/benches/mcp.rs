@@ -4,7 +4,10 @@
 //! - a small call's round trip (fs.read of a 12-byte file, through the daemon, its
 //!   broker, a fresh component instance and the audit log with fsync), next to the echo;
 //! - a 1 MiB read;
-//! - the time from starting `bx mcp` to the first tool result.
+//! - the time from starting `bx mcp` to the first tool result;
+//! - the echo server itself behind bx as an upstream (`bx mcp add`): the same call
+//!   through bx's gateway (decision, records, the upstream's round trip) against the
+//!   same call made to it directly.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 
 use std::path::{Path, PathBuf};
@@ -86,6 +89,27 @@ fn setup(bx: &Path, root: &Path) -> (PathBuf, PathBuf) {
         .unwrap_or_else(|e| panic!("{}: {e}; run `make tools`", wasm.display()));
     let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes)));
     run(&["tool", "install", wasm.to_str().unwrap(), "--digest", &digest]);
+    // The echo server as an upstream, labelled and granted.
+    let manifest = root.join("echo.toml");
+    std::fs::write(&manifest, "[tools.echo]\nresult = \"public/trusted\"\n").unwrap();
+    let exe = std::env::current_exe().unwrap();
+    run(&[
+        "mcp",
+        "add",
+        "echo",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--env",
+        "BX_MCP_ECHO=1",
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    let policy = std::fs::read_to_string(state.join("policy.toml")).unwrap();
+    std::fs::write(
+        state.join("policy.toml"),
+        format!("{policy}\n[[grant]]\ntool = \"echo.echo\"\nmode = \"call\"\n"),
+    )
+    .unwrap();
     (state, ws)
 }
 
@@ -178,6 +202,15 @@ fn main() {
         },
         &ours,
     );
+    let upstream = time_calls(
+        &rt,
+        300,
+        || {
+            CallToolRequestParams::new("echo.echo")
+                .with_arguments(args(serde_json::json!({"text": "milk, eggs\n\n"})))
+        },
+        &ours,
+    );
     let big_floor = time_calls(
         &rt,
         40,
@@ -241,6 +274,7 @@ fn main() {
     row("small call, state on tmpfs (no fsync cost)", small_shm, floor);
     row("1 MiB read (echo: a 1 MiB result)", big, big_floor);
     row("start to first result", stats(&first), stats(&first_floor));
+    row("the echo server behind bx (bx mcp add), same call", upstream, floor);
     println!(
         "\nsmall call median {} (target: under 1 ms over stdio): {}",
         fmt(small.median),
