@@ -181,6 +181,7 @@ impl Policy {
             let tool = match &g.tool {
                 ToolMatch::Any => ANY_OTHER_TOOL.to_owned(),
                 ToolMatch::Named(name) => name.clone(),
+                ToolMatch::Prefix(prefix) => format!("{prefix}{ANY_OTHER_TOOL}"),
             };
             if !tools.contains(&tool) {
                 tools.push(tool);

@@ -273,7 +273,7 @@ fn covering<'p>(
                 (ResourceRule::Call, None, None) => Some(0),
                 _ => None,
             }?;
-            let specific = usize::from(matches!(g.tool, crate::policy::ToolMatch::Named(_)));
+            let specific = g.tool.specificity();
             Some(((depth, specific, std::cmp::Reverse(g.index)), g))
         })
         .max_by_key(|(key, _)| *key)

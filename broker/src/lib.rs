@@ -36,7 +36,7 @@ pub use name::{NameError, NamePattern};
 pub use net::{HostRule, HostRuleError, is_public_ip};
 pub use path::{PathError, normalize};
 pub use policy::{
-    AskRule, DenyRule, Example, Expect, GrantRule, Mode, OnTainted, Policy, PolicyError,
+    AskRule, DenyRule, Example, Expect, GrantRule, LimitRule, Mode, OnTainted, Policy, PolicyError,
     PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
 pub use scope::{Bearing, Cover, Scope, ScopeError, ScopeKind, args_digest, cover_for, offers};

@@ -19,13 +19,28 @@ pub enum ToolMatch {
     Any,
     /// One tool by name.
     Named(String),
+    /// `"NAME.*"`: every tool whose name starts with `NAME.` (kept with its dot), such
+    /// as every tool of one upstream MCP server.
+    Prefix(String),
 }
 
 impl ToolMatch {
-    pub(crate) fn matches(&self, tool: &str) -> bool {
+    /// Whether it matches the tool named `tool`.
+    pub fn matches(&self, tool: &str) -> bool {
         match self {
             ToolMatch::Any => true,
             ToolMatch::Named(name) => name == tool,
+            ToolMatch::Prefix(prefix) => tool.starts_with(prefix.as_str()),
+        }
+    }
+
+    /// How closely it names a tool, for the grant that covers: a name over a prefix over
+    /// `*`.
+    pub(crate) fn specificity(&self) -> usize {
+        match self {
+            ToolMatch::Any => 0,
+            ToolMatch::Prefix(_) => 1,
+            ToolMatch::Named(_) => 2,
         }
     }
 }
@@ -156,6 +171,7 @@ impl std::fmt::Display for ToolMatch {
         match self {
             ToolMatch::Any => f.write_str("*"),
             ToolMatch::Named(name) => f.write_str(name),
+            ToolMatch::Prefix(prefix) => write!(f, "{prefix}*"),
         }
     }
 }
@@ -264,6 +280,8 @@ pub struct Policy {
     pub(crate) examples: Vec<Example>,
     /// The `[[secret]]` bindings, in file order.
     pub(crate) secrets: Vec<crate::SecretBinding>,
+    /// The `[[limit]]` rules, in file order.
+    pub(crate) limits: Vec<LimitRule>,
     /// bx's own state: no call reaches it, whatever the grants say. Not a policy line:
     /// the host sets it from the state directory's layout.
     pub(crate) own: Vec<PathBuf>,
@@ -448,5 +466,35 @@ impl Policy {
     /// The examples, in file order.
     pub fn examples(&self) -> &[Example] {
         &self.examples
+    }
+
+    /// The rate limits, in file order.
+    pub fn limits(&self) -> &[LimitRule] {
+        &self.limits
+    }
+}
+
+/// One `[[limit]]`: the calls a session may make of the tools it names in any minute.
+/// Every rule that matches a call applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitRule {
+    /// Position among the limits, from 0.
+    pub index: usize,
+    /// Line in the policy file.
+    pub line: usize,
+    /// Which tools: a name, `NAME.*`, or `*` (their calls counted together).
+    pub tool: ToolMatch,
+    /// The most calls in any 60 seconds, per session.
+    pub per_minute: u32,
+}
+
+/// `limit[0] (line 9): at most 10 calls a minute per session of code.*`.
+impl std::fmt::Display for LimitRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "limit[{}] (line {}): at most {} calls a minute per session of {}",
+            self.index, self.line, self.per_minute, self.tool
+        )
     }
 }

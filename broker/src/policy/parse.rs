@@ -11,6 +11,9 @@ use crate::name::NamePattern;
 use crate::net::HostRule;
 use crate::path::normalize;
 
+/// The most calls a minute a `[[limit]]` may allow.
+const MAX_PER_MINUTE: u32 = 100_000;
+
 struct Source<'a> {
     file: &'a str,
     lines: crate::SourceLines<'a>,
@@ -57,6 +60,15 @@ struct RawPolicy {
     example: Vec<Spanned<RawExample>>,
     #[serde(default)]
     secret: Vec<Spanned<RawSecret>>,
+    #[serde(default)]
+    limit: Vec<Spanned<RawLimit>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    tool: Spanned<String>,
+    per_minute: Spanned<i64>,
 }
 
 #[derive(serde::Deserialize)]
@@ -206,11 +218,19 @@ fn tool_match(
     if name == "*" {
         return Some(ToolMatch::Any);
     }
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+    let valid = |n: &str| {
+        !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    };
+    if let Some(prefix) = name.strip_suffix(".*")
+        && valid(prefix)
+    {
+        return Some(ToolMatch::Prefix(format!("{prefix}.")));
+    }
+    if !valid(name) {
         errors.push(src.error(
             raw.span(),
             &format!("{rule}.tool"),
-            "a tool name (letters, digits, '.', '_', '-') or \"*\"",
+            "a tool name (letters, digits, '.', '_', '-'), \"NAME.*\" for every tool named NAME.…, or \"*\"",
         ));
         return None;
     }
@@ -630,6 +650,27 @@ impl Policy {
                 bound.insert(key, index);
                 let line = src.line_of(whole.start.min(text.len()));
                 policy.secrets.push(crate::SecretBinding { line, ..binding });
+            }
+        }
+        for (index, l) in raw.limit.iter().enumerate() {
+            let rule = format!("limit[{index}]");
+            let whole = l.span();
+            let l = l.get_ref();
+            let tool = tool_match(&src, &l.tool, &rule, &mut errors);
+            let per_minute = match u32::try_from(*l.per_minute.get_ref()) {
+                Ok(n @ 1..=MAX_PER_MINUTE) => Some(n),
+                _ => {
+                    errors.push(src.error(
+                        l.per_minute.span(),
+                        &format!("{rule}.per_minute"),
+                        format!("calls a minute: 1 to {MAX_PER_MINUTE}"),
+                    ));
+                    None
+                }
+            };
+            if let (Some(tool), Some(per_minute)) = (tool, per_minute) {
+                let line = src.line_of(whole.start.min(text.len()));
+                policy.limits.push(LimitRule { index, line, tool, per_minute });
             }
         }
         for (index, e) in raw.example.iter().enumerate() {

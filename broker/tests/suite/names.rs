@@ -54,7 +54,7 @@ fn the_default_policy_refuses_credential_stores_under_a_home_workspace() {
     let got = outcome(&p, &call("fs.read", vec![read("/home/owner/.aws/credentials")]));
     assert_eq!(
         got,
-        "deny: read /home/owner/.aws/credentials is refused by deny[1] (line 81), name .aws"
+        "deny: read /home/owner/.aws/credentials is refused by deny[1] (line 83), name .aws"
     );
     // What is not a credential store still reads.
     for path in ["/home/owner/notes/todo.md", "/home/owner/.bashrc", "/home/owner/proj/.git/HEAD"] {

@@ -130,16 +130,16 @@ fn grant_and_deny_lines_read_like_the_file() {
     assert_eq!(
         lines[..5],
         [
-            "grant[0] (line 33): tool * read {workspace}, label private/trusted, when tainted allow",
-            "grant[1] (line 40): tool * write {workspace}, label private/trusted, when tainted ask, asks always",
-            "grant[2] (line 48): tool http.fetch fetch *, label public/untrusted, when tainted ask, asks always",
-            "grant[3] (line 58): tool * call, when tainted ask, asks always",
-            "deny[0] (line 69): tool * names .env, .env.*, .git/config, .git/modules/*/config, .git/modules/*/modules/*/config, *.pem, *.key, *.p12, *.pfx, *.jks, *.keystore, *.ppk, *.kdbx, .htpasswd",
+            "grant[0] (line 35): tool * read {workspace}, label private/trusted, when tainted allow",
+            "grant[1] (line 42): tool * write {workspace}, label private/trusted, when tainted ask, asks always",
+            "grant[2] (line 50): tool http.fetch fetch *, label public/untrusted, when tainted ask, asks always",
+            "grant[3] (line 60): tool * call, when tainted ask, asks always",
+            "deny[0] (line 71): tool * names .env, .env.*, .git/config, .git/modules/*/config, .git/modules/*/modules/*/config, *.pem, *.key, *.p12, *.pfx, *.jks, *.keystore, *.ppk, *.kdbx, .htpasswd",
         ]
     );
-    assert!(lines[5].starts_with("deny[1] (line 81): tool * names .ssh, id_rsa*, "), "{lines:?}");
+    assert!(lines[5].starts_with("deny[1] (line 83): tool * names .ssh, id_rsa*, "), "{lines:?}");
     assert!(
-        lines[6].starts_with("ask[0] (line 114): tool * write names .git/hooks, "),
+        lines[6].starts_with("ask[0] (line 116): tool * write names .git/hooks, "),
         "{lines:?}"
     );
     assert_eq!(lines.len(), 7);
@@ -188,4 +188,41 @@ fn refuses_secret_bindings_that_could_send_a_value_astray() {
     let unknown = "[[secret]]\nname = \"x\"\ntool = \"*\"\nhost = \"a.org\"\nvalue = \"hunter2\"\n";
     let err = Policy::parse("p.toml", unknown).unwrap_err();
     assert!(err.to_string().contains("unknown field `value`"), "{err}");
+}
+
+#[test]
+fn limits_and_tool_prefixes_parse_and_a_name_beats_a_prefix_beats_any() {
+    let p = Policy::parse(
+        "p.toml",
+        "[[limit]]\ntool = \"code.*\"\nper_minute = 10\n\n[[grant]]\ntool = \"code.*\"\nmode = \"call\"\nwhen_clean = \"ask\"\n\n[[grant]]\ntool = \"code.get_issue\"\nmode = \"call\"\n",
+    )
+    .unwrap();
+    let limit = &p.limits()[0];
+    assert_eq!(
+        limit.to_string(),
+        "limit[0] (line 1): at most 10 calls a minute per session of code.*"
+    );
+    assert!(limit.tool.matches("code.post") && !limit.tool.matches("codex.post"));
+    let call = |tool: &str| bx_broker::CallRequest {
+        tool: tool.into(),
+        digest: "sha256:00".into(),
+        resources: vec![bx_broker::Resource::Call { sink: None, unlabelled: false }],
+    };
+    let decided = |tool: &str| match bx_broker::decide(&p, Label::CLEAN, &call(tool)) {
+        bx_broker::Decision::Allow(_) => "allow",
+        bx_broker::Decision::Ask(_) => "ask",
+        bx_broker::Decision::Deny(_) => "deny",
+    };
+    assert_eq!(
+        (decided("code.get_issue"), decided("code.post"), decided("mail.send")),
+        ("allow", "ask", "deny")
+    );
+    for (text, field) in [
+        ("[[limit]]\ntool = \"x\"\nper_minute = 0\n", "limit[0].per_minute"),
+        ("[[limit]]\ntool = \"x\"\nper_minute = 100001\n", "limit[0].per_minute"),
+        ("[[limit]]\ntool = \".*\"\nper_minute = 1\n", "limit[0].tool"),
+    ] {
+        let errors = Policy::parse("p.toml", text).unwrap_err().to_string();
+        assert!(errors.contains(field), "{text}: {errors}");
+    }
 }

@@ -311,7 +311,15 @@ pub struct Trust {
     ledger: Ledger,
     policy: Mutex<PolicyFile>,
     secrets: Arc<crate::SecretSource>,
+    /// When each session's calls counted by each `[[limit]]` were decided, in the last
+    /// minute, by session and the rule's tools.
+    counted: Mutex<
+        std::collections::HashMap<(String, String), std::collections::VecDeque<std::time::Instant>>,
+    >,
 }
+
+/// The window a `[[limit]]` counts calls in.
+const LIMIT_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Trust {
     /// The trust path over `audit`, `ledger`, `policy` and the secret store `secrets`.
@@ -326,7 +334,45 @@ impl Trust {
         // and errors all pass the leak guard on their way to the log.
         let guard = Arc::clone(&secrets);
         audit.set_redactor(Arc::new(move |line: &str| guard.redact_line(line)));
-        Trust { audit, ledger, policy: Mutex::new(policy), secrets }
+        Trust {
+            audit,
+            ledger,
+            policy: Mutex::new(policy),
+            secrets,
+            counted: Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// Counts a call of `tool` in `session` against every `[[limit]]` of `policy` that
+    /// names it, or says which one it is past (and then counts nothing). Counted by this
+    /// process, the log's one writer: a daemon counts every call it decides.
+    fn within_limits(&self, policy: &Policy, session: &str, tool: &str) -> Result<(), String> {
+        let rules: Vec<&bx_broker::LimitRule> =
+            policy.limits().iter().filter(|l| l.tool.matches(tool)).collect();
+        if rules.is_empty() {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let mut counted = self.counted.lock();
+        counted.retain(|_, times| {
+            while times.front().is_some_and(|t| now.duration_since(*t) >= LIMIT_WINDOW) {
+                times.pop_front();
+            }
+            !times.is_empty()
+        });
+        for rule in &rules {
+            let key = (session.to_owned(), rule.tool.to_string());
+            let made = counted.get(&key).map_or(0, std::collections::VecDeque::len);
+            if made >= rule.per_minute as usize {
+                return Err(format!(
+                    "{tool}: {made} calls in the last minute in this session reach {rule} (see docs/runbook.md#rate-limited)"
+                ));
+            }
+        }
+        for rule in rules {
+            counted.entry((session.to_owned(), rule.tool.to_string())).or_default().push_back(now);
+        }
+        Ok(())
     }
 
     /// The secret store, as calls read it.
@@ -601,6 +647,12 @@ impl<'t> Requested<'t> {
                 Err(why) => {
                     unavailable = true;
                     why
+                }
+                Ok(policy)
+                    if let Err(limited) =
+                        trust.within_limits(&policy, &self.session, &self.name) =>
+                {
+                    limited
                 }
                 Ok(policy) => {
                     let request = CallRequest {

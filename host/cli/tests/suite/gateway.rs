@@ -480,3 +480,67 @@ fn an_upstream_reaches_nothing_of_bxs_own() {
     assert!(touch(&outside, false).contains("read 5"));
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// A `[[limit]]` caps a session's calls of the tools it names in any minute: a pattern
+/// (`code.*`) counts every tool of the upstream together; the call past it is refused,
+/// recorded, and points to the runbook. Another session is counted apart.
+#[test]
+fn a_rate_limit_refuses_the_call_past_it() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let host = tempfile::tempdir().unwrap();
+    with_code_host(s, host.path());
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    write_policy(s, &format!("{policy}\n[[limit]]\ntool = \"code.*\"\nper_minute = 2\n"));
+    let (ws, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_call.py");
+    let issue = serde_json::json!({"repo": "owner/website", "number": 1}).to_string();
+    let file = serde_json::json!({"repo": "owner/website", "path": "README.md"}).to_string();
+    // `bx mcp`'s session is its workspace's.
+    let session = |ws: &Path, calls: &[(&str, &str)]| -> Vec<serde_json::Value> {
+        let mut argv: Vec<&str> = Vec::new();
+        for (tool, args) in calls {
+            argv.push(tool);
+            argv.push(args);
+        }
+        let out = std::process::Command::new(repo().join(".venv/bin/python"))
+            .arg(&script)
+            .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), ws.to_str().unwrap()])
+            .args(&argv)
+            .env_remove("BX_HOME")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|s| s["step"] == "called")
+            .collect()
+    };
+    let called = session(
+        ws.path(),
+        &[("code.get_issue", &issue), ("code.read_file", &file), ("code.get_issue", &issue)],
+    );
+    assert_eq!(
+        (called[0]["error"].clone(), called[1]["error"].clone()),
+        (false.into(), false.into())
+    );
+    let third = called[2]["text"].as_str().unwrap();
+    assert_eq!(called[2]["error"], true, "{third}");
+    assert!(third.contains("limit[0]") && third.contains("at most 2 calls a minute"), "{third}");
+    assert!(third.contains("docs/runbook.md#rate-limited"), "{third}");
+    // Another workspace is another session, counted apart.
+    let called = session(other.path(), &[("code.get_issue", &issue)]);
+    assert_eq!(called[0]["error"], false, "{called:?}");
+    let denied = audit_records(s)
+        .into_iter()
+        .filter(|r| r["kind"] == "decision" && r["fields"]["decision"] == "deny")
+        .count();
+    assert_eq!(denied, 1);
+    for pid in super::mcp::daemons_of(s) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    }
+    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
