@@ -449,28 +449,30 @@ impl Trust {
     /// is wrong with it. The record is written now and synced with the decision's:
     /// [`Requested::decide`] returns only once both are on disk, so the request is
     /// durable before its decision takes effect, at one fsync for the two
-    /// ([`bx_audit::AuditLog::append_deferred`]). `tool` is the installed tool of that
-    /// name, if any; relative paths in `args` resolve against `workspace` (the
-    /// session's). The record keeps the arguments as written and the resources as
-    /// decided.
+    /// ([`bx_audit::AuditLog::append_deferred`]). The proposal's `tool` is the installed
+    /// tool of that name, if any; relative paths in its `args` resolve against its
+    /// `workspace` (the session's). An upstream tool's call names `call_resource`, as
+    /// [`crate::UpstreamTool::resource`] placed it. The record keeps the arguments as
+    /// written and the resources as decided.
     pub fn propose<'t>(
         &'t self,
-        session: &str,
-        call: &str,
-        name: &str,
-        tool: Option<Tool<'t>>,
-        args: &Value,
-        workspace: Option<&Path>,
+        proposal: &crate::Proposal<'t>,
+        call_resource: Option<Resource>,
     ) -> Result<Requested<'t>, AgentError> {
+        let crate::Proposal { session, call, name, tool, args, workspace } = *proposal;
         let args_text = args.to_string();
-        let resolved = match tool {
-            Some(Tool::Component(t)) => Some(resolve_noting(t, args, workspace)),
-            // An upstream's tool names one resource, its call; its arguments go as they are.
-            Some(Tool::Upstream(t)) => Some(match args {
-                Value::Object(_) => Ok((vec![t.resource()], args.clone(), Vec::new())),
+        let resolved = match (tool, call_resource) {
+            (Some(Tool::Component(t)), _) => Some(resolve_noting(t, args, workspace)),
+            // An upstream's tool names one resource, its call (placed by its guard or its
+            // manifest, see `UpstreamTool::resource`); its arguments go as they are.
+            (Some(Tool::Upstream(_)), Some(resource)) => Some(match args {
+                Value::Object(_) => Ok((vec![resource], args.clone(), Vec::new())),
                 _ => Err(ArgsError::Types("an upstream tool's arguments are an object".into())),
             }),
-            None => None,
+            (Some(Tool::Upstream(_)), None) => {
+                return Err(AgentError::Internal("an upstream call with no resource".into()));
+            }
+            (None, _) => None,
         };
         let (resources, run_args, redirected) = match resolved {
             Some(Ok((resources, resolved, redirected))) => {
@@ -893,7 +895,7 @@ impl Allowed<'_> {
         let tool = match r.tool {
             Some(Tool::Component(tool)) => tool,
             Some(Tool::Upstream(tool)) => {
-                let outcome = call_upstream(trust, tool, &r.args).await;
+                let outcome = call_upstream(trust, runtime, tool, &r.args).await;
                 return finish(&r, outcome, tool.result, SecretActivity::default());
             }
             None => return Err(AgentError::Internal("an allowed call has no tool".into())),
@@ -919,6 +921,7 @@ impl Allowed<'_> {
 /// the way the owner bound it, never through what the model wrote.
 async fn call_upstream(
     trust: &Trust,
+    runtime: &Runtime,
     tool: &crate::UpstreamTool,
     args: &str,
 ) -> Result<CallReport, RunError> {
@@ -936,6 +939,7 @@ async fn call_upstream(
         let why = "its arguments carry a secret's value; it was not sent (see docs/runbook.md#secret-leak)";
         return Ok(report(Err(CallError::Denied(why.into())), Label::CLEAN));
     }
+    let text = args;
     let args = match serde_json::from_str::<Value>(args) {
         Ok(Value::Object(map)) => map,
         _ => {
@@ -943,12 +947,14 @@ async fn call_upstream(
             return Ok(report(Err(CallError::InvalidArgs(why)), Label::CLEAN));
         }
     };
-    let result = match tool.gateway.call(&tool.server, &tool.upstream, &tool.tool, args).await {
-        Ok(out) if out.is_error => Err(CallError::Failed(out.text)),
-        Ok(out) => Ok(Output::Text(out.text)),
-        Err(e) => Err(CallError::Failed(e.to_string())),
-    };
-    Ok(report(result, tool.result))
+    let (result, output) =
+        match tool.gateway.call(&tool.server, &tool.upstream, &tool.tool, args).await {
+            Ok(out) if out.is_error => (Err(CallError::Failed(out.text.clone())), out.text),
+            Ok(out) => (Ok(Output::Text(out.text.clone())), out.text),
+            Err(e) => (Err(CallError::Failed(e.to_string())), e.to_string()),
+        };
+    let label = tool.result_label(runtime, text, &output).await;
+    Ok(report(result, label))
 }
 
 /// Records how a call that ran ended and raises the session's taint (see

@@ -90,9 +90,15 @@ impl Trust {
         runtime: &Runtime,
     ) -> Result<Result<Finished, Refused>, AgentError> {
         let p = &proposal;
+        // An upstream tool's sink is placed before its request is written: its guard, a
+        // component, runs asynchronously.
+        let call_resource = match p.tool {
+            Some(crate::Tool::Upstream(t)) => Some(t.resource(runtime, &p.args.to_string()).await),
+            _ => None,
+        };
         // Steps 1 and 2, off the async threads: one fsync for both records.
         let (shown, decided) = in_place(|| -> Result<_, AgentError> {
-            let requested = self.propose(p.session, p.call, p.name, p.tool, p.args, p.workspace)?;
+            let requested = self.propose(p, call_resource)?;
             let shown = requested.args().to_owned();
             Ok((shown, requested.decide(overlay, refusal)?))
         })?;

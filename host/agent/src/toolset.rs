@@ -14,6 +14,7 @@ use bx_runtime::{LoadedTool, Runtime};
 use bx_store::Store;
 
 use crate::error::AgentError;
+use crate::guard::GuardState;
 
 /// The installed tools of one epoch.
 #[derive(Debug)]
@@ -71,6 +72,8 @@ pub struct UpstreamTool {
     pub unlabelled: bool,
     /// The running upstreams, shared by every epoch's toolset.
     pub(crate) gateway: Arc<Gateway>,
+    /// Its upstream's guard, if it has one: it labels each result and sink.
+    pub guard: GuardState,
 }
 
 impl UpstreamTool {
@@ -82,6 +85,7 @@ impl UpstreamTool {
         up: &Upstream,
         tool: &str,
         gateway: &Arc<Gateway>,
+        guard: GuardState,
     ) -> (UpstreamTool, Option<String>) {
         let parsed = up.labels.get(tool).map(|l| {
             let result = parse_label(&l.result);
@@ -111,13 +115,34 @@ impl UpstreamTool {
             sink,
             unlabelled,
             gateway: Arc::clone(gateway),
+            guard,
         };
         (made, problem)
     }
 
-    /// The one resource a call of it names, for the broker.
-    pub fn resource(&self) -> Resource {
-        Resource::Call { sink: self.sink, unlabelled: self.unlabelled }
+    /// The one resource a call of it with `args` (JSON text) names, for the broker: its
+    /// sink as its guard places it, else as its manifest says.
+    pub async fn resource(&self, runtime: &Runtime, args: &str) -> Resource {
+        match &self.guard {
+            GuardState::None => Resource::Call { sink: self.sink, unlabelled: self.unlabelled },
+            GuardState::Loaded(guard) => Resource::Call {
+                sink: guard.label_sink(runtime, &self.tool, args).await,
+                unlabelled: false,
+            },
+            GuardState::Broken(_) => Resource::Call { sink: Some(Label::CLEAN), unlabelled: false },
+        }
+    }
+
+    /// The label of what a call with `args` returned (`output`): its guard's, else its
+    /// manifest's.
+    pub async fn result_label(&self, runtime: &Runtime, args: &str, output: &str) -> Label {
+        match &self.guard {
+            GuardState::None => self.result,
+            GuardState::Loaded(guard) => {
+                guard.label_result(runtime, &self.tool, args, output).await
+            }
+            GuardState::Broken(_) => Label::TOP,
+        }
     }
 }
 
@@ -170,13 +195,25 @@ impl Toolset {
         }
         let mut upstream = BTreeMap::new();
         for (server, up) in &installed.upstreams {
+            let guard = match &up.guard {
+                Some(digest) => {
+                    let path = bx_gateway::guard_file(gateway.dir(), digest);
+                    crate::guard::load_guard(runtime, &path, digest)
+                }
+                None => GuardState::None,
+            };
+            if let GuardState::Broken(why) = &guard {
+                problems.push(format!(
+                    "{server}: its guard cannot be loaded ({why}); its results are labelled secret/untrusted and its sinks public/trusted"
+                ));
+            }
             for (tool, pin) in &up.tools {
                 let name = format!("{server}.{tool}");
                 if tools.contains_key(&name) {
                     problems.push(format!("{name}: an installed component has the same name"));
                     continue;
                 }
-                let (made, problem) = UpstreamTool::new(server, up, tool, gateway);
+                let (made, problem) = UpstreamTool::new(server, up, tool, gateway, guard.clone());
                 problems.extend(problem);
                 defs.push(ToolDef {
                     name: name.clone(),

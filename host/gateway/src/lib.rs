@@ -20,6 +20,6 @@ pub use error::GatewayError;
 pub use pool::Gateway;
 pub use upstream::{
     Changes, ListedTool, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME, MAX_TOOLS,
-    PinnedTool, ToolLabels, Transport, Upstream, UpstreamManifest, Upstreams, valid_name,
-    valid_tool_name,
+    PinnedTool, ToolLabels, Transport, Upstream, UpstreamManifest, Upstreams, guard_file,
+    valid_name, valid_tool_name,
 };

@@ -68,6 +68,11 @@ impl Gateway {
         Gateway { dir, limits, confine, slots: std::sync::Mutex::new(BTreeMap::new()) }
     }
 
+    /// `upstreams/` in the state directory, where each upstream's home, log and guard are.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     fn slot(&self, name: &str) -> Arc<tokio::sync::Mutex<Slot>> {
         let mut slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(slots.entry(name.to_owned()).or_default())

@@ -109,6 +109,16 @@ pub struct Upstream {
     /// the client's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u64>,
+    /// Its guard's digest (`sha256:…`), when the owner gave one: a component that labels
+    /// each result and sink, over the manifest (docs/gateway.md#guards).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<String>,
+}
+
+/// Where the guard of digest `digest` is kept, under `upstreams/` in the state directory.
+pub fn guard_file(upstreams_dir: &Path, digest: &str) -> std::path::PathBuf {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    upstreams_dir.join("guards").join(format!("{hex}.wasm"))
 }
 
 /// What an upstream's manifest says of one tool (docs/gateway.md#labels): the labels as
@@ -327,6 +337,7 @@ mod tests {
             tools: before.iter().map(|t| (t.name.clone(), t.pin())).collect(),
             labels: BTreeMap::new(),
             timeout_secs: None,
+            guard: None,
         };
         assert!(Changes::between(&upstream, &before).is_empty());
         let now =

@@ -467,6 +467,13 @@ impl Runtime {
         block_on(self.load(component, digest))?
     }
 
+    /// Runs one call of `tool` with JSON `args` under a grant that reaches nothing (no
+    /// file, no host): code that only computes on what it is given, such as an upstream's
+    /// guard (docs/gateway.md#guards). The same limits and deadline as any call.
+    pub async fn call_sealed(&self, tool: &LoadedTool, args: &str) -> Result<CallReport, RunError> {
+        self.call(tool, empty_grant(&tool.digest)?, args).await
+    }
+
     /// Creates a fresh store and instance of `tool` under an empty grant and drops them:
     /// the raw cost every call pays, for benchmarks and warm-up.
     pub async fn instantiate_only(&self, tool: &LoadedTool) -> Result<(), RunError> {

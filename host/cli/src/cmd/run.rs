@@ -420,11 +420,19 @@ fn here(
     ));
     let installed = store.installed()?;
     let upstream = match (&tool, args.name.split_once('.')) {
-        (None, Some((server, name))) => installed
-            .upstreams
-            .get(server)
-            .filter(|up| up.tools.contains_key(name))
-            .map(|up| bx_agent::UpstreamTool::new(server, up, name, &gateway).0),
+        (None, Some((server, name))) => {
+            installed.upstreams.get(server).filter(|up| up.tools.contains_key(name)).map(|up| {
+                let guard = match &up.guard {
+                    Some(digest) => bx_agent::load_guard(
+                        &runtime,
+                        &bx_gateway::guard_file(gateway.dir(), digest),
+                        digest,
+                    ),
+                    None => bx_agent::GuardState::None,
+                };
+                bx_agent::UpstreamTool::new(server, up, name, &gateway, guard).0
+            })
+        }
         _ => None,
     };
     let call_id = format!("c{:x}{:x}", now_ms(), std::process::id());

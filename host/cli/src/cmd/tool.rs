@@ -441,6 +441,7 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
             let short =
                 Digest::parse(&pin.digest).map(|d| d.short()).unwrap_or_else(|_| "?".into());
             let labels = match up.labels.get(tool) {
+                _ if up.guard.is_some() => "labelled item by item by its guard".to_owned(),
                 Some(l) => match &l.sink {
                     Some(sink) => format!("result {}, sink {}", l.result, sink),
                     None => format!("result {}", l.result),

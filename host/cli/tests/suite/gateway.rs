@@ -544,3 +544,77 @@ fn a_rate_limit_refuses_the_call_past_it() {
     std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// The fixture guard (`tools/testing/guard-code-host`), built by `make tools`.
+fn guard_wasm() -> (PathBuf, String) {
+    use sha2::Digest as _;
+    let wasm = repo().join("tools/target/wasm32-wasip2/release/bx_tool_test_guard_code_host.wasm");
+    let bytes = std::fs::read(&wasm)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `make tools` first", wasm.display()));
+    (wasm, format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes))))
+}
+
+/// Labels per item, by a guard: a file of the public repository is public and may be
+/// posted as a comment; a file of the private one is private, and its post is refused.
+/// A guard whose bytes changed labels everything the most restrictive way.
+#[test]
+fn a_guard_labels_each_result_and_sink_by_its_repository() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let host = tempfile::tempdir().unwrap();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    write_policy(s, &format!("{policy}\n{CODE_GRANTS}"));
+    let (wasm, digest) = guard_wasm();
+    // A wrong digest is refused, and nothing is added.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let guard = ["--guard", wasm.to_str().unwrap(), "--guard-digest"];
+    let r = add(s, "code", &[&guard[..], &[&wrong]].concat(), &code_host(host.path()));
+    assert!(r.code != 0 && r.stderr.contains("not the recorded"), "{}", r.stderr);
+    let r = add(s, "code", &[&guard[..], &[&digest]].concat(), &code_host(host.path()));
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let call = |session: &str, tool: &str, args: serde_json::Value| {
+        let args = args.to_string();
+        bx(s, &["tool", "run", tool, "--session", session, "--args", &args])
+    };
+    let last_label = || {
+        let records = audit_records(s);
+        let result = records.iter().rev().find(|r| r["kind"] == "result").unwrap();
+        result["fields"]["label"].as_str().unwrap().to_owned()
+    };
+    let readme = serde_json::json!({"repo": "owner/website", "path": "README.md"});
+    let payroll = serde_json::json!({"repo": "owner/payroll", "path": "salaries.csv"});
+    let post = |body: &str| serde_json::json!({"repo": "owner/website", "number": 1, "body": body});
+    // The public file, then its post: both run.
+    assert_eq!(call("pub", "code.read_file", readme.clone()).code, 0);
+    assert_eq!(last_label(), "public/trusted");
+    let r = call("pub", "code.post_comment", post("The public website."));
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(comments(host.path()), ["The public website."]);
+    // The private file: private; its post to the public issue is refused.
+    assert_eq!(call("priv", "code.read_file", payroll.clone()).code, 0);
+    assert_eq!(last_label(), "private/trusted");
+    let r = call("priv", "code.post_comment", post("ana,91000"));
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains(
+            "session taint private/trusted does not flow to the sink's label public/untrusted"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(comments(host.path()).len(), 1);
+    // The guard's bytes changed on disk: not loaded; results are secret, sinks closed.
+    let kept = bx_gateway::guard_file(&s.join("upstreams"), &digest);
+    std::fs::write(&kept, b"not a component").unwrap();
+    assert_eq!(call("broken", "code.read_file", readme).code, 0);
+    assert_eq!(last_label(), "secret/untrusted");
+    let r = call("broken", "code.post_comment", post("hello"));
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("secret/untrusted does not flow to the sink's label public/trusted"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}

@@ -41,6 +41,13 @@ pub(crate) struct AddArgs {
     /// stopped with the server, which starts again at the next call.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=600))]
     timeout: Option<u64>,
+    /// Its guard: a component that labels each result and sink item by item
+    /// (`wit/guard/guard.wit`, docs/gateway.md#guards), installed by its digest.
+    #[arg(long, value_name = "FILE", requires = "guard_digest")]
+    guard: Option<std::path::PathBuf>,
+    /// The guard's digest, `sha256:` and 64 hex digits: its bytes must match.
+    #[arg(long, value_name = "DIGEST", requires = "guard")]
+    guard_digest: Option<String>,
     /// The command that starts it, and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -117,6 +124,7 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         tools: BTreeMap::new(),
         labels: BTreeMap::new(),
         timeout_secs: args.timeout,
+        guard: None,
     };
     if let Some(path) = &args.manifest {
         let path = path.canonicalize().with_context(|| format!("--manifest {}", path.display()))?;
@@ -136,6 +144,9 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
     }
     if store.installed()?.upstreams.contains_key(name) {
         anyhow::bail!(bx_gateway::GatewayError::Exists(name.into()));
+    }
+    if let (Some(file), Some(digest)) = (&args.guard, &args.guard_digest) {
+        upstream.guard = Some(install_guard(state, file, digest)?);
     }
     let (server, tools, problems) = listed(state, name, &upstream)?;
     upstream.server = server;
@@ -165,6 +176,21 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         );
     }
     Ok(EXIT_OK)
+}
+
+/// Checks the guard in `file` against `digest` and that it is a guard (both functions,
+/// their types), and keeps its bytes where the daemon loads it from; returns the digest.
+fn install_guard(state: &StateDir, file: &std::path::Path, digest: &str) -> anyhow::Result<String> {
+    let wasm = std::fs::read(file).with_context(|| format!("--guard {}", file.display()))?;
+    let runtime = bx_runtime::Runtime::new(bx_runtime::Limits::default())?;
+    bx_agent::Guard::load(&runtime, &wasm, digest)
+        .map_err(|why| anyhow::anyhow!("--guard {}: {why}", file.display()))?;
+    let path = bx_gateway::guard_file(&state.upstreams_dir(), digest);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    }
+    bx_state::write_atomically(&path, &wasm)?;
+    Ok(digest.to_owned())
 }
 
 /// The labels of an upstream's manifest, each checked with the broker's label parser.
