@@ -106,12 +106,8 @@ impl Connection {
             Transport::Stdio { command, args, cwd, env, writes } => {
                 (command, args, cwd, env, writes)
             }
-            Transport::Http { url } => {
-                return Err(GatewayError::Failed {
-                    name: name.into(),
-                    step: "connect".into(),
-                    why: format!("streamable HTTP upstreams ({url}) are not served yet"),
-                });
+            Transport::Http { url, allow_private } => {
+                return Connection::connect(name, url, *allow_private, limits).await;
             }
         };
         // The command is run by `bx confine`, after it confined itself: one that is not
@@ -177,6 +173,31 @@ impl Connection {
             Ok(Ok(service)) => service,
         };
         Ok(Connection { name: name.into(), limits, service, group })
+    }
+
+    /// Connects to the streamable HTTP upstream at `url` and completes `initialize`.
+    async fn connect(
+        name: &str,
+        url: &str,
+        allow_private: bool,
+        limits: Limits,
+    ) -> Result<Connection, GatewayError> {
+        use rmcp::transport::streamable_http_client::{
+            StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+        };
+        let checked = crate::http::check_url(name, url, allow_private)?;
+        let client = crate::http::client(name, allow_private, limits.start)?;
+        let mut config = StreamableHttpClientTransportConfig::with_uri(checked.as_str());
+        config.max_json_response_size = limits.max_message_bytes;
+        config.max_sse_event_size = limits.max_message_bytes;
+        let transport = StreamableHttpClientTransport::with_client(client, config);
+        let service =
+            match tokio::time::timeout(limits.start, client_config().serve(transport)).await {
+                Err(_) => return Err(timeout(name, "initialize", limits.start)),
+                Ok(Err(e)) => return Err(failed(name, "initialize", &e.to_string())),
+                Ok(Ok(service)) => service,
+            };
+        Ok(Connection { name: name.into(), limits, service, group: None })
     }
 
     /// Whether the connection has ended (the process exited, the stream closed).

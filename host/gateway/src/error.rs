@@ -95,6 +95,16 @@ pub enum GatewayError {
         "an upstream is not started unconfined, and this one could not be: {0} (see docs/runbook.md#upstream-unconfined)"
     )]
     Unconfined(String),
+    /// An HTTP upstream's URL that bx does not reach.
+    #[error("upstream {name}: {url}: {why} (see docs/gateway.md#over-http)")]
+    Url {
+        /// The upstream.
+        name: String,
+        /// The URL, as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The upstreams file cannot be read, parsed or written.
     #[error(transparent)]
     State(#[from] bx_state::StateError),

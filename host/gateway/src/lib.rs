@@ -11,12 +11,14 @@
 mod client;
 mod confine;
 mod error;
+mod http;
 mod pool;
 mod upstream;
 
 pub use client::{CallOutput, Connection, Limits};
 pub use confine::{Confine, all_but, confine_self};
 pub use error::GatewayError;
+pub use http::check_url;
 pub use pool::Gateway;
 pub use upstream::{
     Changes, ListedTool, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME, MAX_TOOLS,

@@ -48,6 +48,9 @@ pub enum Transport {
     Http {
         /// Its endpoint.
         url: String,
+        /// The owner allowed a private address (loopback, a LAN) for it (`--allow-private`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        allow_private: bool,
     },
 }
 
@@ -68,7 +71,7 @@ impl std::fmt::Display for Transport {
                 let parts: Vec<String> = std::iter::once(command).chain(args).map(quoted).collect();
                 write!(f, "stdio: {}", parts.join(" "))
             }
-            Transport::Http { url } => write!(f, "http: {url}"),
+            Transport::Http { url, .. } => write!(f, "http: {url}"),
         }
     }
 }
@@ -331,7 +334,10 @@ mod tests {
     fn a_changed_description_a_new_tool_and_a_gone_one_are_each_told() {
         let before = [listed("get_issue", "Reads an issue."), listed("post", "Posts.")];
         let upstream = Upstream {
-            transport: Transport::Http { url: "http://127.0.0.1:1/mcp".into() },
+            transport: Transport::Http {
+                url: "http://127.0.0.1:1/mcp".into(),
+                allow_private: true,
+            },
             manifest: None,
             server: String::new(),
             tools: before.iter().map(|t| (t.name.clone(), t.pin())).collect(),

@@ -618,3 +618,85 @@ fn a_guard_labels_each_result_and_sink_by_its_repository() {
     );
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// The fixture code host over streamable HTTP, on a loopback port: stopped on drop.
+struct HttpCodeHost {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpCodeHost {
+    fn start(dir: &Path) -> HttpCodeHost {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut argv = code_host(dir);
+        argv.extend(["--http".to_owned(), port.to_string()]);
+        let child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Ready when it accepts a connection (it binds after it imported the SDK).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the HTTP code host did not listen");
+            std::thread::yield_now();
+        }
+        HttpCodeHost { child, url: format!("http://127.0.0.1:{port}/mcp") }
+    }
+}
+
+impl Drop for HttpCodeHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The same code host over streamable HTTP: a loopback URL needs `--allow-private`, plain
+/// http anywhere else and redirects are refused (docs/gateway.md#over-http); its tools are
+/// pinned and called like a stdio one's, and the toxic post is refused.
+#[test]
+fn an_upstream_over_http_is_pinned_called_and_held_to_its_labels() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let dir = tempfile::tempdir().unwrap();
+    let host = HttpCodeHost::start(dir.path());
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
+    write_policy(s, &format!("{policy}\n{CODE_GRANTS}"));
+    let manifest = repo().join("fixtures/gateway/code_host.toml");
+    let m = manifest.to_str().unwrap();
+    let r = bx(s, &["mcp", "add", "code", "--manifest", m, "--url", &host.url]);
+    assert!(r.code != 0 && r.stderr.contains("not a public address"), "{}", r.stderr);
+    let r = bx(s, &["mcp", "add", "code", "--url", "http://example.com/mcp"]);
+    assert!(r.code != 0 && r.stderr.contains("plain http is only for loopback"), "{}", r.stderr);
+    let r = bx(s, &["mcp", "add", "code", "--manifest", m, "--url", &host.url, "--allow-private"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("code.post_comment"), "{}", r.stdout);
+    let r = bx(s, &["mcp", "list"]);
+    assert!(r.stdout.contains(&format!("http: {}", host.url)), "{}", r.stdout);
+    assert!(r.stdout.contains("its tools match their pins"), "{}", r.stdout);
+    let call = |tool: &str, args: serde_json::Value| {
+        let args = args.to_string();
+        bx(s, &["tool", "run", tool, "--session", "web", "--args", &args])
+    };
+    let r = call("code.get_issue", serde_json::json!({"repo": "owner/website", "number": 1}));
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("Broken link"), "{}", r.stdout);
+    let r = call(
+        "code.read_file",
+        serde_json::json!({"repo": "owner/payroll", "path": "salaries.csv"}),
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let post = serde_json::json!({"repo": "owner/website", "number": 1, "body": "ana,91000"});
+    let r = call("code.post_comment", post);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("does not flow to the sink's label public/untrusted"),
+        "{}",
+        r.stderr
+    );
+    assert!(comments(dir.path()).is_empty());
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}

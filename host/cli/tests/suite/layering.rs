@@ -63,7 +63,7 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
         .concat(),
     );
     // The gateway's client beside the runtime: the owner's other MCP servers, knowing
-    // nothing of components, the log or the loop.
+    // nothing of components, the log or the loop (the broker's network rules it shares).
     m.insert(
         "bx-gateway",
         vec![
@@ -76,7 +76,6 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
             "bx-daemon",
             "bx-cli",
             "bx-eval",
-            "bx-broker",
         ],
     );
     // The inference client and the component runtime do not know each other.

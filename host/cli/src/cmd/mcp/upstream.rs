@@ -16,7 +16,8 @@ use super::super::EXIT_OK;
 use crate::cmd::tool::Recorder;
 use crate::term;
 
-/// `bx mcp add NAME [--env K=V]... [--cwd DIR] -- COMMAND [ARGS...]`
+/// `bx mcp add NAME [--env K=V]... [--cwd DIR] -- COMMAND [ARGS...]`, or
+/// `bx mcp add NAME --url URL [--allow-private]`
 #[derive(Debug, Args)]
 pub(crate) struct AddArgs {
     /// Its name: its tools are `NAME.TOOL` (a-z, 0-9, `_`, `-`; starting with a letter).
@@ -48,8 +49,16 @@ pub(crate) struct AddArgs {
     /// The guard's digest, `sha256:` and 64 hex digits: its bytes must match.
     #[arg(long, value_name = "DIGEST", requires = "guard")]
     guard_digest: Option<String>,
+    /// A remote server over streamable HTTP, at this URL (`https`, or `http` to
+    /// loopback), instead of a command.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["command", "env", "cwd", "write"])]
+    url: Option<String>,
+    /// The URL's host may be a private address (loopback, a LAN): bx refuses those
+    /// otherwise.
+    #[arg(long, requires = "url")]
+    allow_private: bool,
     /// The command that starts it, and its arguments (after `--`).
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "url", value_name = "COMMAND")]
     command: Vec<String>,
 }
 
@@ -100,7 +109,6 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         anyhow::ensure!(!key.is_empty(), "--env {}: the key is empty", term::one_line(pair));
         env.insert(key.to_owned(), value.to_owned());
     }
-    let (command, rest) = args.command.split_first().context("no command was given after --")?;
     let cwd = args
         .cwd
         .as_deref()
@@ -111,14 +119,25 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|d| d.canonicalize().with_context(|| format!("--write {}", d.display())))
         .collect::<anyhow::Result<_>>()?;
+    let transport = match &args.url {
+        Some(url) => {
+            bx_gateway::check_url(name, url, args.allow_private)?;
+            Transport::Http { url: url.clone(), allow_private: args.allow_private }
+        }
+        None => {
+            let (command, rest) =
+                args.command.split_first().context("no command was given after --")?;
+            Transport::Stdio {
+                command: command.clone(),
+                args: rest.to_vec(),
+                cwd: cwd.as_ref().map(|d| d.display().to_string()),
+                env,
+                writes: writes.iter().map(|d| d.display().to_string()).collect(),
+            }
+        }
+    };
     let mut upstream = Upstream {
-        transport: Transport::Stdio {
-            command: command.clone(),
-            args: rest.to_vec(),
-            cwd: cwd.as_ref().map(|d| d.display().to_string()),
-            env,
-            writes: writes.iter().map(|d| d.display().to_string()).collect(),
-        },
+        transport,
         manifest: None,
         server: String::new(),
         tools: BTreeMap::new(),
