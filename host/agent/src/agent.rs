@@ -104,6 +104,7 @@ impl Agent {
             parts.state.upstreams_dir(),
             bx_gateway::Limits::default(),
             confine,
+            bx_gateway::store_secrets(parts.state.secrets()),
         ));
         let toolset = Toolset::load(&parts.store, &parts.runtime, &gateway)?;
         Ok(Agent {

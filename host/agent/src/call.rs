@@ -947,11 +947,21 @@ async fn call_upstream(
             return Ok(report(Err(CallError::InvalidArgs(why)), Label::CLEAN));
         }
     };
+    // What comes back carries no secret's value (one bound to the upstream, echoed), as
+    // a component's output carries none.
     let (result, output) =
         match tool.gateway.call(&tool.server, &tool.upstream, &tool.tool, args).await {
-            Ok(out) if out.is_error => (Err(CallError::Failed(out.text.clone())), out.text),
-            Ok(out) => (Ok(Output::Text(out.text.clone())), out.text),
-            Err(e) => (Err(CallError::Failed(e.to_string())), e.to_string()),
+            Ok(out) => {
+                let text = trust.secrets.redact_text(&out.text);
+                match out.is_error {
+                    true => (Err(CallError::Failed(text.clone())), text),
+                    false => (Ok(Output::Text(text.clone())), text),
+                }
+            }
+            Err(e) => {
+                let text = trust.secrets.redact_text(&e.to_string());
+                (Err(CallError::Failed(text.clone())), text)
+            }
         };
     let label = tool.result_label(runtime, text, &output).await;
     Ok(report(result, label))

@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt as _;
 use crate::confine::Confine;
 use crate::error::GatewayError;
 use crate::upstream::{
-    ListedTool, MAX_SCHEMA_BYTES, MAX_TOOLS, Transport, Upstream, valid_tool_name,
+    ListedTool, MAX_SCHEMA_BYTES, MAX_TOOLS, SecretLookup, Transport, Upstream, valid_tool_name,
 };
 
 /// The bounds one connection keeps.
@@ -101,13 +101,26 @@ impl Connection {
         log: &Path,
         limits: Limits,
         confine: &Confine,
+        secrets: &SecretLookup,
     ) -> Result<Connection, GatewayError> {
         let (command, args, cwd, env, writes) = match &upstream.transport {
-            Transport::Stdio { command, args, cwd, env, writes } => {
+            Transport::Stdio { command, args, cwd, env, writes, secret_env } => {
+                let mut env = env.clone();
+                for (var, secret) in secret_env {
+                    let value = secrets(secret)
+                        .map_err(|why| GatewayError::Secret { name: name.into(), why })?;
+                    env.insert(var.clone(), value);
+                }
                 (command, args, cwd, env, writes)
             }
-            Transport::Http { url, allow_private } => {
-                return Connection::connect(name, url, *allow_private, limits).await;
+            Transport::Http { url, allow_private, secret_headers } => {
+                let mut headers = Vec::new();
+                for (header, template) in secret_headers {
+                    let value = crate::upstream::fill(template, secrets)
+                        .map_err(|why| GatewayError::Secret { name: name.into(), why })?;
+                    headers.push((header.clone(), value));
+                }
+                return Connection::connect(name, url, *allow_private, &headers, limits).await;
             }
         };
         // The command is run by `bx confine`, after it confined itself: one that is not
@@ -131,7 +144,7 @@ impl Connection {
         let mut cmd = tokio::process::Command::new(&confine.exe);
         cmd.args(confine.argv(home, &writable, command, args))
             .env_clear()
-            .envs(env)
+            .envs(&env)
             .current_dir(&cwd)
             .process_group(0)
             .stdin(std::process::Stdio::piped())
@@ -180,6 +193,7 @@ impl Connection {
         name: &str,
         url: &str,
         allow_private: bool,
+        headers: &[(String, String)],
         limits: Limits,
     ) -> Result<Connection, GatewayError> {
         use rmcp::transport::streamable_http_client::{
@@ -190,6 +204,15 @@ impl Connection {
         let mut config = StreamableHttpClientTransportConfig::with_uri(checked.as_str());
         config.max_json_response_size = limits.max_message_bytes;
         config.max_sse_event_size = limits.max_message_bytes;
+        for (header, value) in headers {
+            let bad = |why: String| GatewayError::Secret { name: name.into(), why };
+            let header = reqwest013::header::HeaderName::from_bytes(header.as_bytes())
+                .map_err(|e| bad(format!("header {header:?}: {e}")))?;
+            let mut value = reqwest013::header::HeaderValue::from_str(value)
+                .map_err(|_| bad(format!("header {header}: its value is not a header value")))?;
+            value.set_sensitive(true);
+            config.custom_headers.insert(header, value);
+        }
         let transport = StreamableHttpClientTransport::with_client(client, config);
         let service =
             match tokio::time::timeout(limits.start, client_config().serve(transport)).await {

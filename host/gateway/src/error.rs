@@ -105,6 +105,14 @@ pub enum GatewayError {
         /// What is wrong with it.
         why: String,
     },
+    /// A secret bound to the upstream could not be read.
+    #[error("upstream {name}: not started: {why}")]
+    Secret {
+        /// The upstream.
+        name: String,
+        /// Why (the secret is missing, the store is unreadable or readable by others).
+        why: String,
+    },
     /// The upstreams file cannot be read, parsed or written.
     #[error(transparent)]
     State(#[from] bx_state::StateError),

@@ -22,6 +22,6 @@ pub use http::check_url;
 pub use pool::Gateway;
 pub use upstream::{
     Changes, ListedTool, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME, MAX_TOOLS,
-    PinnedTool, ToolLabels, Transport, Upstream, UpstreamManifest, Upstreams, guard_file,
-    valid_name, valid_tool_name,
+    PinnedTool, SecretLookup, ToolLabels, Transport, Upstream, UpstreamManifest, Upstreams, fill,
+    guard_file, secrets_named, store_secrets, valid_name, valid_tool_name,
 };

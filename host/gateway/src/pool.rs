@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::client::{CallOutput, Connection, Limits};
 use crate::confine::Confine;
 use crate::error::GatewayError;
+use crate::upstream::SecretLookup;
 use crate::upstream::{Changes, Upstream};
 
 /// The wait before an upstream that failed twice in a row is started again (after one
@@ -52,6 +53,7 @@ pub struct Gateway {
     dir: PathBuf,
     limits: Limits,
     confine: Confine,
+    secrets: SecretLookup,
     slots: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
 }
 
@@ -63,9 +65,9 @@ impl std::fmt::Debug for Gateway {
 
 impl Gateway {
     /// Upstreams started with `limits` through `confine`, each in `dir/NAME` with its
-    /// stderr in `dir/NAME.log`.
-    pub fn new(dir: PathBuf, limits: Limits, confine: Confine) -> Gateway {
-        Gateway { dir, limits, confine, slots: std::sync::Mutex::new(BTreeMap::new()) }
+    /// stderr in `dir/NAME.log`, and the secrets bound to them read through `secrets`.
+    pub fn new(dir: PathBuf, limits: Limits, confine: Confine, secrets: SecretLookup) -> Gateway {
+        Gateway { dir, limits, confine, secrets, slots: std::sync::Mutex::new(BTreeMap::new()) }
     }
 
     /// `upstreams/` in the state directory, where each upstream's home, log and guard are.
@@ -158,7 +160,8 @@ impl Gateway {
             limits.call = Duration::from_secs(secs);
         }
         let connection =
-            Connection::start(name, upstream, &home, &log, limits, &self.confine).await?;
+            Connection::start(name, upstream, &home, &log, limits, &self.confine, &self.secrets)
+                .await?;
         let (listed, _problems) = connection.list().await?;
         let changes = Changes::between(upstream, &listed);
         Ok((connection, changes.changed.into_iter().chain(changes.gone).collect()))

@@ -43,6 +43,10 @@ pub enum Transport {
         /// by the owner (`--write`); bx's own files stay out of reach under them.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         writes: Vec<String>,
+        /// Variables set to a secret's value from bx's store when it starts, by variable:
+        /// the secret's name (`--secret-env VAR=NAME`). Never the value.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        secret_env: BTreeMap<String, String>,
     },
     /// A remote server over streamable HTTP, reached only at this origin.
     Http {
@@ -51,6 +55,11 @@ pub enum Transport {
         /// The owner allowed a private address (loopback, a LAN) for it (`--allow-private`).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         allow_private: bool,
+        /// Headers sent to its origin with every request, by name: a template naming
+        /// secrets of bx's store (`Bearer {secret:github}`), filled in at each
+        /// connection (`--secret-header NAME=TEMPLATE`). Never the value.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        secret_headers: BTreeMap<String, String>,
     },
 }
 
@@ -116,6 +125,54 @@ pub struct Upstream {
     /// each result and sink, over the manifest (docs/gateway.md#guards).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<String>,
+}
+
+/// How the gateway reads a secret's value by name: `Err` says why it cannot (not in the
+/// store, the store unreadable or readable by others).
+pub type SecretLookup = std::sync::Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+
+/// Reads secrets from bx's store, as a call's bound secrets are: refused while other
+/// users can read the store.
+pub fn store_secrets(store: bx_state::SecretStore) -> SecretLookup {
+    std::sync::Arc::new(move |name: &str| {
+        let loaded = store.load().map_err(|e| e.to_string())?;
+        if let Some(why) = loaded.exposed {
+            return Err(format!("{why} (see docs/runbook.md#secrets-exposed)"));
+        }
+        loaded
+            .secrets
+            .get(name)
+            .map(|s| s.value.expose().to_owned())
+            .ok_or_else(|| format!("secret {name} is not in bx's store (bx secret set {name})"))
+    })
+}
+
+/// `template` with each `{secret:NAME}` replaced by that secret's value.
+pub fn fill(template: &str, secrets: &SecretLookup) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(at) = rest.find("{secret:") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "{secret:".len()..];
+        let end = after.find('}').ok_or_else(|| format!("{template:?}: an unclosed {{secret:"))?;
+        out.push_str(&secrets(&after[..end])?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The secret names a template refers to, for checking at add.
+pub fn secrets_named(template: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = template;
+    while let Some(at) = rest.find("{secret:") {
+        let after = &rest[at + "{secret:".len()..];
+        let Some(end) = after.find('}') else { break };
+        names.push(after[..end].to_owned());
+        rest = &after[end + 1..];
+    }
+    names
 }
 
 /// Where the guard of digest `digest` is kept, under `upstreams/` in the state directory.
@@ -331,12 +388,27 @@ mod tests {
     }
 
     #[test]
+    fn a_header_template_is_filled_with_each_secret_it_names() {
+        let lookup: SecretLookup = std::sync::Arc::new(|name: &str| match name {
+            "gh" => Ok("v1".to_owned()),
+            other => Err(format!("secret {other} is not in bx's store")),
+        });
+        assert_eq!(fill("Bearer {secret:gh}", &lookup).unwrap(), "Bearer v1");
+        assert_eq!(fill("{secret:gh}:{secret:gh}", &lookup).unwrap(), "v1:v1");
+        assert_eq!(fill("plain", &lookup).unwrap(), "plain");
+        assert!(fill("Bearer {secret:nope}", &lookup).unwrap_err().contains("nope"));
+        assert!(fill("Bearer {secret:gh", &lookup).unwrap_err().contains("unclosed"));
+        assert_eq!(secrets_named("a {secret:x} b {secret:y}"), ["x", "y"]);
+    }
+
+    #[test]
     fn a_changed_description_a_new_tool_and_a_gone_one_are_each_told() {
         let before = [listed("get_issue", "Reads an issue."), listed("post", "Posts.")];
         let upstream = Upstream {
             transport: Transport::Http {
                 url: "http://127.0.0.1:1/mcp".into(),
                 allow_private: true,
+                secret_headers: BTreeMap::new(),
             },
             manifest: None,
             server: String::new(),

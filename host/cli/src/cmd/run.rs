@@ -417,6 +417,7 @@ fn here(
         state.upstreams_dir(),
         bx_gateway::Limits::default(),
         bx_gateway::Confine::for_state(state, &config)?,
+        bx_gateway::store_secrets(state.secrets()),
     ));
     let installed = store.installed()?;
     let upstream = match (&tool, args.name.split_once('.')) {

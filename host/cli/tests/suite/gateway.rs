@@ -700,3 +700,48 @@ fn an_upstream_over_http_is_pinned_called_and_held_to_its_labels() {
     assert!(comments(dir.path()).is_empty());
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// A secret bound to a stdio upstream reaches its environment when it starts and nowhere
+/// else: not the installed set, not the log, and not the model, to which what the server
+/// echoes of it comes back redacted. A missing secret stops the start with its name.
+#[test]
+fn a_secret_bound_to_an_upstream_reaches_its_process_and_nothing_else() {
+    use std::io::Write as _;
+    const VALUE: &str = "tok-6b1f0c33a9d84e27";
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    write_policy(s, "[[grant]]\ntool = \"*\"\nmode = \"call\"\n");
+    let mut child = bx_command(s)
+        .args(["secret", "set", "codetoken"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{VALUE}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let python = repo().join(".venv/bin/python");
+    let server = repo().join("fixtures/gateway/hostile.py");
+    let manifest = repo().join("fixtures/gateway/hostile.toml");
+    let command = [python.display().to_string(), server.display().to_string()];
+    let m = manifest.to_str().unwrap();
+    let r = add(s, "bad", &["--manifest", m, "--secret-env", "TOKEN=codetoken"], &command);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let args = serde_json::json!({"var": "TOKEN"}).to_string();
+    let r = bx(s, &["tool", "run", "bad.env", "--args", &args]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("TOKEN=[redacted secret codetoken]"), "{}", r.stdout);
+    assert!(!r.stdout.contains(VALUE), "{}", r.stdout);
+    let installed = std::fs::read_to_string(s.join("tools/installed.json")).unwrap();
+    assert!(installed.contains("codetoken") && !installed.contains(VALUE), "{installed}");
+    for record in audit_records(s) {
+        assert!(!record.to_string().contains(VALUE), "{record}");
+    }
+    // Unbound: a variable of its own, not the secret.
+    let r = add(s, "nosecret", &["--manifest", m, "--secret-env", "TOKEN=missing"], &command);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("secret missing is not in bx's store"), "{}", r.stderr);
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}

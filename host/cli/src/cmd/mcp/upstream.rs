@@ -26,6 +26,15 @@ pub(crate) struct AddArgs {
     /// passed on.
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
+    /// A variable its process gets set to a secret's value from bx's store, when it
+    /// starts (repeatable): the record keeps the name, never the value.
+    #[arg(long = "secret-env", value_name = "VAR=SECRET")]
+    secret_env: Vec<String>,
+    /// A header sent with every request to an HTTP upstream's origin (repeatable): its
+    /// value a template naming secrets of bx's store (`Authorization=Bearer
+    /// {secret:github}`), filled in at each connection.
+    #[arg(long = "secret-header", value_name = "NAME=TEMPLATE", requires = "url")]
+    secret_header: Vec<String>,
     /// Its working directory (default: `upstreams/NAME/` in the state directory); it may
     /// write there.
     #[arg(long, value_name = "DIR")]
@@ -51,7 +60,11 @@ pub(crate) struct AddArgs {
     guard_digest: Option<String>,
     /// A remote server over streamable HTTP, at this URL (`https`, or `http` to
     /// loopback), instead of a command.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["command", "env", "cwd", "write"])]
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with_all = ["command", "env", "cwd", "write", "secret_env"]
+    )]
     url: Option<String>,
     /// The URL's host may be a private address (loopback, a LAN): bx refuses those
     /// otherwise.
@@ -79,8 +92,10 @@ fn listed(
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
+        let secrets = bx_gateway::store_secrets(state.secrets());
         let connection =
-            Connection::start(name, upstream, &home, &log, Limits::default(), &confine).await?;
+            Connection::start(name, upstream, &home, &log, Limits::default(), &confine, &secrets)
+                .await?;
         let (tools, problems) = connection.list().await?;
         anyhow::Ok((connection.server(), tools, problems))
     })
@@ -119,10 +134,38 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|d| d.canonicalize().with_context(|| format!("--write {}", d.display())))
         .collect::<anyhow::Result<_>>()?;
+    let pairs = |flag: &str, list: &[String]| -> anyhow::Result<BTreeMap<String, String>> {
+        let mut out = BTreeMap::new();
+        for pair in list {
+            let (key, value) = pair
+                .split_once('=')
+                .with_context(|| format!("--{flag} {}: use NAME=VALUE", term::one_line(pair)))?;
+            anyhow::ensure!(
+                !key.is_empty(),
+                "--{flag} {}: the name is empty",
+                term::one_line(pair)
+            );
+            out.insert(key.to_owned(), value.to_owned());
+        }
+        Ok(out)
+    };
+    let secret_env = pairs("secret-env", &args.secret_env)?;
+    let secret_headers = pairs("secret-header", &args.secret_header)?;
+    for secret in secret_env
+        .values()
+        .cloned()
+        .chain(secret_headers.values().flat_map(|t| bx_gateway::secrets_named(t)))
+    {
+        anyhow::ensure!(
+            bx_broker::valid_secret_name(&secret),
+            "{}: not a secret name (1 to 64 of a-z, 0-9, _ and -)",
+            term::one_line(&secret)
+        );
+    }
     let transport = match &args.url {
         Some(url) => {
             bx_gateway::check_url(name, url, args.allow_private)?;
-            Transport::Http { url: url.clone(), allow_private: args.allow_private }
+            Transport::Http { url: url.clone(), allow_private: args.allow_private, secret_headers }
         }
         None => {
             let (command, rest) =
@@ -133,6 +176,7 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
                 cwd: cwd.as_ref().map(|d| d.display().to_string()),
                 env,
                 writes: writes.iter().map(|d| d.display().to_string()).collect(),
+                secret_env,
             }
         }
     };
