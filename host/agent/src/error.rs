@@ -145,6 +145,7 @@ impl AgentError {
             ErrorCode::RepeatedRefusal => "docs/runbook.md#repeated-refusal",
             ErrorCode::BadWorkspace => "docs/runbook.md#workspace",
             ErrorCode::ApprovalUnseen => "docs/runbook.md#approval-unseen",
+            ErrorCode::NotOwner => "docs/runbook.md#not-owner",
             ErrorCode::BadRequest | ErrorCode::Internal => "docs/runbook.md#internal-error",
         }
     }

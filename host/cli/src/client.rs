@@ -26,7 +26,10 @@ pub(crate) struct Conn {
 impl Conn {
     /// Connects to a running daemon.
     pub(crate) fn connect(state: &StateDir) -> std::io::Result<Conn> {
-        let stream = UnixStream::connect(state.socket())?;
+        let mut stream = UnixStream::connect(state.socket())?;
+        let token = state.read_socket_token().unwrap_or_default();
+        let hello = bx_protocol::hello(&token).map_err(std::io::Error::other)?;
+        stream.write_all(&hello)?;
         Ok(Conn { stream, next_id: 1 })
     }
 

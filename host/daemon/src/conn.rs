@@ -101,6 +101,11 @@ fn args_part(args: &str, offset: u64) -> (String, u64) {
 }
 
 /// Messages a control-only connection may send: none of them starts work.
+/// Whether two tokens are equal, in time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 fn is_control(msg: &Body) -> bool {
     matches!(
         msg,
@@ -122,6 +127,7 @@ pub(crate) async fn handle(
     ticket: Ticket,
     control_only: bool,
     mut shutdown: watch::Receiver<bool>,
+    token: Arc<str>,
 ) {
     let (rd, mut wr) = stream.into_split();
     let mut frames = Frames::new(rd, Duration::from_secs(FRAME_SECS));
@@ -149,6 +155,7 @@ pub(crate) async fn handle(
     };
     let ticket = Arc::new(ticket);
     let mut turns = tokio::task::JoinSet::new();
+    let mut owner = false;
     loop {
         // Nothing running: the wait for the next frame is bounded.
         let idle = !ticket.is_busy() && turns.is_empty();
@@ -174,6 +181,23 @@ pub(crate) async fn handle(
             }
         };
         let id = envelope.id;
+        // The first frame is the token from the state directory, or nothing is done.
+        if !owner {
+            match &envelope.msg {
+                Body::Hello { token: given } if same(given.as_bytes(), token.as_bytes()) => {
+                    owner = true;
+                    continue;
+                }
+                _ => {
+                    let why = "this connection did not begin with the daemon's token (bx.sock.token in the state directory); only bx may use the socket";
+                    out.send(
+                        id,
+                        error(ErrorCode::NotOwner, why.into(), "docs/runbook.md#not-owner"),
+                    );
+                    break;
+                }
+            }
+        }
         if control_only && !is_control(&envelope.msg) {
             let why = format!(
                 "the daemon is serving its {} connections, all busy; this one may only answer approvals, cancel and list",

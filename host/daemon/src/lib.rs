@@ -203,7 +203,16 @@ pub async fn serve(state: StateDir) -> anyhow::Result<()> {
     // Whole or not at all: `bx doctor` may read it while it is written.
     bx_state::write_atomically(&status_file, format!("{status:#}\n").as_bytes())?;
 
+    // No process of the same user reads the daemon's memory, environment or descriptors
+    // through /proc (an upstream it starts, confined from bx's files, among them).
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        eprintln!("bx serve: could not make the daemon undumpable: {e}");
+    }
     let socket = state.socket();
+    // Made before the socket is bound, so a client that reaches it can read it.
+    let token: Arc<str> = state.new_socket_token()?.into();
     // We hold the lock, so a socket file left here is from a daemon that died.
     let _ = std::fs::remove_file(&socket);
     let listener =
@@ -239,7 +248,8 @@ pub async fn serve(state: StateDir) -> anyhow::Result<()> {
             }
         };
         let (agent, shutdown) = (Arc::clone(&agent), shutdown_rx.clone());
-        tasks.spawn(conn::handle(agent, stream, ticket, control_only, shutdown));
+        let token = Arc::clone(&token);
+        tasks.spawn(conn::handle(agent, stream, ticket, control_only, shutdown, token));
         // Reap finished connections so the set does not grow with every client.
         while tasks.try_join_next().is_some() {}
     }

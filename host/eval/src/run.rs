@@ -259,8 +259,10 @@ struct OwnerLine {
 
 impl OwnerLine {
     fn connect(state: &Path) -> anyhow::Result<OwnerLine> {
-        let stream = UnixStream::connect(StateDir::at(state).socket())?;
+        let dir = StateDir::at(state);
+        let mut stream = UnixStream::connect(dir.socket())?;
         stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        stream.write_all(&bx_protocol::hello(&dir.read_socket_token().unwrap_or_default())?)?;
         Ok(OwnerLine { stream, next: 1 })
     }
 

@@ -70,6 +70,29 @@ const OCI: &[&[u8]] = &[
     b"\\u0000",
 ];
 
+const MANIFEST: &[&[u8]] = &[
+    b"[reach]\n",
+    b"[functions.read-file]\n",
+    b"read = [\"path\"]\n",
+    b"hosts = [\"api.weather.gov:443\"]\n",
+    b"permissions:\n",
+    b"  storage:\n",
+    b"    allow:\n",
+    b"      - uri: fs:///srv/**\n",
+    b"        access: [read, write]\n",
+    b"  network:\n",
+    b"      - host: example.com\n",
+    b"      - cidr: 10.0.0.0/8\n",
+    b"&a ",
+    b"*a",
+    b"!!binary ",
+    b"- ",
+    b": ",
+];
+
+const SCOPE: &[&[u8]] =
+    &[b"path", b"path=", b"/home/owner", b"/..", b"args", b"host", b"call", b"\n", b" ", b"\x00"];
+
 const TOML: &[&[u8]] = &[
     b"[[grant]]\n",
     b"[[deny]]\n",
@@ -290,6 +313,73 @@ const NOTE_VERIFIER: &str = include_str!("../../../fixtures/anchor/verifier.pub"
 
 /// Every target.
 pub const TARGETS: &[Target] = &[
+    Target {
+        name: "manifest",
+        seeds: &[("manifests", ".toml"), ("manifests", ".yaml")],
+        dictionary: MANIFEST,
+        // Both forms of a component's manifest, as `bx tool install --manifest` reads
+        // them: the same bytes as bx's TOML and as Wassette's policy.yaml.
+        run: |bytes, scratch| {
+            for name in ["m.toml", "m.yaml"] {
+                let path = scratch.path().join(name);
+                if std::fs::write(&path, bytes).is_ok() {
+                    let _ = bx_store::Manifest::read(&path);
+                }
+            }
+        },
+    },
+    Target {
+        name: "upstream_manifest",
+        seeds: &[("gateway", ".toml")],
+        dictionary: TOML,
+        // An upstream's manifest, and each label in it through the broker's parser.
+        run: |bytes, _| {
+            if let Ok(text) = std::str::from_utf8(bytes)
+                && let Ok(m) = bx_gateway::UpstreamManifest::parse(Path::new("m.toml"), text)
+            {
+                for labels in m.tools.values() {
+                    let _ = bx_broker::parse_label(&labels.result);
+                    let _ = labels.sink.as_deref().map(bx_broker::parse_label);
+                }
+            }
+        },
+    },
+    Target {
+        name: "upstream",
+        seeds: &[("gateway/answers", ".json")],
+        dictionary: JSON,
+        // What bx takes of an upstream's answers: `initialize` (its name line),
+        // `tools/list` (each tool checked and pinned) and a call's result (its text).
+        run: |bytes, _| {
+            if let Ok(list) = serde_json::from_slice::<rmcp::model::ListToolsResult>(bytes) {
+                let (listed, _) = bx_gateway::take_tools(list.tools);
+                for tool in &listed {
+                    let pin = tool.pin();
+                    assert!(pin.description.len() <= bx_gateway::MAX_DESCRIPTION_BYTES);
+                }
+            }
+            if let Ok(info) = serde_json::from_slice::<rmcp::model::ServerPeerInfo>(bytes) {
+                assert!(bx_gateway::server_line(&info).len() <= 204);
+            }
+            if let Ok(result) = serde_json::from_slice::<rmcp::model::CallToolResult>(bytes) {
+                let _ = bx_gateway::result_text(&result);
+            }
+        },
+    },
+    Target {
+        name: "scope",
+        seeds: &[("scopes", ".txt")],
+        dictionary: SCOPE,
+        // A scope as the owner types it, each line: what parses prints back as itself.
+        run: |bytes, _| {
+            for line in String::from_utf8_lossy(bytes).lines() {
+                if let Ok(kind) = bx_broker::ScopeKind::parse(line) {
+                    let again = bx_broker::ScopeKind::parse(&kind.to_string());
+                    assert_eq!(again.ok(), Some(kind), "{line:?}");
+                }
+            }
+        },
+    },
     Target {
         name: "policy",
         seeds: &[("policy", ".toml")],
@@ -668,6 +758,25 @@ mod tests {
         let files = bx_state::Sessions::open(&scratch.path().join("sessions")).unwrap();
         let ledger = bx_agent::Ledger::open(files, &audit).unwrap();
         assert_eq!(*ledger.replayed(), bx_agent::Replayed::After { seq: 7, records: 3 });
+        for (path, _) in seeds(target("manifest").unwrap(), &dir).unwrap() {
+            assert!(bx_store::Manifest::read(&path).is_ok(), "{}", path.display());
+        }
+        for (path, bytes) in seeds(target("upstream_manifest").unwrap(), &dir).unwrap() {
+            let text = String::from_utf8(bytes).unwrap();
+            let m = bx_gateway::UpstreamManifest::parse(&path, &text).unwrap();
+            assert!(!m.tools.is_empty(), "{}", path.display());
+        }
+        let list = std::fs::read(dir.join("gateway/answers/tools-list.json")).unwrap();
+        let list: rmcp::model::ListToolsResult = serde_json::from_slice(&list).unwrap();
+        let (tools, problems) = bx_gateway::take_tools(list.tools);
+        assert_eq!((tools.len(), problems.len()), (4, 0));
+        let call = std::fs::read(dir.join("gateway/answers/call-result.json")).unwrap();
+        let call: rmcp::model::CallToolResult = serde_json::from_slice(&call).unwrap();
+        assert!(bx_gateway::result_text(&call).contains("Broken link"));
+        for (path, bytes) in seeds(target("scope").unwrap(), &dir).unwrap() {
+            let text = String::from_utf8(bytes).unwrap();
+            assert!(bx_broker::ScopeKind::parse(text.trim()).is_ok(), "{}", path.display());
+        }
     }
 
     /// The mutator reaches the sizes and depths that found bugs before.

@@ -230,10 +230,7 @@ impl Connection {
 
     /// The server's name and version as it gave them (bounded; not trusted).
     pub fn server(&self) -> String {
-        let Some(info) = self.service.peer_info() else { return String::new() };
-        info.server_info
-            .as_ref()
-            .map_or_else(String::new, |i| cut_shown(&format!("{} {}", i.name, i.version), 200))
+        self.service.peer_info().map_or_else(String::new, |info| server_line(&info))
     }
 
     /// Every tool it lists (all pages, by the list deadline), each checked: a name
@@ -262,46 +259,7 @@ impl Connection {
             Ok(Err(why)) => return Err(failed(&self.name, "tools/list", &why)),
             Ok(Ok(tools)) => tools,
         };
-        let mut listed = Vec::new();
-        let mut problems = Vec::new();
-        for tool in tools {
-            let shown = cut_shown(&tool.name, 80);
-            if !valid_tool_name(&tool.name) {
-                problems.push(format!("a tool named {shown:?}: not a name bx takes"));
-                continue;
-            }
-            let schema = Value::Object((*tool.input_schema).clone());
-            if schema.to_string().len() > MAX_SCHEMA_BYTES {
-                problems
-                    .push(format!("{shown}: its input schema is over {MAX_SCHEMA_BYTES} bytes"));
-                continue;
-            }
-            if let Some(at) = remote_ref(&schema) {
-                problems.push(format!(
-                    "{shown}: its input schema refers outside itself ({}); only \"#...\" is taken",
-                    cut_shown(&at, 120)
-                ));
-                continue;
-            }
-            listed.push(ListedTool {
-                name: tool.name.to_string(),
-                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
-                schema,
-            });
-        }
-        // A name listed twice is left out whole: which copy the server means is its own
-        // to say, and either may be the one the owner did not see.
-        let mut twice: Vec<String> = Vec::new();
-        for (i, t) in listed.iter().enumerate() {
-            if listed[..i].iter().any(|u| u.name == t.name) && !twice.contains(&t.name) {
-                twice.push(t.name.clone());
-            }
-        }
-        for name in &twice {
-            problems.push(format!("{}: listed twice", cut_shown(name, 80)));
-        }
-        listed.retain(|t| !twice.contains(&t.name));
-        Ok((listed, problems))
+        Ok(take_tools(tools))
     }
 
     /// Calls `tool` with `args`, by the call deadline; the result is bounded.
@@ -318,22 +276,7 @@ impl Connection {
                 Ok(Err(e)) => return Err(failed(&self.name, &step, &e.to_string())),
                 Ok(Ok(result)) => result,
             };
-        // The content blocks, as the server means them to be read; its structured content
-        // only where it gave no block.
-        let text = match &result.structured_content {
-            Some(value) if result.content.is_empty() => value.to_string(),
-            _ => {
-                let parts: Vec<String> = result
-                    .content
-                    .iter()
-                    .map(|block| match block {
-                        ContentBlock::Text(t) => t.text.clone(),
-                        other => format!("[{} content]", kind_of(other)),
-                    })
-                    .collect();
-                parts.join("\n")
-            }
-        };
+        let text = result_text(&result);
         if text.len() > self.limits.max_result_bytes {
             return Err(GatewayError::TooLarge {
                 name: self.name.clone(),
@@ -351,6 +294,79 @@ impl Drop for Connection {
             let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
         }
     }
+}
+
+/// What bx hands on of a call's result: the content blocks, as the server means them to
+/// be read (a block that is not text named by its kind); its structured content only
+/// where it gave no block.
+pub fn result_text(result: &rmcp::model::CallToolResult) -> String {
+    match &result.structured_content {
+        Some(value) if result.content.is_empty() => value.to_string(),
+        _ => {
+            let parts: Vec<String> = result
+                .content
+                .iter()
+                .map(|block| match block {
+                    ContentBlock::Text(t) => t.text.clone(),
+                    other => format!("[{} content]", kind_of(other)),
+                })
+                .collect();
+            parts.join("\n")
+        }
+    }
+}
+
+/// The server's name and version as its `initialize` answer gives them, bounded and with
+/// control characters replaced (shown, never trusted).
+pub fn server_line(info: &rmcp::model::ServerPeerInfo) -> String {
+    info.server_info
+        .as_ref()
+        .map_or_else(String::new, |i| cut_shown(&format!("{} {}", i.name, i.version), 200))
+}
+
+/// The tools of a `tools/list` answer as bx takes them: a name outside the MCP spec's set,
+/// a schema over its bound or that refers outside itself, and a name listed twice (both
+/// copies) are left out and named in the second list.
+pub fn take_tools(tools: Vec<rmcp::model::Tool>) -> (Vec<ListedTool>, Vec<String>) {
+    let mut listed = Vec::new();
+    let mut problems = Vec::new();
+    for tool in tools {
+        let shown = cut_shown(&tool.name, 80);
+        if !valid_tool_name(&tool.name) {
+            problems.push(format!("a tool named {shown:?}: not a name bx takes"));
+            continue;
+        }
+        let schema = Value::Object((*tool.input_schema).clone());
+        if schema.to_string().len() > MAX_SCHEMA_BYTES {
+            problems.push(format!("{shown}: its input schema is over {MAX_SCHEMA_BYTES} bytes"));
+            continue;
+        }
+        if let Some(at) = remote_ref(&schema) {
+            problems.push(format!(
+                "{shown}: its input schema refers outside itself ({}); only \"#...\" is taken",
+                cut_shown(&at, 120)
+            ));
+            continue;
+        }
+        listed.push(ListedTool {
+            name: tool.name.to_string(),
+            description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+            schema,
+        });
+    }
+    // A name listed twice is left out whole: which copy the server means is its own
+    // to say, and either may be the one the owner did not see.
+    let mut twice: Vec<String> = Vec::new();
+    for (i, t) in listed.iter().enumerate() {
+        if listed[..i].iter().any(|u| u.name == t.name) && !twice.contains(&t.name) {
+            twice.push(t.name.clone());
+        }
+    }
+    for name in &twice {
+        problems.push(format!("{}: listed twice", cut_shown(name, 80)));
+    }
+    listed.retain(|t| !twice.contains(&t.name));
+    (listed, problems)
 }
 
 /// The first `$ref` in `schema` that points outside it (anything but `#…`): a schema that

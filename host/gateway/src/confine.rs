@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access as _, AccessFs, BitFlags, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _,
-    RulesetStatus, path_beneath_rules,
+    RulesetStatus, Scope, path_beneath_rules,
 };
 
 use crate::error::GatewayError;
@@ -125,8 +125,11 @@ pub fn confine_self(
     // The owner's directories lose bx's own files under them too.
     let mut writes = all_but(&[shared, writable.to_vec()].concat(), hidden);
     writes.push(home.to_path_buf());
+    // And (Linux 6.12 on) no signal to a process outside its domain (the daemon, another
+    // upstream) and no abstract unix socket made outside it; older kernels skip these.
     let status = Ruleset::default()
         .handle_access(all)
+        .and_then(|r| r.scope(Scope::Signal | Scope::AbstractUnixSocket))
         .and_then(|r| r.create())
         .and_then(|r| r.add_rules(path_beneath_rules(&readable, read)))
         .and_then(|r| r.add_rules(path_beneath_rules(&writes, read)))

@@ -15,7 +15,7 @@ mod http;
 mod pool;
 mod upstream;
 
-pub use client::{CallOutput, Connection, Limits};
+pub use client::{CallOutput, Connection, Limits, result_text, server_line, take_tools};
 pub use confine::{Confine, all_but, confine_self};
 pub use error::GatewayError;
 pub use http::check_url;

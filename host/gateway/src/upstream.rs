@@ -177,8 +177,10 @@ pub fn secrets_named(template: &str) -> Vec<String> {
 
 /// Where the guard of digest `digest` is kept, under `upstreams/` in the state directory.
 pub fn guard_file(upstreams_dir: &Path, digest: &str) -> std::path::PathBuf {
+    // `.guards`: no upstream's own directory can have that name (names start with a
+    // letter), so no upstream writes there.
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-    upstreams_dir.join("guards").join(format!("{hex}.wasm"))
+    upstreams_dir.join(".guards").join(format!("{hex}.wasm"))
 }
 
 /// What an upstream's manifest says of one tool (docs/gateway.md#labels): the labels as

@@ -59,6 +59,15 @@ impl From<std::io::Error> for FrameError {
     }
 }
 
+/// The first frame of a connection to the daemon: [`crate::Body::Hello`] with `token`.
+pub fn hello(token: &str) -> Result<Vec<u8>, FrameError> {
+    encode(&Envelope {
+        v: crate::VERSION,
+        id: 0,
+        msg: crate::Body::Hello { token: token.to_owned() },
+    })
+}
+
 /// Encodes one envelope as a frame.
 pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, FrameError> {
     let mut out = vec![0; HEAD_BYTES];

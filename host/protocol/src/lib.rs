@@ -18,7 +18,7 @@ mod message;
 
 #[cfg(feature = "codec")]
 pub use codec::FrameCodec;
-pub use frame::{FrameError, MAX_FRAME_BYTES, decode, encode, read_frame};
+pub use frame::{FrameError, MAX_FRAME_BYTES, decode, encode, hello, read_frame};
 pub use message::{
     Answer, ApprovalSummary, Body, Envelope, ErrorCode, Overlay, RunOutcome, SessionSummary,
     ToolSummary, TurnUsage, VERSION,

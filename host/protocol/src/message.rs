@@ -79,6 +79,10 @@ pub enum ErrorCode {
     BadWorkspace,
     /// The request was malformed.
     BadRequest,
+    /// The connection did not begin with the daemon's token: only a process that reads
+    /// bx's state directory may use the socket (an upstream MCP server, confined away
+    /// from it, may not).
+    NotOwner,
     /// An approval of a block shown in part came without the seal at the end of its
     /// rest: the owner was not shown all of the call, and it still waits.
     ApprovalUnseen,
@@ -205,6 +209,13 @@ pub struct TurnUsage {
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Body {
     // Client to daemon.
+    /// The first frame of every connection: the daemon's token, read from the state
+    /// directory (`bx.sock.token`). Nothing is answered; a wrong or missing token ends
+    /// the connection with `not_owner`.
+    Hello {
+        /// The token.
+        token: String,
+    },
     /// Send the owner's message to a session (starts a turn).
     Send {
         /// The session.
@@ -493,6 +504,7 @@ fn is_zero(n: &u64) -> bool {
 impl Body {
     /// Every type name, in declaration order. The fixture test checks each has a fixture.
     pub const TYPES: &'static [&'static str] = &[
+        "hello",
         "send",
         "cancel",
         "answer_approval",
@@ -531,6 +543,7 @@ impl Body {
     /// compile until it is named here (and then the fixture test asks for its fixture).
     pub fn type_name(&self) -> &'static str {
         match self {
+            Body::Hello { .. } => "hello",
             Body::Send { .. } => "send",
             Body::Cancel { .. } => "cancel",
             Body::AnswerApproval { .. } => "answer_approval",

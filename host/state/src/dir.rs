@@ -137,6 +137,48 @@ impl StateDir {
         self.root.join("bx.sock")
     }
 
+    /// `bx.sock.token`: the secret every connection to the socket begins with (0600,
+    /// made anew by each daemon). What can read the state directory may use the socket;
+    /// an upstream MCP server, confined away from it, cannot, though it can reach the
+    /// socket itself (Landlock does not govern connecting to one).
+    pub fn socket_token(&self) -> PathBuf {
+        self.root.join("bx.sock.token")
+    }
+
+    /// Makes the daemon's token anew: 32 random bytes, hex, in `bx.sock.token` (0600 from
+    /// its first byte, replaced whole).
+    pub fn new_socket_token(&self) -> Result<String, StateError> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            StateError::io(&self.socket_token(), std::io::Error::other(e.to_string()))
+        })?;
+        let token = hex::encode(bytes);
+        let path = self.socket_token();
+        let temp = self.root.join(".bx.sock.token.new");
+        let _ = std::fs::remove_file(&temp);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| StateError::io(&temp, e))?;
+        file.write_all(token.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| StateError::io(&temp, e))?;
+        std::fs::rename(&temp, &path).map_err(|e| StateError::io(&path, e))?;
+        Ok(token)
+    }
+
+    /// The daemon's token, as a client sends it; `None` when there is no readable one.
+    pub fn read_socket_token(&self) -> Option<String> {
+        let text = std::fs::read_to_string(self.socket_token()).ok()?;
+        let token = text.trim();
+        (token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| token.to_owned())
+    }
+
     /// `daemon.json`: what the daemon tells `bx doctor` about itself.
     pub fn status_file(&self) -> PathBuf {
         self.root.join("daemon.json")

@@ -357,6 +357,7 @@ impl Chat<'_> {
                         | ErrorCode::BadWorkspace
                         | ErrorCode::BadRequest
                         | ErrorCode::ApprovalUnseen
+                        | ErrorCode::NotOwner
                         | ErrorCode::Internal => EXIT_ERROR,
                     });
                 }
@@ -512,6 +513,7 @@ fn next_step(code: ErrorCode) -> &'static str {
         ErrorCode::SessionDamaged | ErrorCode::CoreUnreadable => {
             "\n    next: fix or move the file named, or talk in another --session"
         }
+        ErrorCode::NotOwner => "\n    next: run bx as the user whose state directory this is",
         ErrorCode::BadRequest | ErrorCode::ApprovalUnseen | ErrorCode::Internal => "",
     }
 }

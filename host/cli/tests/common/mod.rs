@@ -272,3 +272,13 @@ pub fn next_of(rx: &mpsc::Receiver<Value>, t: &str, seen: &mut Vec<Value>) -> Va
         }
     }
 }
+
+/// A connection to the running daemon's socket that has said its token, as every bx
+/// client does first.
+pub fn daemon_socket(state: &Path) -> std::os::unix::net::UnixStream {
+    use std::io::Write as _;
+    let mut stream = std::os::unix::net::UnixStream::connect(state.join("bx.sock")).unwrap();
+    let token = std::fs::read_to_string(state.join("bx.sock.token")).unwrap();
+    stream.write_all(&bx_protocol::hello(token.trim()).unwrap()).unwrap();
+    stream
+}

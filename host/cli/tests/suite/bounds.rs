@@ -252,7 +252,7 @@ fn stalled_connections_do_not_lock_the_owner_out() {
     // Sixteen idle connections and sixteen that stall halfway through a frame.
     let mut held = Vec::new();
     for i in 0..32 {
-        let mut c = std::os::unix::net::UnixStream::connect(st.join("bx.sock")).unwrap();
+        let mut c = daemon_socket(st);
         if i % 2 == 1 {
             c.write_all(&[0, 0, 1]).unwrap();
         }
@@ -290,7 +290,7 @@ fn a_bad_frame_gets_the_codecs_error_and_ends_the_connection() {
         ),
     ];
     for (bytes, close_write, want) in cases {
-        let mut c = std::os::unix::net::UnixStream::connect(st.join("bx.sock")).unwrap();
+        let mut c = daemon_socket(st);
         c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
         c.write_all(&bytes).unwrap();
         if close_write {
@@ -312,7 +312,7 @@ fn a_bad_frame_gets_the_codecs_error_and_ends_the_connection() {
     // A whole frame whose message type is 1 MB long: serde's error quotes it, and the
     // reply is bounded all the same (it was 1.8 MB, found by a probe).
     let long = format!(r#"{{"v":1,"id":1,"msg":{{"type":"{}"}}}}"#, "x".repeat(1 << 20));
-    let mut c = std::os::unix::net::UnixStream::connect(st.join("bx.sock")).unwrap();
+    let mut c = daemon_socket(st);
     c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
     c.write_all(&(long.len() as u32).to_be_bytes()).unwrap();
     c.write_all(long.as_bytes()).unwrap();
@@ -345,7 +345,7 @@ fn a_client_that_never_reads_is_dropped_at_the_reply_bound() {
     let daemon = Daemon::start(st);
     let pid = daemon.pid();
     let before = rss_kib(pid);
-    let mut c = std::os::unix::net::UnixStream::connect(st.join("bx.sock")).unwrap();
+    let mut c = daemon_socket(st);
     c.set_write_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
     let frame = bx_protocol::encode(&bx_protocol::Envelope {
         v: bx_protocol::VERSION,

@@ -177,7 +177,7 @@ fn after_an_untrusted_read_a_write_asks_and_a_second_client_answers_it() {
     assert!(r.stdout.contains("public/untrusted"), "{}", r.stdout);
     // A client asking the daemon what the session's calls may reach sees the taint and
     // every rule.
-    let mut socket = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+    let mut socket = daemon_socket(s);
     let ask = bx_protocol::Envelope {
         v: bx_protocol::VERSION,
         id: 9,

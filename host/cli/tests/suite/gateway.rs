@@ -462,7 +462,8 @@ fn an_upstream_reaches_nothing_of_bxs_own() {
         r.stdout
     };
     let before = std::fs::read(s.join("tools/installed.json")).unwrap();
-    for own in ["tools/installed.json", "policy.toml", "config.toml", "audit"] {
+    std::fs::write(s.join("bx.sock.token"), "0".repeat(64)).unwrap();
+    for own in ["tools/installed.json", "policy.toml", "config.toml", "bx.sock.token", "audit"] {
         let path = s.join(own);
         if own != "audit" {
             std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
@@ -671,6 +672,9 @@ fn an_upstream_over_http_is_pinned_called_and_held_to_its_labels() {
     assert!(r.code != 0 && r.stderr.contains("not a public address"), "{}", r.stderr);
     let r = bx(s, &["mcp", "add", "code", "--url", "http://example.com/mcp"]);
     assert!(r.code != 0 && r.stderr.contains("plain http is only for loopback"), "{}", r.stderr);
+    let r =
+        bx(s, &["mcp", "add", "code", "--url", &host.url, "--secret-header", "Host=x{secret:a}"]);
+    assert!(r.code != 0 && r.stderr.contains("a header bx or its client sets"), "{}", r.stderr);
     let r = bx(s, &["mcp", "add", "code", "--manifest", m, "--url", &host.url, "--allow-private"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("code.post_comment"), "{}", r.stdout);

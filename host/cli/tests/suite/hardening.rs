@@ -267,8 +267,26 @@ fn a_block_shown_in_part_is_approved_only_after_its_rest() {
     let block = items[0]["block"].as_str().unwrap();
     assert!(block.contains("shows the call in part"), "{block}");
     assert!(!block.contains("the text that matters"), "{block}");
+    // Over the socket without the daemon's token (an upstream reaches the socket, not
+    // the state directory it lies in): nothing is answered but not_owner, and the call
+    // still waits. With a wrong token, the same.
+    for first in [None, Some("0".repeat(64))] {
+        let mut stranger = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+        stranger.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        if let Some(token) = &first {
+            stranger.write_all(&bx_protocol::hello(token).unwrap()).unwrap();
+        }
+        let answer = Answer::Approve { scope: None, seen: None };
+        let msg = Body::AnswerApproval { approval: id.clone(), answer };
+        stranger.write_all(&encode(&Envelope { v: 1, id: 1, msg }).unwrap()).unwrap();
+        let reply = read_frame(&mut stranger).unwrap().unwrap();
+        let Body::Error { code, runbook, .. } = reply.msg else { panic!("{:?}", reply.msg) };
+        assert_eq!((code, runbook.as_str()), (ErrorCode::NotOwner, "docs/runbook.md#not-owner"));
+        assert!(read_frame(&mut stranger).unwrap().is_none(), "the connection was not closed");
+    }
+    assert_eq!(wait_for_approvals(s, 1).len(), 1);
     // A bare approval over the socket: refused as unseen, and the call still waits.
-    let mut sock = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+    let mut sock = daemon_socket(s);
     sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let answer = Answer::Approve { scope: None, seen: Some("wrong1".into()) };
     let msg = Body::AnswerApproval { approval: id.clone(), answer };
@@ -455,7 +473,7 @@ fn replies_that_repeat_a_client_name_fit_in_a_frame() {
     use bx_protocol::{Answer, Body, Envelope, encode, read_frame};
     let Setup { s, .. } = &setup("", &[]);
     let daemon = Daemon::start(s);
-    let mut sock = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+    let mut sock = daemon_socket(s);
     sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let huge = "z".repeat(3 << 20);
     for (id, msg) in [

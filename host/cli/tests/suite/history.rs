@@ -96,7 +96,7 @@ fn the_next_message_sent_at_turn_done_finds_the_session_free() {
     std::fs::write(s.join("config.toml"), format!("[inference]\nurl = \"{}\"\n", model.url()))
         .unwrap();
     let _daemon = Daemon::start(s);
-    let mut stream = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+    let mut stream = daemon_socket(s);
     stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
     let mut busy = 0;
     for id in 1..=300 {

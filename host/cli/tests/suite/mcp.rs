@@ -501,7 +501,7 @@ fn a_quiet_run_tool_hears_only_its_outcome() {
     use std::io::Write as _;
     let Setup { s, ws, .. } = &setup("", &["fs_read"]);
     let daemon = Daemon::start(s);
-    let mut stream = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
+    let mut stream = daemon_socket(s);
     stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
     let mut heard = |id: u64, quiet: bool| -> Vec<&'static str> {
         let msg = Body::RunTool {

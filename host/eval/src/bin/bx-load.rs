@@ -172,8 +172,10 @@ struct Client {
 
 impl Client {
     fn connect(state: &Path) -> anyhow::Result<Client> {
-        let stream = UnixStream::connect(bx_state::StateDir::at(state).socket())?;
+        let dir = bx_state::StateDir::at(state);
+        let mut stream = UnixStream::connect(dir.socket())?;
         stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+        stream.write_all(&bx_protocol::hello(&dir.read_socket_token().unwrap_or_default())?)?;
         Ok(Client { stream, next: 1 })
     }
 

@@ -173,7 +173,9 @@ impl Daemon {
                     .context("the bx daemon started but does not answer")?
             }
         };
-        let (read, write) = stream.into_split();
+        let (read, mut write) = stream.into_split();
+        let token = self.state.read_socket_token().unwrap_or_default();
+        write.write_all(&bx_protocol::hello(&token)?).await.context("writing to the daemon")?;
         let link = Arc::new(Link {
             write: tokio::sync::Mutex::new(write),
             waiting: Mutex::new(HashMap::new()),

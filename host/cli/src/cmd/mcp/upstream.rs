@@ -91,13 +91,19 @@ fn listed(
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async {
+    let listed = runtime.block_on(async {
         let secrets = bx_gateway::store_secrets(state.secrets());
         let connection =
             Connection::start(name, upstream, &home, &log, Limits::default(), &confine, &secrets)
                 .await?;
         let (tools, problems) = connection.list().await?;
         anyhow::Ok((connection.server(), tools, problems))
+    });
+    // What a server said when it failed can echo a secret bound to it (a header): the
+    // leak guard redacts it before the terminal, as in a call's result.
+    listed.map_err(|e| {
+        let guard = bx_agent::SecretSource::new(state.secrets());
+        anyhow::anyhow!("{}", guard.redact_text(&format!("{e:#}")))
     })
 }
 
@@ -151,6 +157,27 @@ pub(crate) fn add(state: &StateDir, args: &AddArgs) -> anyhow::Result<u8> {
     };
     let secret_env = pairs("secret-env", &args.secret_env)?;
     let secret_headers = pairs("secret-header", &args.secret_header)?;
+    // Headers that frame the request or carry the MCP session are bx's and the client's.
+    const RESERVED: [&str; 11] = [
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "upgrade",
+        "te",
+        "trailer",
+        "accept",
+        "mcp-session-id",
+        "mcp-protocol-version",
+    ];
+    for header in secret_headers.keys() {
+        anyhow::ensure!(
+            !RESERVED.contains(&header.to_ascii_lowercase().as_str()),
+            "--secret-header {}: a header bx or its client sets; bind the secret to another",
+            term::one_line(header)
+        );
+    }
     for secret in secret_env
         .values()
         .cloned()
