@@ -69,6 +69,13 @@ impl ScopeKind {
                         return Err(ScopeError::RelativeDir(dir.to_path_buf()));
                     }
                     let dir = normalize(dir).map_err(ScopeError::BadDir)?;
+                    let unclear = dir.components().any(|c| {
+                        let name = c.as_os_str().to_string_lossy();
+                        name.trim() != name || name.chars().any(char::is_control)
+                    });
+                    if unclear {
+                        return Err(ScopeError::UnclearDir(dir));
+                    }
                     Ok(ScopeKind::Path(Some(dir)))
                 }
                 None => Err(ScopeError::Unknown(bounded(text, 64))),
@@ -107,6 +114,9 @@ pub enum ScopeError {
     RelativeDir(PathBuf),
     /// `path=DIR` whose directory does not normalise.
     BadDir(crate::PathError),
+    /// `path=DIR` with a name that begins or ends with white space, or holds a control
+    /// character: what the owner reads back would not show what it covers.
+    UnclearDir(PathBuf),
     /// Not a scope (what was typed, cut at 64 bytes).
     Unknown(String),
     /// An approving scope, in a session that has read untrusted content.
@@ -159,6 +169,10 @@ impl ScopeError {
                 format!("scope path={}: the directory must be an absolute path", dir.display())
             }
             ScopeError::BadDir(e) => format!("scope path=: {e}"),
+            ScopeError::UnclearDir(dir) => format!(
+                "scope path={:?}: a name in it begins or ends with white space or holds a control character",
+                dir.display().to_string()
+            ),
             ScopeError::Unknown(text) => {
                 format!("unknown scope {text:?}: use call, args, path, path=/dir or host")
             }

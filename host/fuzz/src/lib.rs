@@ -315,7 +315,11 @@ const NOTE_VERIFIER: &str = include_str!("../../../fixtures/anchor/verifier.pub"
 pub const TARGETS: &[Target] = &[
     Target {
         name: "manifest",
-        seeds: &[("manifests", ".toml"), ("manifests", ".yaml")],
+        seeds: &[
+            ("manifests", ".toml"),
+            ("manifests", ".yaml"),
+            ("manifests/regressions", ".yaml"),
+        ],
         dictionary: MANIFEST,
         // Both forms of a component's manifest, as `bx tool install --manifest` reads
         // them: the same bytes as bx's TOML and as Wassette's policy.yaml.
@@ -368,7 +372,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "scope",
-        seeds: &[("scopes", ".txt")],
+        seeds: &[("scopes", ".txt"), ("scopes/regressions", ".txt")],
         dictionary: SCOPE,
         // A scope as the owner types it, each line: what parses prints back as itself.
         run: |bytes, _| {
@@ -759,7 +763,9 @@ mod tests {
         let ledger = bx_agent::Ledger::open(files, &audit).unwrap();
         assert_eq!(*ledger.replayed(), bx_agent::Replayed::After { seq: 7, records: 3 });
         for (path, _) in seeds(target("manifest").unwrap(), &dir).unwrap() {
-            assert!(bx_store::Manifest::read(&path).is_ok(), "{}", path.display());
+            // (A regression seed is the input that found a bug: refused now, quickly.)
+            let regression = path.parent().is_some_and(|p| p.ends_with("regressions"));
+            assert_eq!(bx_store::Manifest::read(&path).is_ok(), !regression, "{}", path.display());
         }
         for (path, bytes) in seeds(target("upstream_manifest").unwrap(), &dir).unwrap() {
             let text = String::from_utf8(bytes).unwrap();
@@ -774,8 +780,10 @@ mod tests {
         let call: rmcp::model::CallToolResult = serde_json::from_slice(&call).unwrap();
         assert!(bx_gateway::result_text(&call).contains("Broken link"));
         for (path, bytes) in seeds(target("scope").unwrap(), &dir).unwrap() {
-            let text = String::from_utf8(bytes).unwrap();
-            assert!(bx_broker::ScopeKind::parse(text.trim()).is_ok(), "{}", path.display());
+            let text = String::from_utf8_lossy(&bytes);
+            let regression = path.parent().is_some_and(|p| p.ends_with("regressions"));
+            let parsed = bx_broker::ScopeKind::parse(text.trim()).is_ok();
+            assert_eq!(parsed, !regression, "{}", path.display());
         }
     }
 

@@ -92,7 +92,12 @@ fn run() -> anyhow::Result<bool> {
                 Some(("slow", format!("{} ms on one input", took.as_millis())))
             }
             Outcome::Fine(took) => {
-                slowest = slowest.max(took);
+                // The slowest input so far is kept (`slowest`), to look into one that
+                // nears the bound before it crosses it.
+                if took > slowest {
+                    slowest = took;
+                    std::fs::write(out.join("slowest"), &input)?;
+                }
                 None
             }
             Outcome::Panicked(why) => Some(("crash", format!("panicked: {why}"))),

@@ -350,6 +350,15 @@ pub enum ManifestError {
     /// Wassette's YAML form does not parse.
     #[error("{0}")]
     Yaml(yaml_serde::Error),
+    /// Brackets or braces nested deeper than a manifest needs (the YAML parser's time
+    /// grows with the square of an unclosed nesting).
+    #[error("brackets or braces nested more than {max} deep, at byte {at}; a manifest needs a few")]
+    TooDeep {
+        /// The bound.
+        max: usize,
+        /// Where it was passed.
+        at: usize,
+    },
     /// Neither form by its name.
     #[error("a manifest is bx's TOML (.toml) or Wassette's policy (.yaml, .yml)")]
     UnknownForm,
