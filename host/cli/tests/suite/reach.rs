@@ -92,7 +92,8 @@ fn attacks(h: &Home) -> Vec<(&'static str, serde_json::Value)> {
 }
 
 /// What must not change: every file bx keeps, except the audit log and the session
-/// state and usage the calls legitimately add to.
+/// state and usage the calls legitimately add to, and what a daemon's start writes (its
+/// status, lock and socket token).
 fn own_files(h: &Home) -> BTreeMap<String, String> {
     snapshot(&h.state)
         .into_iter()
@@ -103,6 +104,7 @@ fn own_files(h: &Home) -> BTreeMap<String, String> {
                 || k.ends_with(".log")
                 || k.starts_with("usage")
                 || k.starts_with("daemon.json")
+                || k.starts_with("bx.sock.token")
                 || k.starts_with("serve.lock");
             !changes_legitimately
         })

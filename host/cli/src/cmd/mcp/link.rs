@@ -278,6 +278,9 @@ mod tests {
         std::thread::spawn(move || {
             use std::io::Write as _;
             let (mut conn, _) = listener.accept().unwrap();
+            // Every connection says the token first (none here: no daemon wrote one).
+            let hello = bx_protocol::read_frame(&mut conn).unwrap().unwrap();
+            assert!(matches!(hello.msg, Body::Hello { .. }), "{:?}", hello.msg);
             let ids: Vec<u64> =
                 (0..3).map(|_| bx_protocol::read_frame(&mut conn).unwrap().unwrap().id).collect();
             for id in [ids[1], ids[0]] {
@@ -325,6 +328,8 @@ mod tests {
         let daemon = std::thread::spawn(move || {
             for n in 1..=2 {
                 let (mut conn, _) = listener.accept().unwrap();
+                let hello = bx_protocol::read_frame(&mut conn).unwrap().unwrap();
+                assert!(matches!(hello.msg, Body::Hello { .. }), "{:?}", hello.msg);
                 let id = bx_protocol::read_frame(&mut conn).unwrap().unwrap().id;
                 let msg = Body::Refused { reason: format!("connection {n}") };
                 conn.write_all(&bx_protocol::encode(&Envelope { v: VERSION, id, msg }).unwrap())
