@@ -341,6 +341,12 @@ pub fn take_tools(tools: Vec<rmcp::model::Tool>) -> (Vec<ListedTool>, Vec<String
             problems.push(format!("{shown}: its input schema is over {MAX_SCHEMA_BYTES} bytes"));
             continue;
         }
+        // MCP's input schemas are objects (the arguments are an object's members); a
+        // server that says otherwise has lied about its tool.
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            problems.push(format!("{shown}: its input schema is not of type object"));
+            continue;
+        }
         if let Some(at) = remote_ref(&schema) {
             problems.push(format!(
                 "{shown}: its input schema refers outside itself ({}); only \"#...\" is taken",
@@ -462,6 +468,28 @@ fn keep_log(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tools_that_lie_about_their_schema_or_are_listed_twice_are_left_out() {
+        let tool = |name: &str, schema: Value| {
+            let schema: serde_json::Map<String, Value> = serde_json::from_value(schema).unwrap();
+            rmcp::model::Tool::new(name.to_owned(), "d", std::sync::Arc::new(schema))
+        };
+        let object = serde_json::json!({"type": "object"});
+        let (listed, problems) = take_tools(vec![
+            tool("fine", object.clone()),
+            tool("string", serde_json::json!({"type": "string"})),
+            tool("untyped", serde_json::json!({"properties": {}})),
+            tool("remote", serde_json::json!({"type": "object", "$ref": "file:///etc/passwd"})),
+            tool("twice", object.clone()),
+            tool("twice", serde_json::json!({"type": "object", "properties": {"x": {}}})),
+            tool("bad name!", object),
+        ]);
+        let names: Vec<&str> = listed.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["fine"]);
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("twice: listed twice")), "{problems:?}");
+    }
 
     #[test]
     fn a_schema_that_refers_outside_itself_is_found_wherever_it_does() {

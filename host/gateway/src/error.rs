@@ -106,7 +106,7 @@ pub enum GatewayError {
         why: String,
     },
     /// A secret bound to the upstream could not be read.
-    #[error("upstream {name}: not started: {why}")]
+    #[error("upstream {name}: not started: {why} (see docs/runbook.md#upstream-failed)")]
     Secret {
         /// The upstream.
         name: String,
@@ -134,7 +134,8 @@ impl GatewayError {
             | GatewayError::Failed { .. }
             | GatewayError::TooLarge { .. }
             | GatewayError::Spawn { .. }
-            | GatewayError::Backoff { .. } => Some("docs/runbook.md#upstream-failed"),
+            | GatewayError::Backoff { .. }
+            | GatewayError::Secret { .. } => Some("docs/runbook.md#upstream-failed"),
             GatewayError::Changed { .. } => Some("docs/runbook.md#upstream-changed"),
             GatewayError::Unconfined(_) => Some("docs/runbook.md#upstream-unconfined"),
             _ => None,

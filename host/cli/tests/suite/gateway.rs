@@ -223,7 +223,7 @@ fn toxic_model() -> bx_eval::model::ScriptedModel {
 
 /// Issue 41's toxic flow through `bx chat`: a public issue tells the model to read a
 /// private file and post it publicly. Each call is allowed on its own; the labels the
-/// manifest gives refuse the post, and nothing private reaches the public issue. The
+/// guard gives refuse the post, and nothing private reaches the public issue. The
 /// neighbour: a thank-you comment after reading the same issue is posted.
 #[test]
 fn the_toxic_flow_through_bx_chat_is_refused_at_the_public_post() {
@@ -231,6 +231,14 @@ fn the_toxic_flow_through_bx_chat_is_refused_at_the_public_post() {
     let s = state.path();
     let host = tempfile::tempdir().unwrap();
     with_code_host(s, host.path());
+    // Labelled per item by the fixture's guard, over the manifest: the payroll file is
+    // private, the website's issue public.
+    let (wasm, digest) = guard_wasm();
+    let r = bx(s, &["mcp", "remove", "code"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let guard = ["--guard", wasm.to_str().unwrap(), "--guard-digest", &digest];
+    let r = add(s, "code", &guard, &code_host(host.path()));
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     let model = toxic_model();
     std::fs::write(s.join("config.toml"), format!("[inference]\nurl = \"{}\"\n", model.url()))
         .unwrap();
@@ -264,7 +272,7 @@ fn the_toxic_flow_through_bx_chat_is_refused_at_the_public_post() {
         .filter(|r| r["kind"] == "result")
         .map(|r| r["fields"]["label"].as_str().unwrap())
         .collect();
-    assert_eq!(labels, ["public/untrusted", "private/untrusted"], "{records:?}");
+    assert_eq!(labels, ["public/untrusted", "private/trusted"], "{records:?}");
     // The request of each call names the upstream tool's pin.
     let pin = |tool: &str| {
         let installed: serde_json::Value =
@@ -291,7 +299,7 @@ fn the_toxic_flow_through_bx_chat_is_refused_at_the_public_post() {
     // Listed beside the components, with their labels.
     let r = bx(s, &["tool", "list"]);
     let line = r.stdout.lines().find(|l| l.starts_with("code.post_comment")).unwrap_or_default();
-    assert!(line.contains("mcp") && line.contains("sink public/untrusted"), "{}", r.stdout);
+    assert!(line.contains("mcp") && line.contains("by its guard"), "{}", r.stdout);
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
 
@@ -747,5 +755,47 @@ fn a_secret_bound_to_an_upstream_reaches_its_process_and_nothing_else() {
     let r = add(s, "nosecret", &["--manifest", m, "--secret-env", "TOKEN=missing"], &command);
     assert_ne!(r.code, 0, "{}", r.stdout);
     assert!(r.stderr.contains("secret missing is not in bx's store"), "{}", r.stderr);
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
+
+/// An rmcp client (the official Rust SDK) sees the upstream's tools through `bx mcp` and
+/// calls one; its request and result are on the log.
+#[test]
+fn an_rmcp_client_sees_and_calls_upstream_tools_through_bx_mcp() {
+    use rmcp::ServiceExt as _;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let host = tempfile::tempdir().unwrap();
+    with_code_host(s, host.path());
+    let ws = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (names, text) = rt.block_on(async {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bx"));
+        cmd.arg("--state-dir").arg(s).args(["mcp", "--workspace"]).arg(ws.path());
+        cmd.env_remove("BX_HOME").stderr(std::process::Stdio::null());
+        let child = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+        let client = ().serve(child).await.unwrap();
+        let tools = client.list_tools(None).await.unwrap();
+        let names: Vec<String> = tools.tools.iter().map(|t| t.name.to_string()).collect();
+        let args = serde_json::json!({"repo": "owner/website", "number": 1});
+        let params = rmcp::model::CallToolRequestParams::new("code.get_issue")
+            .with_arguments(args.as_object().unwrap().clone());
+        let result = client.call_tool(params).await.unwrap();
+        let text = bx_gateway::result_text(&result);
+        let _ = client.cancel().await;
+        (names, text)
+    });
+    for tool in ["code.get_issue", "code.read_file", "code.list_repos", "code.post_comment"] {
+        assert!(names.contains(&tool.to_owned()), "{tool}: {names:?}");
+    }
+    assert!(text.contains("Broken link"), "{text}");
+    let records = audit_records(s);
+    for kind in ["request", "decision", "result"] {
+        assert_eq!(records.iter().filter(|r| r["kind"] == kind).count(), 1, "{kind}");
+    }
+    for pid in super::mcp::daemons_of(s) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    }
+    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
