@@ -195,7 +195,7 @@ load: tools
 # Each target for FUZZ_SECS seconds under a 2 GiB address-space limit, so a parser that
 # builds without bound fails (the input it was on is target/fuzz/TARGET/current).
 FUZZ_SECS ?= 600
-FUZZ_TARGETS := policy config wire sse audit checkpoint ledger installed oci transcript mcp_lines manifest upstream_manifest upstream scope
+FUZZ_TARGETS := policy config wire sse audit checkpoint ledger installed oci transcript mcp_lines manifest upstream_manifest upstream scope wit_json
 fuzz:
 	$(CARGO) build --release --locked -p bx-fuzz
 	for t in $(FUZZ_TARGETS); do (ulimit -v 2097152; target/release/bx-fuzz $$t --secs $(FUZZ_SECS)) || exit 1; done

@@ -311,8 +311,41 @@ const LEDGER_LOG: &[u8] = include_bytes!("../../../fixtures/ledger/log.jsonl");
 /// alone).
 const NOTE_VERIFIER: &str = include_str!("../../../fixtures/anchor/verifier.pub");
 
+/// The WIT-to-JSON conversions of the standard test components' functions (built by
+/// `make tools`), made once per process.
+fn wit_conversions() -> &'static [bx_runtime::Conversions] {
+    static MADE: std::sync::OnceLock<Vec<bx_runtime::Conversions>> = std::sync::OnceLock::new();
+    MADE.get_or_init(|| {
+        ["bx_tool_test_wasi_files", "bx_tool_test_wasi_hostile"]
+            .iter()
+            .map(|name| {
+                let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join(format!("../../tools/target/wasm32-wasip2/release/{name}.wasm"));
+                let wasm = std::fs::read(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}; run `make tools`", path.display()));
+                bx_runtime::Conversions::of_component(&wasm)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"))
+            })
+            .collect()
+    })
+}
+
 /// Every target.
 pub const TARGETS: &[Target] = &[
+    Target {
+        name: "wit_json",
+        seeds: &[("wit-json", ".json")],
+        dictionary: JSON,
+        // A call's JSON arguments made into a standard component's WIT values for every
+        // function it exports, and the values back into JSON, as a call's result is.
+        run: |bytes, _| {
+            if let Ok(args) = serde_json::from_slice::<serde_json::Value>(bytes) {
+                for conversions in wit_conversions() {
+                    let _ = conversions.run(&args);
+                }
+            }
+        },
+    },
     Target {
         name: "manifest",
         seeds: &[
@@ -779,6 +812,12 @@ mod tests {
         let call = std::fs::read(dir.join("gateway/answers/call-result.json")).unwrap();
         let call: rmcp::model::CallToolResult = serde_json::from_slice(&call).unwrap();
         assert!(bx_gateway::result_text(&call).contains("Broken link"));
+        // Each arguments seed fits at least one of the test components' functions.
+        for (path, bytes) in seeds(target("wit_json").unwrap(), &dir).unwrap() {
+            let args: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            let fits: usize = wit_conversions().iter().map(|c| c.run(&args)).sum();
+            assert!(fits > 0, "{}", path.display());
+        }
         for (path, bytes) in seeds(target("scope").unwrap(), &dir).unwrap() {
             let text = String::from_utf8_lossy(&bytes);
             let regression = path.parent().is_some_and(|p| p.ends_with("regressions"));

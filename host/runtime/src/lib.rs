@@ -53,6 +53,42 @@ pub fn world_of(wasm: &[u8]) -> Result<WorldCheck, RunError> {
     let (imports, exports) = wit_json::world_of(wasm).map_err(RunError::Invalid)?;
     Ok(WorldCheck { imports, exports })
 }
+/// The WIT-to-JSON conversion of a component's exported functions, for `bx-fuzz`: each
+/// function's parameters made from a JSON arguments object as a call makes them, and the
+/// values made back into JSON as a result is.
+pub struct Conversions(Vec<wit_json::ExportedFn>);
+
+impl Conversions {
+    /// Every exported function of the component `wasm`, read with an engine of its own
+    /// that runs nothing (no instance pool, so no address space is reserved: the fuzzer
+    /// runs under a 2 GiB limit).
+    pub fn of_component(wasm: &[u8]) -> Result<Conversions, RunError> {
+        let engine = wasmtime::Engine::default();
+        let component =
+            Component::new(&engine, wasm).map_err(|e| RunError::Invalid(e.to_string()))?;
+        wit_json::exported_functions(&engine, &component)
+            .map(Conversions)
+            .map_err(|e| RunError::WrongWorld(e.to_string()))
+    }
+
+    /// Converts `args` for every function that has a JSON form; the values that convert
+    /// are rendered back (whole, and a `result`'s arm) as results are. Returns how many
+    /// converted. Errors are expected; only a panic is a finding.
+    pub fn run(&self, args: &serde_json::Value) -> usize {
+        let mut converted = 0;
+        for f in self.0.iter().filter(|f| f.schema.is_ok()) {
+            if let Ok(vals) = wit_json::args_to_vals(args, &f.params) {
+                converted += 1;
+                let _ = wit_json::vals_to_json(&vals);
+                for v in &vals {
+                    let _ = wit_json::split_result(v);
+                }
+            }
+        }
+        converted
+    }
+}
+
 pub use error::{Limit, RunError};
 pub use limits::Limits;
 pub use secrets::{Direction, Encoding, GuardError, Leak, Secrets};

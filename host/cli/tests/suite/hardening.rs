@@ -273,12 +273,16 @@ fn a_block_shown_in_part_is_approved_only_after_its_rest() {
     for first in [None, Some("0".repeat(64))] {
         let mut stranger = std::os::unix::net::UnixStream::connect(s.join("bx.sock")).unwrap();
         stranger.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        if let Some(token) = &first {
-            stranger.write_all(&bx_protocol::hello(token).unwrap()).unwrap();
-        }
+        // Both frames in one write: the daemon closes at the first, and a second write
+        // would race that close.
+        let mut frames = match &first {
+            Some(token) => bx_protocol::hello(token).unwrap(),
+            None => Vec::new(),
+        };
         let answer = Answer::Approve { scope: None, seen: None };
         let msg = Body::AnswerApproval { approval: id.clone(), answer };
-        stranger.write_all(&encode(&Envelope { v: 1, id: 1, msg }).unwrap()).unwrap();
+        frames.extend(encode(&Envelope { v: 1, id: 1, msg }).unwrap());
+        stranger.write_all(&frames).unwrap();
         let reply = read_frame(&mut stranger).unwrap().unwrap();
         let Body::Error { code, runbook, .. } = reply.msg else { panic!("{:?}", reply.msg) };
         assert_eq!((code, runbook.as_str()), (ErrorCode::NotOwner, "docs/runbook.md#not-owner"));
