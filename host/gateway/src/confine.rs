@@ -116,6 +116,7 @@ pub fn confine_self(
     home: &Path,
     writable: &[PathBuf],
 ) -> Result<(), GatewayError> {
+    close_inherited()?;
     let abi = ABI::V5;
     let fail = |why: String| GatewayError::Unconfined(why);
     let read: BitFlags<AccessFs> = AccessFs::from_read(abi);
@@ -143,6 +144,37 @@ pub fn confine_self(
         RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => Ok(()),
         RulesetStatus::NotEnforced => Err(fail("the kernel enforces no Landlock rule".into())),
     }
+}
+
+/// Marks every descriptor above stderr close-on-exec, so the server starts with its
+/// standard streams alone: a descriptor the daemon inherited from whatever started it (a
+/// shell's `200<policy.toml`, a service manager's) would otherwise reach the server open,
+/// and Landlock checks a path when it is opened, not a read through an open descriptor
+/// (found by attacking the built binary).
+#[allow(unsafe_code, reason = "no safe API sets close-on-exec on descriptors by number")]
+fn close_inherited() -> Result<(), GatewayError> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on each descriptor
+    // from 3 up; none is closed, so no Rust object's descriptor becomes invalid.
+    let done = unsafe {
+        libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int)
+    };
+    if done == 0 {
+        return Ok(());
+    }
+    // Before Linux 5.11: each open descriptor, as /proc lists them.
+    let entries = std::fs::read_dir("/proc/self/fd")
+        .map_err(|e| GatewayError::Unconfined(format!("listing /proc/self/fd: {e}")))?;
+    let fds: Vec<libc::c_int> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: fcntl(F_SETFD) sets a flag on a descriptor number and touches no memory;
+        // on one that closed since it was listed it fails harmlessly with EBADF.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
 }
 
 #[cfg(test)]

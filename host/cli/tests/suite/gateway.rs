@@ -799,3 +799,44 @@ fn an_rmcp_client_sees_and_calls_upstream_tools_through_bx_mcp() {
     std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// An upstream holds no descriptor the daemon inherited: a daemon started with one of
+/// bx's files open on descriptor 200 (a shell's redirection) starts its upstreams with
+/// only their own (found attacking the built binary: Landlock checks a path when it is
+/// opened, and a read through an open descriptor got past it).
+#[test]
+fn an_upstream_inherits_no_descriptor_of_the_daemons_launcher() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    write_policy(s, "[[grant]]\ntool = \"*\"\nmode = \"call\"\n");
+    let python = repo().join(".venv/bin/python");
+    let server = repo().join("fixtures/gateway/hostile.py");
+    let manifest = repo().join("fixtures/gateway/hostile.toml");
+    let command = [python.display().to_string(), server.display().to_string()];
+    let r = add(s, "bad", &["--manifest", manifest.to_str().unwrap()], &command);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let mut daemon = std::process::Command::new("bash")
+        .args(["-c", r#"exec "$0" --state-dir "$1" serve 200<"$1/policy.toml""#])
+        .arg(env!("CARGO_BIN_EXE_bx"))
+        .arg(s)
+        .env_remove("BX_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Up when it answers a listing over its socket.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !(s.join("bx.sock").exists() && bx(s, &["approvals"]).code == 0) {
+        assert!(std::time::Instant::now() < deadline, "the daemon did not answer");
+        assert!(daemon.try_wait().unwrap().is_none(), "the daemon exited");
+        std::thread::yield_now();
+    }
+    let r = bx(s, &["tool", "run", "bad.fds", "--args", "{}"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains("policy.toml"), "{}", r.stdout);
+    assert!(!r.stdout.contains(&s.display().to_string()), "{}", r.stdout);
+    let _ = std::process::Command::new("kill").args(["-TERM", &daemon.id().to_string()]).status();
+    daemon.wait().unwrap();
+    assert_eq!(bx(s, &["audit", "verify"]).code, 0);
+}
