@@ -1,7 +1,7 @@
 //! The gateway: the owner's other MCP servers (a process over stdio, or a remote server
-//! over streamable HTTP) as bx tools named `NAME.TOOL`. This crate keeps the
-//! upstreams file (`upstreams.json`), each upstream's tool set pinned at add (a later
-//! change keeps the changed tools off until the owner accepts it), and a client that
+//! over streamable HTTP) as bx tools named `NAME.TOOL`. This crate has each upstream's
+//! shape as the installed set keeps it, its tool set pinned at add (a later change keeps
+//! the changed tools off until the owner accepts it), and a client that
 //! starts and calls an upstream within deadlines and size bounds. Deciding a call is
 //! the broker's, recording it the audit log's, through the one trust path; see
 //! `docs/gateway.md`.
@@ -25,6 +25,6 @@ pub use http::check_url;
 pub use pool::Gateway;
 pub use upstream::{
     Changes, ListedTool, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME, MAX_TOOLS,
-    PinnedTool, SecretLookup, ToolLabels, Transport, Upstream, UpstreamManifest, Upstreams, fill,
+    PinnedTool, SecretLookup, ToolLabels, Transport, Upstream, UpstreamManifest, fill,
     guard_file, secrets_named, store_secrets, valid_name, valid_tool_name,
 };

@@ -1,7 +1,8 @@
-//! `upstreams.json`: the owner's other MCP servers, each with how it is reached and the
-//! tool set pinned when it was added (or last accepted). A tool whose name, description
-//! or input schema differs from its pin in a later `tools/list` is off until the owner
-//! accepts the change (`bx mcp accept`): no rug pull.
+//! The owner's other MCP servers as the installed set keeps them (`tools/installed.json`,
+//! `upstreams`): each with how it is reached and the tool set pinned when it was added
+//! (or last accepted). A tool whose name, description or input schema differs from its
+//! pin in a later `tools/list` is off until the owner accepts the change (`bx mcp
+//! accept`): no rug pull.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -332,49 +333,6 @@ pub fn valid_name(name: &str) -> bool {
 pub fn valid_tool_name(name: &str) -> bool {
     (1..=MAX_TOOL_NAME).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
-/// `upstreams.json`: every added upstream, by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Upstreams {
-    /// By name.
-    pub upstreams: BTreeMap<String, Upstream>,
-}
-
-impl Upstreams {
-    /// Reads `path`; a missing file is no upstreams.
-    pub fn load(path: &Path) -> Result<Upstreams, GatewayError> {
-        let Some(bytes) = bx_state::read_own(path, bx_state::MAX_OWN_FILE_BYTES)? else {
-            return Ok(Upstreams::default());
-        };
-        serde_json::from_slice(&bytes).map_err(|e| {
-            GatewayError::State(bx_state::StateError::Parse {
-                path: path.display().to_string(),
-                line: e.line(),
-                column: e.column(),
-                message: e.to_string(),
-                snippet: String::new(),
-            })
-        })
-    }
-
-    /// Writes `path` atomically (temporary file, sync, rename).
-    pub fn save(&self, path: &Path) -> Result<(), GatewayError> {
-        let mut text =
-            serde_json::to_string_pretty(self).map_err(|e| GatewayError::io(path, e.into()))?;
-        text.push('\n');
-        Ok(bx_state::write_atomically(path, text.as_bytes())?)
-    }
-
-    /// The upstream and tool a bx tool name `NAME.TOOL` names, if it is one of theirs
-    /// and that tool is accepted.
-    pub fn tool(&self, bx_name: &str) -> Option<(&str, &Upstream, &str, &PinnedTool)> {
-        let (name, tool) = bx_name.split_once('.')?;
-        let (name, upstream) = self.upstreams.get_key_value(name)?;
-        let (tool, pin) = upstream.tools.get_key_value(tool)?;
-        Some((name.as_str(), upstream, tool.as_str(), pin))
-    }
 }
 
 #[cfg(test)]

@@ -110,12 +110,6 @@ impl StateDir {
         self.tools_dir().join("blobs")
     }
 
-    /// `upstreams.json`: the owner's other MCP servers, each with its pinned tool set
-    /// (`bx mcp add`).
-    pub fn upstreams_file(&self) -> PathBuf {
-        self.root.join("upstreams.json")
-    }
-
     /// `upstreams/`: each stdio upstream's working directory (`NAME/`) and the log of
     /// its stderr (`NAME.log`).
     pub fn upstreams_dir(&self) -> PathBuf {
