@@ -346,7 +346,12 @@ impl Trust {
     /// Counts a call of `tool` in `session` against every `[[limit]]` of `policy` that
     /// names it, or says which one it is past (and then counts nothing). Counted by this
     /// process, the log's one writer: a daemon counts every call it decides.
-    fn within_limits(&self, policy: &Policy, session: &str, tool: &str) -> Result<(), String> {
+    fn within_limits(
+        &self,
+        policy: &Policy,
+        session: &str,
+        tool: &str,
+    ) -> Result<(), crate::RateLimited> {
         let rules: Vec<&bx_broker::LimitRule> =
             policy.limits().iter().filter(|l| l.tool.matches(tool)).collect();
         if rules.is_empty() {
@@ -364,9 +369,8 @@ impl Trust {
             let key = (session.to_owned(), rule.tool.to_string());
             let made = counted.get(&key).map_or(0, std::collections::VecDeque::len);
             if made >= rule.per_minute as usize {
-                return Err(format!(
-                    "{tool}: {made} calls in the last minute in this session reach {rule} (see docs/runbook.md#rate-limited)"
-                ));
+                let (tool, rule) = (tool.to_owned(), rule.to_string());
+                return Err(crate::RateLimited { tool, made, rule });
             }
         }
         for rule in rules {
@@ -654,7 +658,7 @@ impl<'t> Requested<'t> {
                     if let Err(limited) =
                         trust.within_limits(&policy, &self.session, &self.name) =>
                 {
-                    limited
+                    limited.to_string()
                 }
                 Ok(policy) => {
                     let request = CallRequest {

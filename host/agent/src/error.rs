@@ -169,3 +169,43 @@ mod tests {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}; the call still waits (see docs/runbook.md#scope-does-not-fit)")]
 pub struct ScopeMisfit(pub bx_broker::ScopeError);
+
+/// Why an upstream's guard could not be loaded: its upstream's calls are then labelled
+/// the most restrictive way (docs/gateway.md#guards).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GuardLoadError {
+    /// Its file cannot be read.
+    #[error("{path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its bytes are not the ones recorded.
+    #[error("its bytes hash to {actual}, not the recorded {recorded}")]
+    Digest {
+        /// What they hash to.
+        actual: String,
+        /// What the upstream's record names.
+        recorded: String,
+    },
+    /// It is not a guard: not a component, or without both functions of their types.
+    #[error("not a guard: {0}")]
+    NotAGuard(#[from] bx_runtime::RunError),
+}
+
+/// A call past a `[[limit]]` of the policy: refused before the broker decides it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{tool}: {made} calls in the last minute in this session reach {rule} (see docs/runbook.md#rate-limited)"
+)]
+pub struct RateLimited {
+    /// The tool called.
+    pub tool: String,
+    /// Calls counted in the last minute.
+    pub made: usize,
+    /// The rule, in the policy file's words.
+    pub rule: String,
+}

@@ -10,6 +10,8 @@ use bx_broker::{Label, parse_label};
 use bx_runtime::{FunctionSpec, LoadedTool, Output, Runtime};
 use sha2::Digest as _;
 
+use crate::error::GuardLoadError;
+
 /// A guard, loaded: its two functions, each a tool of the runtime's.
 #[derive(Debug)]
 pub struct Guard {
@@ -26,17 +28,17 @@ pub enum GuardState {
     Loaded(std::sync::Arc<Guard>),
     /// Recorded but not loadable (its bytes are gone or changed, it is not a guard):
     /// every result and sink of the upstream is labelled the most restrictive.
-    Broken(String),
+    Broken(std::sync::Arc<GuardLoadError>),
 }
 
 impl Guard {
     /// The guard whose bytes are `wasm`, which must hash to `digest` (`sha256:…`).
-    pub fn load(runtime: &Runtime, wasm: &[u8], digest: &str) -> Result<Guard, String> {
+    pub fn load(runtime: &Runtime, wasm: &[u8], digest: &str) -> Result<Guard, GuardLoadError> {
         let actual = format!("sha256:{}", hex::encode(sha2::Sha256::digest(wasm)));
         if actual != digest {
-            return Err(format!("its bytes hash to {actual}, not the recorded {digest}"));
+            return Err(GuardLoadError::Digest { actual, recorded: digest.to_owned() });
         }
-        let component = runtime.compile(wasm).map_err(|e| e.to_string())?;
+        let component = runtime.compile(wasm)?;
         let function = |export: &str| {
             let spec = FunctionSpec {
                 export: export.to_owned(),
@@ -45,7 +47,7 @@ impl Guard {
                 resources: Vec::new(),
                 statics: Vec::new(),
             };
-            runtime.load_function(&component, digest, spec).map_err(|e| e.to_string())
+            runtime.load_function(&component, digest, spec)
         };
         Ok(Guard { result: function("label-result")?, sink: function("label-sink")? })
     }
@@ -90,13 +92,25 @@ async fn answer(runtime: &Runtime, function: &LoadedTool, args: &str) -> Option<
     }
 }
 
+/// The guard of the upstream `up`, if it has one, read from where `gateway` keeps guards.
+pub fn guard_of(
+    runtime: &Runtime,
+    gateway: &bx_gateway::Gateway,
+    up: &bx_gateway::Upstream,
+) -> GuardState {
+    match &up.guard {
+        Some(digest) => load_guard(runtime, &bx_gateway::guard_file(gateway.dir(), digest), digest),
+        None => GuardState::None,
+    }
+}
+
 /// The guard of an upstream recorded with digest `digest`, read from `path`.
-pub fn load_guard(runtime: &Runtime, path: &std::path::Path, digest: &str) -> GuardState {
-    match std::fs::read(path) {
-        Ok(wasm) => match Guard::load(runtime, &wasm, digest) {
-            Ok(guard) => GuardState::Loaded(std::sync::Arc::new(guard)),
-            Err(why) => GuardState::Broken(why),
-        },
-        Err(e) => GuardState::Broken(format!("{}: {e}", path.display())),
+fn load_guard(runtime: &Runtime, path: &std::path::Path, digest: &str) -> GuardState {
+    let loaded = std::fs::read(path)
+        .map_err(|source| GuardLoadError::Unreadable { path: path.display().to_string(), source })
+        .and_then(|wasm| Guard::load(runtime, &wasm, digest));
+    match loaded {
+        Ok(guard) => GuardState::Loaded(std::sync::Arc::new(guard)),
+        Err(why) => GuardState::Broken(std::sync::Arc::new(why)),
     }
 }

@@ -195,13 +195,7 @@ impl Toolset {
         }
         let mut upstream = BTreeMap::new();
         for (server, up) in &installed.upstreams {
-            let guard = match &up.guard {
-                Some(digest) => {
-                    let path = bx_gateway::guard_file(gateway.dir(), digest);
-                    crate::guard::load_guard(runtime, &path, digest)
-                }
-                None => GuardState::None,
-            };
+            let guard = crate::guard::guard_of(runtime, gateway, up);
             if let GuardState::Broken(why) = &guard {
                 problems.push(format!(
                     "{server}: its guard cannot be loaded ({why}); its results are labelled secret/untrusted and its sinks public/trusted"

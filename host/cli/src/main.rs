@@ -64,40 +64,17 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // An upstream's start reads no state (its environment is empty): confined, it runs.
-    if let Command::Confine(args) = &cli.command {
-        return match cmd::confine::run(args) {
-            Ok(code) => ExitCode::from(code),
-            Err(e) => {
-                errln!("bx confine: {}", term::shown(&format!("{e:#}")));
-                if let Some(entry) = runbook_of(&e) {
-                    errln!("    runbook: {entry}");
-                }
-                ExitCode::from(cmd::EXIT_ERROR)
-            }
-        };
-    }
-    let state_dir = match bx_state::StateDir::resolve(cli.state_dir) {
-        Ok(dir) => dir,
-        Err(e) => {
-            errln!("bx: {}", term::shown(&e.to_string()));
-            return ExitCode::from(cmd::EXIT_ERROR);
-        }
-    };
     let outcome = match cli.command {
-        Command::Tool(command) => cmd::tool::run(&state_dir, command),
-        Command::Policy(command) => cmd::policy::run(&state_dir, command),
-        Command::Audit(command) => cmd::audit::run(&state_dir, command),
-        Command::Session(command) => cmd::session::run(&state_dir, command),
-        Command::Secret(command) => cmd::secret::run(&state_dir, command),
-        Command::Serve(args) => cmd::serve::run(&state_dir, &args),
-        Command::Chat(args) => cmd::chat::run(&state_dir, &args),
-        Command::Approvals(args) => cmd::approvals::list(&state_dir, &args),
-        Command::Approve(args) => cmd::approvals::approve(&state_dir, &args),
-        Command::Refuse(args) => cmd::approvals::refuse(&state_dir, &args),
-        Command::Doctor(args) => cmd::doctor::run(&state_dir, &args),
-        Command::Mcp(args) => cmd::mcp::run(&state_dir, &args),
+        // An upstream's start reads no state (its environment is empty): confined, it
+        // becomes the server.
         Command::Confine(args) => cmd::confine::run(&args),
+        command => match bx_state::StateDir::resolve(cli.state_dir) {
+            Ok(state_dir) => run(&state_dir, command),
+            Err(e) => {
+                errln!("bx: {}", term::shown(&e.to_string()));
+                return ExitCode::from(cmd::EXIT_ERROR);
+            }
+        },
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -109,6 +86,25 @@ fn main() -> ExitCode {
             }
             ExitCode::from(cmd::EXIT_ERROR)
         }
+    }
+}
+
+/// Runs `command` against the state directory.
+fn run(state_dir: &bx_state::StateDir, command: Command) -> anyhow::Result<u8> {
+    match command {
+        Command::Tool(command) => cmd::tool::run(state_dir, command),
+        Command::Policy(command) => cmd::policy::run(state_dir, command),
+        Command::Audit(command) => cmd::audit::run(state_dir, command),
+        Command::Session(command) => cmd::session::run(state_dir, command),
+        Command::Secret(command) => cmd::secret::run(state_dir, command),
+        Command::Serve(args) => cmd::serve::run(state_dir, &args),
+        Command::Chat(args) => cmd::chat::run(state_dir, &args),
+        Command::Approvals(args) => cmd::approvals::list(state_dir, &args),
+        Command::Approve(args) => cmd::approvals::approve(state_dir, &args),
+        Command::Refuse(args) => cmd::approvals::refuse(state_dir, &args),
+        Command::Doctor(args) => cmd::doctor::run(state_dir, &args),
+        Command::Mcp(args) => cmd::mcp::run(state_dir, &args),
+        Command::Confine(args) => cmd::confine::run(&args),
     }
 }
 

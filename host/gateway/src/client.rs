@@ -205,13 +205,15 @@ impl Connection {
         config.max_json_response_size = limits.max_message_bytes;
         config.max_sse_event_size = limits.max_message_bytes;
         for (header, value) in headers {
-            let bad = |why: String| GatewayError::Secret { name: name.into(), why };
-            let header = reqwest013::header::HeaderName::from_bytes(header.as_bytes())
-                .map_err(|e| bad(format!("header {header:?}: {e}")))?;
-            let mut value = reqwest013::header::HeaderValue::from_str(value)
-                .map_err(|_| bad(format!("header {header}: its value is not a header value")))?;
+            let bad = || GatewayError::Secret {
+                name: name.into(),
+                why: crate::SecretError::BadHeader(cut_shown(header, 64)),
+            };
+            let header_name =
+                reqwest013::header::HeaderName::from_bytes(header.as_bytes()).map_err(|_| bad())?;
+            let mut value = reqwest013::header::HeaderValue::from_str(value).map_err(|_| bad())?;
             value.set_sensitive(true);
-            config.custom_headers.insert(header, value);
+            config.custom_headers.insert(header_name, value);
         }
         let transport = StreamableHttpClientTransport::with_client(client, config);
         let service =
@@ -431,22 +433,41 @@ fn keep_log(
     log: PathBuf,
     max: u64,
 ) -> Result<(), GatewayError> {
-    // The last start's log is kept as `NAME.log.1`: at most two starts' worth on disk, so
-    // a server that floods and crashes at every start does not fill it.
-    let mut previous = log.clone().into_os_string();
-    previous.push(".1");
-    match std::fs::rename(&log, &previous) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(GatewayError::io(&log, e)),
-    }
-    let file = std::fs::OpenOptions::new()
+    // One writer at a time, across processes (the daemon and `bx mcp list` may start the
+    // same upstream at once): the start that holds `NAME.log.lock` rotates and writes the
+    // log; another start's stderr is read and dropped.
+    let mut lock_path = log.clone().into_os_string();
+    lock_path.push(".lock");
+    let lock = std::fs::OpenOptions::new()
         .create(true)
-        .append(true)
-        .open(&log)
-        .map_err(|e| GatewayError::io(&log, e))?;
-    let mut file = tokio::fs::File::from_std(file);
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| GatewayError::io(Path::new(&lock_path), e))?;
+    let mut file = match lock.try_lock() {
+        Ok(()) => {
+            // The last start's log is kept as `NAME.log.1`: at most two starts' worth on
+            // disk, so a server that floods and crashes at every start does not fill it.
+            let mut previous = log.clone().into_os_string();
+            previous.push(".1");
+            match std::fs::rename(&log, &previous) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(GatewayError::io(&log, e)),
+            }
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .map_err(|e| GatewayError::io(&log, e))?;
+            Some(tokio::fs::File::from_std(file))
+        }
+        Err(std::fs::TryLockError::WouldBlock) => None,
+        Err(std::fs::TryLockError::Error(e)) => return Err(GatewayError::io(&log, e)),
+    };
     tokio::spawn(async move {
+        // Held until the server's stderr ends.
+        let _lock = lock;
         use tokio::io::AsyncWriteExt as _;
         let mut kept = 0u64;
         let mut buf = vec![0u8; 8 << 10];
@@ -456,11 +477,16 @@ fn keep_log(
                 Ok(n) => n,
             };
             let room = max.saturating_sub(kept).min(n as u64) as usize;
-            if room > 0 && file.write_all(&buf[..room]).await.is_ok() {
+            if let Some(file) = file.as_mut()
+                && room > 0
+                && file.write_all(&buf[..room]).await.is_ok()
+            {
                 kept += room as u64;
             }
         }
-        let _ = file.flush().await;
+        if let Some(file) = file.as_mut() {
+            let _ = file.flush().await;
+        }
     });
     Ok(())
 }

@@ -105,13 +105,13 @@ pub enum GatewayError {
         /// What is wrong with it.
         why: String,
     },
-    /// A secret bound to the upstream could not be read.
+    /// A secret bound to the upstream could not be read or put in.
     #[error("upstream {name}: not started: {why} (see docs/runbook.md#upstream-failed)")]
     Secret {
         /// The upstream.
         name: String,
-        /// Why (the secret is missing, the store is unreadable or readable by others).
-        why: String,
+        /// Why.
+        why: SecretError,
     },
     /// The upstreams file cannot be read, parsed or written.
     #[error(transparent)]
@@ -145,4 +145,25 @@ impl GatewayError {
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> GatewayError {
         GatewayError::Io { path: path.display().to_string(), source }
     }
+}
+
+/// Why a secret bound to an upstream could not be put into its environment or headers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretError {
+    /// No secret of that name is in bx's store.
+    #[error("secret {0} is not in bx's store (bx secret set {0})")]
+    Missing(String),
+    /// The store cannot be read.
+    #[error("the secret store cannot be read: {0}")]
+    Unreadable(String),
+    /// Other users can read the store.
+    #[error("{0} (see docs/runbook.md#secrets-exposed)")]
+    Exposed(String),
+    /// A header template with `{secret:` and no `}`.
+    #[error("{0:?}: an unclosed {{secret:")]
+    Unclosed(String),
+    /// A header name or value HTTP does not take.
+    #[error("header {0}: not a header name and value HTTP takes")]
+    BadHeader(String),
 }

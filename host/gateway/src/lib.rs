@@ -20,11 +20,11 @@ mod upstream;
 
 pub use client::{CallOutput, Connection, Limits, result_text, server_line, take_tools};
 pub use confine::{Confine, all_but, confine_self};
-pub use error::GatewayError;
+pub use error::{GatewayError, SecretError};
 pub use http::check_url;
 pub use pool::Gateway;
 pub use upstream::{
     Changes, ListedTool, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME, MAX_TOOLS,
-    PinnedTool, SecretLookup, ToolLabels, Transport, Upstream, UpstreamManifest, fill,
-    guard_file, secrets_named, store_secrets, valid_name, valid_tool_name,
+    PinnedTool, SecretLookup, ToolLabels, Transport, Upstream, UpstreamManifest, fill, guard_file,
+    secrets_named, store_secrets, valid_name, valid_tool_name,
 };

@@ -130,32 +130,34 @@ pub struct Upstream {
 
 /// How the gateway reads a secret's value by name: `Err` says why it cannot (not in the
 /// store, the store unreadable or readable by others).
-pub type SecretLookup = std::sync::Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+pub type SecretLookup =
+    std::sync::Arc<dyn Fn(&str) -> Result<String, crate::SecretError> + Send + Sync>;
 
 /// Reads secrets from bx's store, as a call's bound secrets are: refused while other
 /// users can read the store.
 pub fn store_secrets(store: bx_state::SecretStore) -> SecretLookup {
     std::sync::Arc::new(move |name: &str| {
-        let loaded = store.load().map_err(|e| e.to_string())?;
+        let loaded = store.load().map_err(|e| crate::SecretError::Unreadable(e.to_string()))?;
         if let Some(why) = loaded.exposed {
-            return Err(format!("{why} (see docs/runbook.md#secrets-exposed)"));
+            return Err(crate::SecretError::Exposed(why));
         }
         loaded
             .secrets
             .get(name)
             .map(|s| s.value.expose().to_owned())
-            .ok_or_else(|| format!("secret {name} is not in bx's store (bx secret set {name})"))
+            .ok_or_else(|| crate::SecretError::Missing(name.to_owned()))
     })
 }
 
 /// `template` with each `{secret:NAME}` replaced by that secret's value.
-pub fn fill(template: &str, secrets: &SecretLookup) -> Result<String, String> {
+pub fn fill(template: &str, secrets: &SecretLookup) -> Result<String, crate::SecretError> {
     let mut out = String::new();
     let mut rest = template;
     while let Some(at) = rest.find("{secret:") {
         out.push_str(&rest[..at]);
         let after = &rest[at + "{secret:".len()..];
-        let end = after.find('}').ok_or_else(|| format!("{template:?}: an unclosed {{secret:"))?;
+        let end =
+            after.find('}').ok_or_else(|| crate::SecretError::Unclosed(template.to_owned()))?;
         out.push_str(&secrets(&after[..end])?);
         rest = &after[end + 1..];
     }
@@ -351,13 +353,16 @@ mod tests {
     fn a_header_template_is_filled_with_each_secret_it_names() {
         let lookup: SecretLookup = std::sync::Arc::new(|name: &str| match name {
             "gh" => Ok("v1".to_owned()),
-            other => Err(format!("secret {other} is not in bx's store")),
+            other => Err(crate::SecretError::Missing(other.to_owned())),
         });
         assert_eq!(fill("Bearer {secret:gh}", &lookup).unwrap(), "Bearer v1");
         assert_eq!(fill("{secret:gh}:{secret:gh}", &lookup).unwrap(), "v1:v1");
         assert_eq!(fill("plain", &lookup).unwrap(), "plain");
-        assert!(fill("Bearer {secret:nope}", &lookup).unwrap_err().contains("nope"));
-        assert!(fill("Bearer {secret:gh", &lookup).unwrap_err().contains("unclosed"));
+        assert_eq!(
+            fill("Bearer {secret:nope}", &lookup),
+            Err(crate::SecretError::Missing("nope".into()))
+        );
+        assert!(matches!(fill("Bearer {secret:gh", &lookup), Err(crate::SecretError::Unclosed(_))));
         assert_eq!(secrets_named("a {secret:x} b {secret:y}"), ["x", "y"]);
     }
 

@@ -423,14 +423,7 @@ fn here(
     let upstream = match (&tool, args.name.split_once('.')) {
         (None, Some((server, name))) => {
             installed.upstreams.get(server).filter(|up| up.tools.contains_key(name)).map(|up| {
-                let guard = match &up.guard {
-                    Some(digest) => bx_agent::load_guard(
-                        &runtime,
-                        &bx_gateway::guard_file(gateway.dir(), digest),
-                        digest,
-                    ),
-                    None => bx_agent::GuardState::None,
-                };
+                let guard = bx_agent::guard_of(&runtime, &gateway, up);
                 bx_agent::UpstreamTool::new(server, up, name, &gateway, guard).0
             })
         }

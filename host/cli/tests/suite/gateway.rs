@@ -840,3 +840,31 @@ fn an_upstream_inherits_no_descriptor_of_the_daemons_launcher() {
     daemon.wait().unwrap();
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
+
+/// One writer of an upstream's log at a time, across processes: while the daemon's
+/// start of the code host holds its log, `bx mcp list` starting the same server neither
+/// rotates that log away nor writes into it.
+#[test]
+fn a_second_start_of_an_upstream_leaves_the_running_ones_log_alone() {
+    use std::os::unix::fs::MetadataExt as _;
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let host = tempfile::tempdir().unwrap();
+    with_code_host(s, host.path());
+    let daemon = Daemon::start(s);
+    let issue = serde_json::json!({"repo": "owner/website", "number": 1}).to_string();
+    let r = bx(s, &["tool", "run", "code.get_issue", "--session", "one", "--args", &issue]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let log = s.join("upstreams/code.log");
+    let before = std::fs::metadata(&log).unwrap().ino();
+    let r = bx(s, &["mcp", "list"]);
+    assert!(r.stdout.contains("its tools match their pins"), "{}", r.stdout);
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().ino(),
+        before,
+        "the running start's log was rotated away"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().filter(|l| l.starts_with("env: ")).count(), 1, "{text}");
+    daemon.stop();
+}
