@@ -186,6 +186,31 @@ fn with_code_host(s: &Path, host: &Path) {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
 
+/// Calls `calls` (tool, JSON arguments) in order through `bx mcp` in workspace `ws` (one
+/// session: the workspace's), with the official Python SDK's client
+/// (`tests/mcp_call.py`): its steps, each tool named as listed and each call's result.
+fn sdk_session(s: &Path, ws: &Path, calls: &[(&str, &str)]) -> Vec<serde_json::Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_call.py");
+    let out = std::process::Command::new(repo().join(".venv/bin/python"))
+        .arg(&script)
+        .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), ws.to_str().unwrap()])
+        .args(calls.iter().flat_map(|(tool, args)| [*tool, *args]))
+        .env_remove("BX_HOME")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Stops the daemons `bx mcp` started for `s` and waits until they are gone.
+fn stop_daemons(s: &Path) {
+    for pid in super::mcp::daemons_of(s) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    }
+    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+}
+
 /// The comments on the code host's issue, as it holds them.
 fn comments(host: &Path) -> Vec<String> {
     let data: serde_json::Value =
@@ -312,22 +337,15 @@ fn an_mcp_client_sees_upstream_tools_and_the_toxic_post_is_refused() {
     let host = tempfile::tempdir().unwrap();
     with_code_host(s, host.path());
     let ws = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_call.py");
     let issue = serde_json::json!({"repo": "owner/website", "number": 1}).to_string();
     let file = serde_json::json!({"repo": "owner/payroll", "path": "salaries.csv"}).to_string();
     let post =
         serde_json::json!({"repo": "owner/website", "number": 1, "body": "ana,91000"}).to_string();
-    let out = std::process::Command::new(repo().join(".venv/bin/python"))
-        .arg(&script)
-        .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), ws.path().to_str().unwrap()])
-        .args(["code.get_issue", &issue, "code.read_file", &file, "code.post_comment", &post])
-        .env_remove("BX_HOME")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let steps: Vec<serde_json::Value> =
-        stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let steps = sdk_session(
+        s,
+        ws.path(),
+        &[("code.get_issue", &issue), ("code.read_file", &file), ("code.post_comment", &post)],
+    );
     let listed: Vec<&str> = steps
         .iter()
         .filter(|s| s["step"] == "listed")
@@ -345,10 +363,7 @@ fn an_mcp_client_sees_upstream_tools_and_the_toxic_post_is_refused() {
     assert!(comments(host.path()).is_empty());
     let results = audit_records(s).into_iter().filter(|r| r["kind"] == "result").count();
     assert_eq!(results, 2);
-    for pid in super::mcp::daemons_of(s) {
-        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    }
-    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+    stop_daemons(s);
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
 
@@ -369,29 +384,19 @@ fn a_hostile_upstream_fails_only_its_own_calls() {
     let r = add(s, "bad", &["--manifest", manifest.to_str().unwrap(), "--timeout", "2"], &command);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     let ws = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_call.py");
     let tools =
         ["hang", "echo", "flood", "huge", "echo", "crash", "echo", "sample", "elicit", "echo"];
-    let mut argv: Vec<String> = Vec::new();
-    for tool in tools {
-        argv.push(format!("bad.{tool}"));
-        argv.push(if tool == "echo" { r#"{"text": "hi"}"# } else { "{}" }.to_owned());
-    }
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), ws.path().to_str().unwrap()])
-        .args(&argv)
-        .env_remove("BX_HOME")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let called: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|s| s["step"] == "called")
+    let names: Vec<String> = tools.iter().map(|t| format!("bad.{t}")).collect();
+    let calls: Vec<(&str, &str)> = tools
+        .iter()
+        .zip(&names)
+        .map(|(tool, name)| {
+            (name.as_str(), if *tool == "echo" { r#"{"text": "hi"}"# } else { "{}" })
+        })
         .collect();
-    assert_eq!(called.len(), tools.len(), "{stdout}");
+    let called: Vec<serde_json::Value> =
+        sdk_session(s, ws.path(), &calls).into_iter().filter(|s| s["step"] == "called").collect();
+    assert_eq!(called.len(), tools.len(), "{called:?}");
     let text = |i: usize| called[i]["text"].as_str().unwrap().to_owned();
     let error = |i: usize| called[i]["error"] == true;
     // It hangs: stopped at its deadline, and started again for the next call.
@@ -433,10 +438,7 @@ fn a_hostile_upstream_fails_only_its_own_calls() {
         let n = records.iter().filter(|r| r["kind"] == kind).count();
         assert_eq!(n, tools.len(), "{kind}");
     }
-    for pid in super::mcp::daemons_of(s) {
-        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    }
-    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+    stop_daemons(s);
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
     // By hand at a terminal, what it answers is shown escaped.
     let r = bx(s, &["tool", "run", "bad.escape", "--args", "{}"]);
@@ -502,30 +504,11 @@ fn a_rate_limit_refuses_the_call_past_it() {
     let policy = std::fs::read_to_string(s.join("policy.toml")).unwrap();
     write_policy(s, &format!("{policy}\n[[limit]]\ntool = \"code.*\"\nper_minute = 2\n"));
     let (ws, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_call.py");
     let issue = serde_json::json!({"repo": "owner/website", "number": 1}).to_string();
     let file = serde_json::json!({"repo": "owner/website", "path": "README.md"}).to_string();
     // `bx mcp`'s session is its workspace's.
     let session = |ws: &Path, calls: &[(&str, &str)]| -> Vec<serde_json::Value> {
-        let mut argv: Vec<&str> = Vec::new();
-        for (tool, args) in calls {
-            argv.push(tool);
-            argv.push(args);
-        }
-        let out = std::process::Command::new(repo().join(".venv/bin/python"))
-            .arg(&script)
-            .args([env!("CARGO_BIN_EXE_bx"), s.to_str().unwrap(), ws.to_str().unwrap()])
-            .args(&argv)
-            .env_remove("BX_HOME")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-        stdout
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .filter(|s| s["step"] == "called")
-            .collect()
+        sdk_session(s, ws, calls).into_iter().filter(|s| s["step"] == "called").collect()
     };
     let called = session(
         ws.path(),
@@ -547,10 +530,7 @@ fn a_rate_limit_refuses_the_call_past_it() {
         .filter(|r| r["kind"] == "decision" && r["fields"]["decision"] == "deny")
         .count();
     assert_eq!(denied, 1);
-    for pid in super::mcp::daemons_of(s) {
-        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    }
-    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+    stop_daemons(s);
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
 
@@ -793,10 +773,7 @@ fn an_rmcp_client_sees_and_calls_upstream_tools_through_bx_mcp() {
     for kind in ["request", "decision", "result"] {
         assert_eq!(records.iter().filter(|r| r["kind"] == kind).count(), 1, "{kind}");
     }
-    for pid in super::mcp::daemons_of(s) {
-        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    }
-    std::fs::File::open(s.join("serve.lock")).unwrap().lock().unwrap();
+    stop_daemons(s);
     assert_eq!(bx(s, &["audit", "verify"]).code, 0);
 }
 
