@@ -185,6 +185,7 @@ fn denied_by(
             (ResourceRule::Names(names), Resource::PathRead(_) | Resource::PathWrite(_)) => path
                 .and_then(|path| crate::name::denied_name(names, path))
                 .map(|n| format!(", {n}")),
+            (ResourceRule::Call, Resource::Call { .. }) => Some(String::new()),
             (ResourceRule::Host(h), Resource::Url(_)) => url
                 .is_some_and(|u| {
                     u.host().is_some_and(|host| {

@@ -104,6 +104,7 @@ struct RawDeny {
     path: Option<Spanned<String>>,
     host: Option<Spanned<String>>,
     name: Option<Spanned<RawNames>>,
+    mode: Option<Spanned<String>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -580,7 +581,22 @@ impl Policy {
             let d = d.get_ref();
             let tool = tool_match(&src, &d.tool, &rule, &mut errors);
             // A deny of / is allowed (it refuses everything); only grants of / are invalid.
+            // `mode = "call"` alone refuses every call of an upstream tool.
             let res = match (&d.path, &d.host, &d.name) {
+                _ if d.mode.is_some() => match (&d.mode, &d.path, &d.host, &d.name) {
+                    (Some(m), None, None, None) if m.get_ref() == "call" => {
+                        Some(ResourceRule::Call)
+                    }
+                    (Some(m), ..) => {
+                        errors.push(src.error(
+                            m.span(),
+                            &format!("{rule}.mode"),
+                            "a deny takes mode = \"call\" alone, to refuse every call of an upstream tool",
+                        ));
+                        None
+                    }
+                    (None, ..) => None,
+                },
                 (None, None, Some(n)) => {
                     names_rule(&src, n, &rule, &mut errors).map(ResourceRule::Names)
                 }
@@ -596,7 +612,11 @@ impl Policy {
                     }
                 },
                 (None, None, None) => {
-                    errors.push(src.error(whole.clone(), &rule, "needs a path, a host or a name"));
+                    errors.push(src.error(
+                        whole.clone(),
+                        &rule,
+                        "needs a path, a host, a name, or mode = \"call\"",
+                    ));
                     None
                 }
                 _ => resource(

@@ -459,7 +459,7 @@ fn name_rules_refuse_a_file_name_anywhere_and_the_grant_carries_them() {
         assert!(err.contains("deny[0].name"), "{bad}: {err}");
     }
     let none = Policy::parse("p.toml", "[[deny]]\ntool = \"*\"\n").unwrap_err().to_string();
-    assert!(none.contains("needs a path, a host or a name"), "{none}");
+    assert!(none.contains("needs a path, a host, a name, or mode = \"call\""), "{none}");
     let both = "[[deny]]\ntool = \"*\"\nname = \".env\"\npath = \"/a\"\n";
     let err = Policy::parse("p.toml", both).unwrap_err().to_string();
     assert!(err.contains("give one of path, host or name"), "{err}");
@@ -538,6 +538,21 @@ when_tainted = "deny"
         }
         other => panic!("{other:?}"),
     }
+    // A deny of a tool's calls wins over its grant, at every taint; a path deny does not
+    // touch a call.
+    let denied_policy = policy(&format!(
+        "[[deny]]\ntool = \"code.*\"\nmode = \"call\"\n\n[[deny]]\ntool = \"*\"\npath = \"/home/o\"\n{}",
+        "[[grant]]\ntool = \"*\"\nmode = \"call\"\n"
+    ));
+    let refused = outcome(&denied_policy, "public/trusted", &source);
+    assert!(refused.starts_with("deny: call is refused by deny[0]"), "{refused}");
+    let mail = call("mail.read", vec![Resource::Call { sink: None, unlabelled: false }]);
+    assert_eq!(outcome(&denied_policy, "public/trusted", &mail), "allow");
+    let errors =
+        Policy::parse("p.toml", "[[deny]]\ntool = \"x\"\nmode = \"call\"\npath = \"/a\"\n")
+            .unwrap_err()
+            .to_string();
+    assert!(errors.contains("deny[0].mode"), "{errors}");
     // No call grant: refused; and a path or host grant never covers a call.
     let other = outcome(
         &p,

@@ -84,7 +84,7 @@ fn refuses_unknown_keys_duplicates_and_both_path_and_host() {
     assert!(
         Policy::parse("p.toml", neither).unwrap_err().0[0]
             .message
-            .contains("needs a path, a host or a name")
+            .contains("needs a path, a host, a name, or mode = \"call\"")
     );
 }
 
