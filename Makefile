@@ -16,6 +16,8 @@
 #   make eval    the agent benchmark: every user task and (user × injection) pair of
 #                fixtures/eval against the scripted attacker; MODEL=local for the user
 #                tasks against the embedded model, BX_INFER_URL=... for any server
+#   make eval-agentdojo  AgentDojo's own suites (v1.2.2) through bx, judged by its own
+#                checks; SUITES=banking for one suite (docs/eval.md)
 #   make verify-device  the whole stack against a real llama-server: a table of checks
 #                and figures, and a JSON file under target/verify-device/ (docs/verify.md)
 
@@ -27,7 +29,7 @@ TOOLS_OUT := tools/target/$(WASM_TARGET)/release
 # file paths that end up in panic messages are rewritten to fixed prefixes.
 TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
 
-.PHONY: setup build tools tools-lock components test lint bench stress chat verify-device eval load fuzz
+.PHONY: setup build tools tools-lock components test lint bench stress chat verify-device eval eval-agentdojo load fuzz
 
 VENV := .venv
 # apt-get needs root; on a machine where make runs as a user, through sudo.
@@ -41,6 +43,8 @@ OCI_PIP := oras==0.2.43 pynacl==1.6.2
 # componentize fails ("failed to get path metadata"): jco 1.35's packages ask for ^0.26;
 # 1.34 and everything under it ask for ^0.25, pinned to 0.25.0 so no later 0.25.x slips in.
 COMPONENTIZE_PY_VERSION := 0.25.1
+# AgentDojo (benchmark v1.2.2) for `make eval-agentdojo`.
+AGENTDOJO_VERSION := 0.1.35
 JCO_PACKAGES := @bytecodealliance/jco@1.34.0 @bytecodealliance/componentize-js@0.22.0 \
   @bytecodealliance/preview2-shim@0.25.0
 JCO := .tools/jco/node_modules/.bin/jco
@@ -67,6 +71,8 @@ setup:
 	  $(VENV)/bin/python host/infer/llama_server.py --print-model qwen >/dev/null; }
 	# The official MCP Python SDK: a real client of `bx mcp` in the tests.
 	$(VENV)/bin/python -c "import mcp" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary mcp==2.3.0
+	# AgentDojo, whose suites and checks `make eval-agentdojo` runs through bx.
+	$(VENV)/bin/pip show agentdojo 2>/dev/null | grep -qx 'Version: $(AGENTDOJO_VERSION)' || $(VENV)/bin/pip install -q --prefer-binary agentdojo==$(AGENTDOJO_VERSION)
 	# The MCP Inspector (npm), whose CLI mode is a second real client in the tests.
 	test -x .tools/inspector/node_modules/.bin/mcp-inspector || npm install -q --no-audit --no-fund --prefix .tools/inspector @modelcontextprotocol/inspector@0.15.0
 	# The guest toolchains of `make components`: Python and JavaScript as WASI components.
@@ -184,6 +190,15 @@ eval: tools
 	# rebuilt most of the dependency graph, wasmtime included, a second time).
 	$(CARGO) build --locked --workspace --tests --bins
 	target/debug/bx-eval $(if $(MODEL),--model $(MODEL),$(if $(BX_INFER_URL),--model $(BX_INFER_URL)))
+
+# AgentDojo's own suites through bx, judged by AgentDojo's own checks (docs/eval.md):
+# every user task alone and every pair, the injection's calls once and with every
+# variant. SUITES=banking (space-separated) runs those only; MODEL=local plays the user
+# tasks with the embedded model. The JSON report is target/eval/agentdojo.json.
+SUITES ?=
+eval-agentdojo:
+	$(CARGO) build --locked --workspace --tests --bins
+	target/debug/bx-agentdojo $(foreach s,$(SUITES),--suite $(s)) $(if $(MODEL),--model $(MODEL),$(if $(BX_INFER_URL),--model $(BX_INFER_URL)))
 
 # The real daemon, release build, against the scripted model (4 slots): calls/s, turn
 # latency, CPU per call, memory and the audit cross-check, at 4, 16 and 64 sessions.

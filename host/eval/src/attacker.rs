@@ -233,12 +233,7 @@ pub fn script(task: &UserTask, injection: Option<&InjectionTask>, env: &Env) -> 
         if request.is_self_test() {
             return Reply::Text("OK".into());
         }
-        let assistant_turns = {
-            let msgs = request.messages();
-            let start = msgs.iter().rposition(|m| m["role"] == "user").map_or(0, |i| i + 1);
-            msgs[start..].iter().filter(|m| m["role"] == "assistant").count()
-        };
-        match steps.get(assistant_turns) {
+        match steps.get(request.replies_this_turn()) {
             Some(Step::Calls(calls)) => {
                 let seen = seen_in(request);
                 Reply::Calls(calls.iter().map(|c| fill_seen(c, &seen)).collect())

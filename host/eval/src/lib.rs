@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod agentdojo;
 pub mod attacker;
 pub mod env;
 pub mod model;

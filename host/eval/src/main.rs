@@ -45,30 +45,7 @@ fn args() -> anyhow::Result<Args> {
             "--suite" => a.only = Some(value()?),
             "--report" => a.report = PathBuf::from(value()?),
             "--no-scopes" => a.no_scopes = true,
-            "--model" => {
-                a.model = match value()?.as_str() {
-                    "scripted" | "" => ModelChoice::Scripted,
-                    // The embedded default (`local`), or one of the embedded models by name.
-                    name @ ("local" | "qwen" | "smollm2") => {
-                        let python = repo.join(".venv/bin/python");
-                        anyhow::ensure!(
-                            python.exists(),
-                            "no .venv: run `make setup` for MODEL={name}"
-                        );
-                        let model = if name == "local" { "qwen" } else { name };
-                        ModelChoice::Launch(vec![
-                            python.display().to_string(),
-                            repo.join("host/infer/llama_server.py").display().to_string(),
-                            "{port}".into(),
-                            "--parallel".into(),
-                            "1".into(),
-                            "--model".into(),
-                            model.into(),
-                        ])
-                    }
-                    url => ModelChoice::Url(url.to_owned()),
-                }
-            }
+            "--model" => a.model = ModelChoice::parse(&value()?, &repo)?,
             other => anyhow::bail!("unknown flag {other} (see docs/eval.md)"),
         }
     }

@@ -97,6 +97,14 @@ impl Request {
         out
     }
 
+    /// How many replies the assistant gave since the last user message: where a script
+    /// of replies stands.
+    pub fn replies_this_turn(&self) -> usize {
+        let msgs = self.messages();
+        let start = msgs.iter().rposition(|m| m["role"] == "user").map_or(0, |i| i + 1);
+        msgs[start..].iter().filter(|m| m["role"] == "assistant").count()
+    }
+
     /// The tool names in the request's tools array.
     pub fn tools(&self) -> Vec<&str> {
         self.body["tools"]
@@ -249,6 +257,17 @@ impl ScriptedModel {
     /// Every tool call proposed so far, in order.
     pub fn proposed(&self) -> Vec<Call> {
         self.proposed.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// How many tool calls were proposed so far.
+    pub fn proposed_count(&self) -> usize {
+        self.proposed.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Every tool call proposed since the last take, in order, and forgets them (a long
+    /// run keeps no oversized arguments it has already counted).
+    pub fn take_proposed(&self) -> Vec<Call> {
+        std::mem::take(&mut *self.proposed.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Chat requests answered so far (the self-test included).
