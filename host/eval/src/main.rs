@@ -25,10 +25,7 @@ struct Args {
 fn args() -> anyhow::Result<Args> {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut a = Args {
-        paths: Paths {
-            bx: repo.join("target/debug/bx"),
-            tools: repo.join("tools/target/wasm32-wasip2/release"),
-        },
+        paths: Paths::in_repo(&repo),
         suites: repo.join("fixtures/eval"),
         only: None,
         model: ModelChoice::Scripted,

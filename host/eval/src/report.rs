@@ -59,7 +59,8 @@ pub struct Report {
     pub suites: Vec<SuiteReport>,
 }
 
-fn pct(n: usize, of: usize) -> String {
+/// `n/of (p%)`, or `-` of nothing.
+pub(crate) fn pct(n: usize, of: usize) -> String {
     if of == 0 { "-".into() } else { format!("{n}/{of} ({:.0}%)", 100.0 * n as f64 / of as f64) }
 }
 

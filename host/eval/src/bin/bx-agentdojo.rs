@@ -33,10 +33,7 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<bool> {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut paths = DojoPaths {
-        bx: Paths {
-            bx: repo.join("target/debug/bx"),
-            tools: repo.join("tools/target/wasm32-wasip2/release"),
-        },
+        bx: Paths::in_repo(&repo),
         python: repo.join(".venv/bin/python"),
         server: repo.join("host/eval/agentdojo/dojo.py"),
         fixtures: repo.join("fixtures/agentdojo"),
