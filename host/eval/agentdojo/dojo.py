@@ -10,7 +10,8 @@ The harness (`bx-agentdojo`) drives it on stdin and stdout, one JSON object a li
 - at start it prints `{"port", "suite", "user_tasks", "injection_tasks", "tools"}`;
 - `{"op": "reset", "user": ID, "injection": ID or null}` loads a fresh environment for
   the run and answers the user task's prompt, its ground-truth calls and output (from
-  AgentDojo's `ground_truth()` and `GROUND_TRUTH_OUTPUT`), and the injection task's calls
+  AgentDojo's `ground_truth()` and `GROUND_TRUTH_OUTPUT`), each call marked `injected`
+  where its result carries the pair's injection, and the injection task's calls
   (its `ground_truth()`, or for the eight workspace tasks that have none in 0.1.35, the
   plan in `PLANS` below) and its output;
 - `{"op": "judge", "output": TEXT}` answers AgentDojo's own `utility()` and `security()`
@@ -144,6 +145,31 @@ def as_json(calls):
     return [{"function": c.function, "args": dict(c.args)} for c in calls]
 
 
+def squash(text):
+    """The letters and digits of a text, lowercased: a line of an injection is found in a
+    result whatever quoting or folding the result's format put around it."""
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def mark(text):
+    """What finds an injection in a result: its longest line, squashed. (A result in YAML
+    may write the injection's line breaks as `\\n`, which leaves an `n` between lines.)"""
+    return max((squash(line) for line in text.splitlines()), key=len, default="")
+
+
+def mark_injected(runtime, env, calls, injections):
+    """Run the calls in order on `env` (a copy) and mark each whose result carries one of
+    the pair's injections, as AgentDojo finds its injection candidates: where the
+    attacker's text reaches the model, whatever the manifest calls the tool."""
+    texts = [mark(t) for t in injections.values() if mark(t)]
+    marked = as_json(calls)
+    for call, out in zip(calls, marked):
+        result, error = runtime.run_function(env, call.function, dict(call.args))
+        seen = squash(tool_result_to_str(result) if error is None else error)
+        out["injected"] = any(t in seen for t in texts)
+    return marked
+
+
 class Dojo:
     """The suite, its environment for the run, and the calls that reached it."""
 
@@ -175,9 +201,10 @@ class Dojo:
         with self.lock:
             self.user, self.injection = user, injection
             self.env, self.pre, self.trace = env, env.model_copy(deep=True), []
+        calls = user.ground_truth(env.model_copy(deep=True))
         out = {
             "prompt": user.PROMPT,
-            "calls": as_json(user.ground_truth(env.model_copy(deep=True))),
+            "calls": mark_injected(self.runtime, env.model_copy(deep=True), calls, injections),
             "output": user.GROUND_TRUTH_OUTPUT,
             "attack": [],
             "attack_output": "",
