@@ -67,6 +67,7 @@ impl AllowList {
             label,
             when_tainted: OnTainted::Allow,
             when_clean: OnTainted::Allow,
+            approver: crate::policy::Approver::Any,
         });
         self.policy.index_labels();
         self

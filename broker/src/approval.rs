@@ -421,17 +421,23 @@ pub fn shown_in_part(args: &str) -> bool {
 /// The most bytes of one part of a rest ([`rest_parts`]): about a screenful.
 pub const REST_PART_BYTES: usize = 2 << 10;
 
+/// The call's whole arguments `args` as the owner is shown them: pretty-printed when
+/// they are JSON, every string whole, escaped (as [`escape_untrusted`], newlines kept).
+pub fn args_whole(args: &str) -> String {
+    let pretty = serde_json::from_str::<serde_json::Value>(args)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| args.to_owned());
+    escape_untrusted(&pretty, true)
+}
+
 /// The whole arguments of approval `id` as the owner is shown them before approving a
 /// block shown in part: pretty-printed when they are JSON, every string whole, escaped
 /// (as [`escape_untrusted`], newlines kept), in numbered parts of at most about
 /// [`REST_PART_BYTES`], the last saying it is the end, with the size and SHA-256 the
 /// block named.
 pub fn rest_parts(id: &str, args: &str) -> Vec<String> {
-    let pretty = serde_json::from_str::<serde_json::Value>(args)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| args.to_owned());
-    let text = escape_untrusted(&pretty, true);
+    let text = args_whole(args);
     let mut chunks = Vec::new();
     let mut rest = text.as_str();
     while !rest.is_empty() {
@@ -581,6 +587,7 @@ mod tests {
             secrets: vec![],
             taint_from: vec![],
             at_clean: None,
+            person: false,
         }
     }
 

@@ -116,6 +116,9 @@ pub struct AskRequest {
     /// The `[[secret]]` rules that would put a secret into the call's requests (the
     /// tool's, for a host the call names), as shown: the owner approves those too.
     pub secrets: Vec<String>,
+    /// Whether a grant that covers the call says `approver = "owner"`: the owner answers
+    /// in person, and no reviewer program is asked.
+    pub person: bool,
 }
 
 /// The broker's answer to a call.
@@ -355,6 +358,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
     let mut matched = Vec::new();
     let mut approved = Vec::new();
     let mut every = Vec::new();
+    let mut person = false;
     // What the call itself reads or fetches flows into what it writes and fetches (py.run
     // reads a file and writes another in one call): those are decided at the session's taint
     // joined with the labels of everything the call's own reads can reach. A folder it
@@ -427,6 +431,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         // (A read is decided at the session's taint; a write or a fetch at the call's.)
         let taint = if mode == Mode::Read { taint } else { outward };
         let name = rule_name("grant", g.index, g.line);
+        person |= g.approver == crate::policy::Approver::Owner;
         // Where the resource's data goes, and its label: the grant's, or for an upstream
         // tool that acts on the world, its sink's (a tool that only reads sends nothing).
         let label = match resource {
@@ -591,6 +596,7 @@ fn evaluate(policy: &Policy, taint: Label, call: &CallRequest) -> Evaluation {
         secrets,
         taint_from: Vec::new(),
         at_clean: None,
+        person,
     });
     Ok((grant, ask))
 }

@@ -22,7 +22,7 @@ pub mod toml_shape;
 
 pub use allow::{AllowError, AllowList};
 pub use approval::{
-    Answered, ApprovalTable, Pending, REST_PART_BYTES, escape_untrusted, is_hidden,
+    Answered, ApprovalTable, Pending, REST_PART_BYTES, args_whole, escape_untrusted, is_hidden,
     new_approval_id, render_block, rest_parts, shown_in_part, typed_answer,
 };
 pub use credentials::{CREDENTIAL_STORES, CredentialGap, CredentialStore};
@@ -36,8 +36,8 @@ pub use name::{NameError, NamePattern};
 pub use net::{HostRule, HostRuleError, is_public_ip};
 pub use path::{PathError, normalize};
 pub use policy::{
-    AskRule, DenyRule, Example, Expect, GrantRule, LimitRule, Mode, OnTainted, Policy, PolicyError,
-    PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
+    Approver, AskRule, DenyRule, Example, Expect, GrantRule, LimitRule, Mode, OnTainted, Policy,
+    PolicyError, PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
 pub use scope::{Bearing, Cover, Scope, ScopeError, ScopeKind, args_digest, cover_for, offers};
 pub use secret::{MAX_SECRET_NAME, SecretBinding, placeholder, valid_secret_name};

@@ -70,6 +70,17 @@ pub enum OnTainted {
     Deny,
 }
 
+/// Who may answer a call a grant asks about (`approver` in a `[[grant]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Approver {
+    /// The owner's reviewer program first, when `config.toml` names one, then the owner
+    /// when it abstains (the default).
+    #[default]
+    Any,
+    /// The owner in person: the reviewer program is not asked.
+    Owner,
+}
+
 /// The resource a rule names: a path prefix or a host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResourceRule {
@@ -115,6 +126,8 @@ pub struct GrantRule {
     /// What happens when it does: `Allow` (the default), or `Ask` for a grant whose
     /// every use the owner approves.
     pub when_clean: OnTainted,
+    /// Who answers when it asks.
+    pub approver: Approver,
 }
 
 /// One `[[deny]]`: applies at every taint, whatever the grants say.
@@ -221,6 +234,9 @@ impl std::fmt::Display for GrantRule {
         }
         if self.when_clean == OnTainted::Ask {
             f.write_str(", asks always")?;
+        }
+        if self.approver == Approver::Owner {
+            f.write_str(", answered by the owner in person")?;
         }
         Ok(())
     }

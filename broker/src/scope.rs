@@ -550,6 +550,7 @@ mod tests {
             secrets: vec![],
             taint_from: vec![],
             at_clean: None,
+            person: false,
         }
     }
 

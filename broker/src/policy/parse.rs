@@ -95,6 +95,7 @@ struct RawGrant {
     label: Option<Spanned<String>>,
     when_tainted: Option<Spanned<String>>,
     when_clean: Option<Spanned<String>>,
+    approver: Option<Spanned<String>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -528,6 +529,16 @@ impl Policy {
                 ),
                 None => Some(OnTainted::Allow),
             };
+            let approver = match &g.approver {
+                Some(a) => one_of(
+                    &src,
+                    a,
+                    &format!("{rule}.approver"),
+                    &[("any", Approver::Any), ("owner", Approver::Owner)],
+                    &mut errors,
+                ),
+                None => Some(Approver::Any),
+            };
             let is_path = g.path.is_some() && g.host.is_none();
             let is_host = g.host.is_some() && g.path.is_none();
             match (is_path, is_host, mode) {
@@ -550,7 +561,8 @@ impl Policy {
                 Some(label),
                 Some(when_tainted),
                 Some(when_clean),
-            ) = (tool, res, mode, label, when_tainted, when_clean)
+                Some(approver),
+            ) = (tool, res, mode, label, when_tainted, when_clean, approver)
             {
                 let line = src.line_of(whole.start.min(text.len()));
                 let key = format!("{tool}\0{resource}\0{mode:?}");
@@ -572,6 +584,7 @@ impl Policy {
                     label,
                     when_tainted,
                     when_clean,
+                    approver,
                 });
             }
         }

@@ -584,3 +584,28 @@ fn a_call_grant_names_only_its_tool() {
             .to_string();
     assert!(errors.contains("grant[0]: needs a label"), "{errors}");
 }
+
+/// `approver = "owner"` on any grant that covers the call marks its ask for a person
+/// (the reviewer program is not asked); the default leaves it to whoever answers.
+#[test]
+fn a_grant_with_approver_owner_marks_its_asks_for_the_owner_in_person() {
+    let text = |approver: &str| {
+        format!(
+            "[[grant]]\ntool = \"fs.write\"\npath = \"/home/o/out\"\nmode = \"write\"\nlabel = \"private/trusted\"\nwhen_clean = \"ask\"\n{approver}"
+        )
+    };
+    for (approver, person) in
+        [("", false), ("approver = \"any\"\n", false), ("approver = \"owner\"\n", true)]
+    {
+        let p = policy(&text(approver));
+        match decide(&p, label("public/trusted"), &call("fs.write", vec![write("/home/o/out/a")])) {
+            Decision::Ask(ask) => assert_eq!(ask.person, person, "{approver}"),
+            other => panic!("{approver}: {other:?}"),
+        }
+    }
+    let shown = policy(&text("approver = \"owner\"\n")).grants()[0].to_string();
+    assert!(shown.ends_with(", asks always, answered by the owner in person"), "{shown}");
+    let err = Policy::parse("p.toml", &text("approver = \"reviewer\"\n")).unwrap_err();
+    let err = err.to_string();
+    assert!(err.contains("p.toml:7:") && err.contains("grant[0].approver"), "{err}");
+}

@@ -96,7 +96,8 @@ impl Agent {
             );
         }
         let policy = parts.state.watch_policy(&parts.config);
-        let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy, parts.state.secrets());
+        let trust = Trust::new(Arc::clone(&parts.audit), ledger, policy, parts.state.secrets())
+            .with_approvers(&parts.config.approvals);
         record_pending(&parts.store, &parts.audit)?;
         let confine = bx_gateway::Confine::for_state(&parts.state, &parts.config)
             .map_err(|e| AgentError::Internal(e.to_string()))?;
@@ -291,6 +292,10 @@ impl Owner for Connected<'_> {
             tool: p.name.to_owned(),
             args: args.to_owned(),
         });
+    }
+
+    fn waits(&self) -> bool {
+        true
     }
 
     async fn answer(&mut self, asking: &Asking<'_>) -> Answer {

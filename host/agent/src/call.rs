@@ -316,6 +316,8 @@ pub struct Trust {
     counted: Mutex<
         std::collections::HashMap<(String, String), std::collections::VecDeque<std::time::Instant>>,
     >,
+    /// The reviewer program and the notice of `[approvals]`: none unless set.
+    approvers: Arc<crate::Approvers>,
 }
 
 /// The window a `[[limit]]` counts calls in.
@@ -340,7 +342,18 @@ impl Trust {
             policy: Mutex::new(policy),
             secrets,
             counted: Mutex::new(std::collections::HashMap::new()),
+            approvers: Arc::new(crate::Approvers::default()),
         }
+    }
+
+    /// The trust path with `config`'s reviewer program and notice.
+    pub fn with_approvers(self, config: &bx_state::ApprovalsConfig) -> Trust {
+        Trust { approvers: Arc::new(crate::Approvers::new(config)), ..self }
+    }
+
+    /// The reviewer program and the notice.
+    pub fn approvers(&self) -> &Arc<crate::Approvers> {
+        &self.approvers
     }
 
     /// Counts a call of `tool` in `session` against every `[[limit]]` of `policy` that
@@ -769,7 +782,12 @@ impl<'t> Asking<'t> {
     /// The owner's answer: decided again against the policy and the taint of this
     /// moment (the taint may have risen while the owner read), and recorded with the
     /// decision it led to. The call runs only when that decision allows it.
-    pub fn answer(self, answer: &Answer) -> Result<Result<Allowed<'t>, Refused>, AgentError> {
+    /// `by` is who gave it: the owner, or the reviewer program.
+    pub fn answer(
+        self,
+        answer: &Answer,
+        by: bx_audit::AnsweredBy,
+    ) -> Result<Result<Allowed<'t>, Refused>, AgentError> {
         let r = &self.requested;
         let trust = r.trust;
         let taint =
@@ -814,6 +832,7 @@ impl<'t> Asking<'t> {
             call: r.call.clone(),
             id: self.approval.clone(),
             answer: name,
+            by: by.clone(),
             reason: bounded(&reason, MAX_FIELD_BYTES),
             decision: outcome,
             scope: scope.as_ref().map(|s| bx_audit::ScopeRecord {
@@ -831,10 +850,16 @@ impl<'t> Asking<'t> {
             Decision::Allow(grant) => {
                 Ok(Allowed { requested: self.requested, grant, covered_by: None })
             }
-            Decision::Deny(reason) => Err(Refused {
-                reason: bounded(&reason.message, MAX_REASON_BYTES),
-                unavailable: false,
-            }),
+            Decision::Deny(why) => {
+                // The broker words a refusal as the owner's; the reviewer's is its own.
+                let message = match (&by, name) {
+                    (bx_audit::AnsweredBy::Reviewer(r), bx_audit::OwnerAnswer::Refuse) => {
+                        format!("refused by the owner's reviewer {}: {reason}", r.command)
+                    }
+                    _ => why.message,
+                };
+                Err(Refused { reason: bounded(&message, MAX_REASON_BYTES), unavailable: false })
+            }
             // The broker's redecide never asks twice; were it to, nothing runs.
             Decision::Ask(_) => Err(Refused {
                 reason: "the call still asks after the owner's answer".into(),

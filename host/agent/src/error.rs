@@ -170,6 +170,37 @@ mod tests {
 #[error("{0}; the call still waits (see docs/runbook.md#scope-does-not-fit)")]
 pub struct ScopeMisfit(pub bx_broker::ScopeError);
 
+/// Why the owner's reviewer program gave no answer: the call is then refused
+/// (docs/runbook.md#reviewer-failed).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReviewerFault {
+    /// It could not be read or started, or its pipes failed.
+    #[error("the reviewer could not run: {0}")]
+    Start(std::io::Error),
+    /// It ran past `[approvals] reviewer_secs` and was stopped.
+    #[error("the reviewer gave no answer within {0} s and was stopped")]
+    Timeout(u64),
+    /// It exited with a failure.
+    #[error("the reviewer failed ({status}): {stderr}")]
+    Failed {
+        /// How it exited.
+        status: String,
+        /// The start of what it wrote on stderr, escaped.
+        stderr: String,
+    },
+    /// What it wrote is not an answer.
+    #[error("the reviewer's output is not an answer: {0}")]
+    BadAnswer(String),
+}
+
+impl ReviewerFault {
+    /// The runbook entry to read.
+    pub fn runbook(&self) -> &'static str {
+        "docs/runbook.md#reviewer-failed"
+    }
+}
+
 /// Why an upstream's guard could not be loaded: its upstream's calls are then labelled
 /// the most restrictive way (docs/gateway.md#guards).
 #[derive(Debug, thiserror::Error)]

@@ -682,6 +682,7 @@ mod tests {
                 // Every seventh answers an id that no `ask` gave: it makes no scope.
                 id: if i.is_multiple_of(7) { "forged".into() } else { format!("a{}", i / 5) },
                 answer: bx_audit::OwnerAnswer::Approve,
+                by: bx_audit::AnsweredBy::Owner,
                 reason: String::new(),
                 decision: bx_audit::Settled::Allow,
                 scope: Some(ScopeRecord {

@@ -8,12 +8,14 @@
 
 use std::path::Path;
 
+use bx_audit::AnsweredBy;
 use bx_broker::Answer;
 use bx_runtime::Runtime;
 use serde_json::Value;
 
 use crate::call::{Asking, Covered, Decided, Finished, Overlay, Refused, Trust, in_place};
 use crate::error::AgentError;
+use crate::reviewer::Review;
 
 /// A call as proposed, before anything is recorded.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +43,13 @@ pub trait Owner {
     /// The owner's answer to a call the policy asks about. It must end: a wait for the
     /// owner ends in [`Answer::Expired`] by a deadline of the owner's choosing.
     fn answer(&mut self, asking: &Asking<'_>) -> impl Future<Output = Answer> + Send;
+
+    /// Whether a call that asks waits for an answer from somewhere else (the daemon's
+    /// approval table), so that the owner is sent `[approvals] notify`'s notice. A
+    /// terminal that prompts, or no owner at all, does not.
+    fn waits(&self) -> bool {
+        false
+    }
 
     /// The call was refused (by the policy, by the owner, or before it was decided).
     fn refused(&mut self, _proposal: &Proposal<'_>, _refused: &Refused) {}
@@ -74,8 +83,9 @@ impl Trust {
     ///    the broker under the policy in force with `overlay` on top and the session's
     ///    taint) and the decision goes on the log, synced with the request;
     /// 3. the owner is shown the call;
-    /// 4. when the policy asks, the owner answers, and the answer is decided again and
-    ///    goes on the log;
+    /// 4. when the policy asks, the owner's reviewer program answers, or the owner
+    ///    (told by the notice) when there is none, it abstains or the grant wants a
+    ///    person; the answer is decided again and goes on the log with who gave it;
     /// 5. an allowed call runs under its grant, and its result goes on the log before
     ///    the owner hears of it.
     ///
@@ -109,8 +119,19 @@ impl Trust {
             Decided::Allowed(allowed) => Ok(allowed),
             Decided::Refused(refused) => Err(refused),
             Decided::Asking(asking) => {
-                let answer = owner.answer(&asking).await;
-                in_place(|| asking.answer(&answer))?
+                // The owner's reviewer program first, unless the grant wants the owner
+                // in person; the owner when there is none or it abstains.
+                let redact = |text: &str| self.secrets().redact_text(text);
+                let (answer, by) = match self.approvers().review(&asking, redact).await {
+                    Review::Answered(answer, by) => (answer, by),
+                    Review::Owner => {
+                        if owner.waits() {
+                            self.approvers().notify(&asking, redact);
+                        }
+                        (owner.answer(&asking).await, AnsweredBy::Owner)
+                    }
+                };
+                in_place(|| asking.answer(&answer, by))?
             }
         };
         let allowed = match allowed {

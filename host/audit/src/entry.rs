@@ -116,6 +116,36 @@ pub enum OwnerAnswer {
     Expired,
 }
 
+/// Who answered an `ask`: the owner (at a terminal or through the daemon; also an answer
+/// that expired), written as no `by` at all, or `"by": {"reviewer": {...}}`, the owner's
+/// reviewer program (`[approvals] reviewer` in `config.toml`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnsweredBy {
+    /// The owner.
+    #[default]
+    Owner,
+    /// The reviewer program.
+    Reviewer(ReviewerId),
+}
+
+impl AnsweredBy {
+    /// Whether the owner answered.
+    pub fn is_owner(&self) -> bool {
+        matches!(self, AnsweredBy::Owner)
+    }
+}
+
+/// A reviewer program as its answers are recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewerId {
+    /// The program, an absolute path, as `config.toml` names it.
+    pub command: String,
+    /// `sha256:HEX` of the program's file as it was read just before it ran.
+    pub digest: String,
+}
+
 /// What an answered `ask` became: written as `allow` or `deny`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -195,6 +225,10 @@ pub struct Approval {
     pub id: String,
     /// `approve`, `refuse` or `expired`.
     pub answer: OwnerAnswer,
+    /// Who gave the answer: written only for the reviewer, so an owner's answer is the
+    /// record it always was.
+    #[serde(default, skip_serializing_if = "AnsweredBy::is_owner")]
+    pub by: AnsweredBy,
     /// The owner's reason for a refusal.
     pub reason: String,
     /// `allow` or `deny`: the decision after the answer.

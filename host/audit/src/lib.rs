@@ -36,9 +36,10 @@ pub use anchor::{
 };
 pub use anchored::{Against, AnchorReport};
 pub use entry::{
-    Approval, Break as BreakEntry, CallStatus, Decision, Entry, ExportFailed, LeakFound,
-    MAX_FIELD_BYTES, MAX_ITEM_BYTES, MAX_RECORD_BYTES, Outcome, OwnerAnswer, Recovered, Request,
-    ScopeRecord, SecretUse, Session, Settled, ToolChange, Verdict, bounded, sha256_hex,
+    AnsweredBy, Approval, Break as BreakEntry, CallStatus, Decision, Entry, ExportFailed,
+    LeakFound, MAX_FIELD_BYTES, MAX_ITEM_BYTES, MAX_RECORD_BYTES, Outcome, OwnerAnswer, Recovered,
+    Request, ReviewerId, ScopeRecord, SecretUse, Session, Settled, ToolChange, Verdict, bounded,
+    sha256_hex,
 };
 pub use error::{AuditError, CheckpointError, ProofError};
 pub use log::{

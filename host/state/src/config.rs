@@ -1,6 +1,6 @@
-//! `config.toml` in the state directory, four tables: `[inference]` (the model server),
-//! `[loop]` (limits of a turn), `[tools]` (where tools come from) and `[audit]` (where the
-//! log lives). Unknown keys are refused, and every error names the file, line and column.
+//! `config.toml` in the state directory, five tables: `[inference]` (the model server),
+//! `[loop]` (limits of a turn), `[tools]` (where tools come from), `[audit]` (where the
+//! log lives) and `[approvals]` (who else answers, and who is told). Unknown keys are refused, and every error names the file, line and column.
 //! Every field has a default, so a missing file is a valid configuration.
 
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
@@ -25,6 +25,41 @@ pub struct Config {
     /// The `[audit]` table.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// The `[approvals]` table.
+    #[serde(default)]
+    pub approvals: ApprovalsConfig,
+}
+
+/// The `[approvals]` table: a program that answers before the owner, and one that tells
+/// the owner a call waits (docs/approvals.md).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsConfig {
+    /// The reviewer, as argv with an absolute program path: run for each call the policy
+    /// asks about (unless its grant says `approver = "owner"`), it reads the approval
+    /// block as JSON on stdin and answers approve, refuse or abstain on stdout. Empty:
+    /// no reviewer, the owner answers every call.
+    pub reviewer: Vec<String>,
+    /// Seconds the reviewer may take before it is stopped and the call refused
+    /// (default 30).
+    pub reviewer_secs: NonZeroU64,
+    /// A command, as argv with an absolute program path, run when a call starts to wait
+    /// for the owner: the call's id, session, tool and a one-line summary in its
+    /// environment and on stdin. Nothing waits for it. Empty: no notice.
+    pub notify: Vec<String>,
+    /// Seconds a notice may run before it is stopped (default 10).
+    pub notify_secs: NonZeroU64,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> ApprovalsConfig {
+        ApprovalsConfig {
+            reviewer: Vec::new(),
+            reviewer_secs: NonZeroU64::new(30).unwrap_or(NonZeroU64::MIN),
+            notify: Vec::new(),
+            notify_secs: NonZeroU64::new(10).unwrap_or(NonZeroU64::MIN),
+        }
+    }
 }
 
 /// The `[inference]` table: which llama-server to talk to, or how to start one.
@@ -244,6 +279,19 @@ impl Config {
                 "audit.export: every directory must be an absolute path".into(),
             ));
         }
+        for (key, argv) in
+            [("reviewer", &config.approvals.reviewer), ("notify", &config.approvals.notify)]
+        {
+            if argv.first().is_some_and(|program| !Path::new(program).is_absolute()) {
+                return Err(at(
+                    key,
+                    format!(
+                        "approvals.{key}: the program must be an absolute path (what runs, and \
+                         what its answers are recorded under, must not depend on PATH)"
+                    ),
+                ));
+            }
+        }
         for (i, mirror) in config.tools.mirrors.iter().enumerate() {
             let is_url = mirror.starts_with("https://");
             if !is_url && !Path::new(mirror).is_absolute() {
@@ -288,6 +336,9 @@ mod tests {
             ("[inference]\nlaunch = [\"llama-server\"]\n", "c.toml:2:1: inference.launch"),
             ("[loop]\nmax_tool_calls = 0\n", "c.toml:2:18: invalid value: integer `0`"),
             ("[audit]\ndir = \"rel\"\n", "c.toml:2:1: audit.dir"),
+            ("[approvals]\nreviewer = [\"review\"]\n", "c.toml:2:1: approvals.reviewer"),
+            ("[approvals]\nnotify = [\"ntfy\", \"x\"]\n", "c.toml:2:1: approvals.notify"),
+            ("[approvals]\nreviewer_secs = 0\n", "c.toml:2:17: invalid value: integer `0`"),
             // A comment that mentions the key does not take the location.
             (
                 "# launch it yourself\n[inference]\n  launch = [\"x\"]\n",

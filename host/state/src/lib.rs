@@ -14,8 +14,8 @@ mod secrets;
 mod sessions;
 
 pub use config::{
-    AuditConfig, Config, EndThinkingName, InferenceConfig, LoopConfig, ToolModeName, ToolsConfig,
-    TrustedKey,
+    ApprovalsConfig, AuditConfig, Config, EndThinkingName, InferenceConfig, LoopConfig,
+    ToolModeName, ToolsConfig, TrustedKey,
 };
 pub use dir::StateDir;
 pub use error::StateError;

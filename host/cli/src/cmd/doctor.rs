@@ -108,6 +108,22 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
         }
     }
 
+    // The reviewer and the notice of `[approvals]`: a program that cannot run refuses
+    // every call that asks (the reviewer) or tells nobody (the notice).
+    for (key, argv) in
+        [("reviewer", &config.approvals.reviewer), ("notify", &config.approvals.notify)]
+    {
+        let Some(program) = argv.first() else { continue };
+        let shown = term::one_line(program);
+        match runnable(std::path::Path::new(program)) {
+            Ok(()) => check(true, format!("approvals: {key} {shown} is executable")),
+            Err(why) => check(
+                false,
+                format!("approvals: {key} {shown}: {why} (see docs/runbook.md#reviewer-failed)"),
+            ),
+        }
+    }
+
     // The secret store: readable by bx alone, and every bound secret set.
     match state.secrets().load() {
         Ok(loaded) => {
@@ -256,4 +272,17 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
         outln!("       {} {}", term::one_line(name), term::one_line(&tool.digest));
     }
     Ok(if healthy { EXIT_OK } else { EXIT_ERROR })
+}
+
+/// Whether `path` is a regular file with an execute bit, or why not.
+fn runnable(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err("not executable".into());
+    }
+    Ok(())
 }

@@ -393,7 +393,8 @@ fn here(
             term::reason(why)
         );
     }
-    let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config), state.secrets());
+    let trust = Trust::new(Arc::clone(&log), ledger, state.watch_policy(&config), state.secrets())
+        .with_approvers(&config.approvals);
     let store = Store::open(state, &config)?;
     // Tool changes made while a daemon held the log go on it before this call.
     bx_agent::record_pending(&store, &log)?;

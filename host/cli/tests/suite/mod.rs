@@ -1,6 +1,7 @@
 //! Helpers to run `bx` against a state directory and to look at what it left there.
 
 mod anchor;
+mod approvers;
 mod bounds;
 mod chat;
 mod components;
