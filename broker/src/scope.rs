@@ -243,6 +243,9 @@ pub struct Scope {
     pub approve: bool,
     /// The owner's reason, for a refusal.
     pub reason: String,
+    /// Given by the owner's reviewer program, not the owner: an approving one never
+    /// covers a call a grant keeps for the owner in person (`approver = "owner"`).
+    pub reviewer: bool,
 }
 
 /// SHA-256 of `bytes`, hex.
@@ -517,7 +520,8 @@ pub(crate) fn bearing<'s>(scopes: &'s [Scope], ask: &AskRequest, args: &str) -> 
         return Bearing::Refused(s);
     }
     let mut voided = None;
-    for s in same().filter(|s| s.approve) {
+    // A reviewer's approval stands for no call the owner must answer in person.
+    for s in same().filter(|s| s.approve && !(s.reviewer && ask.person)) {
         if asking.is_empty() || !asking.iter().all(|r| s.cover.covers(r, args)) {
             continue;
         }

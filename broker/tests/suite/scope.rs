@@ -66,6 +66,7 @@ fn scope_of(first: &CallRequest, args: &str, kind: ScopeKind, taint: Label) -> S
         cover,
         approve: true,
         reason: String::new(),
+        reviewer: false,
     }
 }
 
@@ -271,6 +272,7 @@ fn the_grant_of_a_covered_call_is_held_to_the_scope() {
         cover,
         approve: true,
         reason: String::new(),
+        reviewer: false,
     };
     let next = call("fs.read", vec![read("/w/pages/a/y.html")]);
     let (Decision::Allow(grant), Bearing::Approved(_)) =

@@ -820,6 +820,7 @@ impl<'t> Asking<'t> {
                 cover: a.cover.clone(),
                 approve: a.approve,
                 reason: bounded(&reason, MAX_FIELD_BYTES),
+                reviewer: !by.is_owner(),
             }),
             Answer::Approve | Answer::Refuse(_) | Answer::Expired => None,
         };

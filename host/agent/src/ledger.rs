@@ -115,6 +115,7 @@ fn scope_of(a: &bx_audit::Approval) -> Option<Scope> {
         cover: Cover::from_record(&r.kind, &r.what)?,
         approve,
         reason: a.reason.clone(),
+        reviewer: !a.by.is_owner(),
     })
 }
 

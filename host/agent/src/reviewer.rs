@@ -172,11 +172,14 @@ impl Approvers {
         tokio::spawn(async move {
             let ran = tokio::time::timeout(notify.deadline, async {
                 let mut child = command(&notify.argv, &vars, false).spawn()?;
+                let mut group = Group::of(&child);
                 if let Some(mut input) = child.stdin.take() {
                     // A notice that does not read its stdin is not a failure.
                     let _ = input.write_all(stdin.as_bytes()).await;
                 }
-                child.wait().await
+                let status = child.wait().await;
+                group.reaped();
+                status
             })
             .await;
             let why = match ran {
@@ -201,7 +204,8 @@ fn fault(e: &ReviewerFault) -> String {
 /// killed if it is dropped.
 fn command(argv: &[String], vars: &[(&str, String)], read: bool) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..]).env_clear().current_dir("/").kill_on_drop(true);
+    // A group of its own, so that what it started can be stopped with it.
+    cmd.args(&argv[1..]).env_clear().current_dir("/").kill_on_drop(true).process_group(0);
     for keep in ["PATH", "HOME"] {
         if let Some(v) = std::env::var_os(keep) {
             cmd.env(keep, v);
@@ -213,6 +217,32 @@ fn command(argv: &[String], vars: &[(&str, String)], read: bool) -> tokio::proce
     let out = || if read { Stdio::piped() } else { Stdio::null() };
     cmd.stdin(Stdio::piped()).stdout(out()).stderr(out());
     cmd
+}
+
+/// A helper's process group, killed whole when the wait for it is dropped (its deadline
+/// passed): a program that left a child running, holding its pipes, leaves nothing
+/// behind. Once the helper itself is reaped its group id may be reused, so the group is
+/// then left alone.
+struct Group(Option<rustix::process::Pid>);
+
+impl Group {
+    fn of(child: &tokio::process::Child) -> Group {
+        Group(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)))
+    }
+
+    fn reaped(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // The group is the unreaped child's own (`process_group(0)`): its id cannot
+        // name another group yet.
+        if let Some(group) = self.0 {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 /// Runs the reviewer on `asking` to its deadline: `Ok(None)` when it abstains.
@@ -230,7 +260,8 @@ async fn ask(
         request: request.clone(),
         args: args.clone(),
         created_ms: now,
-        expires_ms: now + reviewer.deadline.as_millis() as u64,
+        expires_ms: now
+            .saturating_add(u64::try_from(reviewer.deadline.as_millis()).unwrap_or(u64::MAX)),
         seal: None,
     };
     let block = Block {
@@ -245,6 +276,7 @@ async fn ask(
     let input = serde_json::to_vec(&block).unwrap_or_default();
     let run = async {
         let mut child = command(&reviewer.argv, &[], true).spawn().map_err(ReviewerFault::Start)?;
+        let mut group = Group::of(&child);
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -285,7 +317,9 @@ async fn ask(
         if out.len() > MAX_ANSWER_BYTES {
             return Err(ReviewerFault::BadAnswer(format!("more than {MAX_ANSWER_BYTES} bytes")));
         }
-        let status = child.wait().await.map_err(ReviewerFault::Start)?;
+        let status = child.wait().await;
+        group.reaped();
+        let status = status.map_err(ReviewerFault::Start)?;
         Ok((status, out, err))
     };
     let (status, out, err) = tokio::time::timeout(reviewer.deadline, run)
@@ -297,8 +331,16 @@ async fn ask(
             stderr: bounded_line(&String::from_utf8_lossy(&err), MAX_STDERR_SHOWN),
         });
     }
-    let reply: Reply = serde_json::from_slice(out.trim_ascii())
-        .map_err(|e| ReviewerFault::BadAnswer(bounded_line(&e.to_string(), MAX_STDERR_SHOWN)))?;
+    let bad = |e: serde_json::Error| {
+        ReviewerFault::BadAnswer(bounded_line(&e.to_string(), MAX_STDERR_SHOWN))
+    };
+    // One JSON object: serde would also read a struct from an array.
+    let reply = match serde_json::from_slice(out.trim_ascii()).map_err(bad)? {
+        object @ serde_json::Value::Object(_) => {
+            serde_json::from_value::<Reply>(object).map_err(bad)?
+        }
+        _ => return Err(ReviewerFault::BadAnswer("not a JSON object".into())),
+    };
     let approve = match reply.answer {
         Verdict::Abstain if reply.scope.is_none() && reply.reason.is_none() => return Ok(None),
         Verdict::Abstain => {
@@ -353,8 +395,33 @@ async fn file_digest(path: &Path) -> std::io::Result<String> {
     Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
 }
 
-/// `text` on one line, escaped as the owner is shown untrusted text, at most `max` bytes.
+/// `text` on one line, escaped as the owner is shown untrusted text, at most `max` bytes
+/// in all (a cut one ends in `…`).
 fn bounded_line(text: &str, max: usize) -> String {
-    let line = escape_untrusted(text.trim(), false);
-    bx_audit::bounded(&line, max)
+    let mut line = escape_untrusted(text.trim(), false);
+    if line.len() > max {
+        let mut end = max.saturating_sub('…'.len_utf8());
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push('…');
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_line_is_one_escaped_line_within_its_bound_cut_marker_included() {
+        for text in ["a".repeat(300), "\u{1}".repeat(300), "é".repeat(300), "x\ny\u{202e}z".into()]
+        {
+            let line = bounded_line(&text, MAX_SUMMARY_BYTES);
+            assert!(line.len() <= MAX_SUMMARY_BYTES, "{} bytes", line.len());
+            assert!(!line.chars().any(|c| c.is_control() || c == '\u{202e}'), "{line:?}");
+            assert_eq!(line.ends_with('…'), text.len() > 100, "{line:?}");
+        }
+    }
 }

@@ -218,7 +218,8 @@ impl StateDir {
     }
 
     /// Everything bx reads as its own, which no tool reaches in any mode: the state
-    /// directory and the audit directory, each as configured and as it resolves on disk
+    /// directory, the audit directory and the `[approvals]` programs, each as configured
+    /// and as it resolves on disk
     /// (so a symlink to either is covered too), and the target of every symlink bx's own
     /// files are kept through (a `policy.toml` or `core.md` linked in from a dotfiles
     /// directory, a `tools/` or `sessions/` on another disk).
@@ -239,6 +240,11 @@ impl StateDir {
             anchors.push(PathBuf::from(public));
             anchors.push(key);
         }
+        // The reviewer and notice programs run with the owner's authority, and the
+        // reviewer answers for the owner: a tool that could rewrite either would answer
+        // its own calls.
+        let helpers = [&config.approvals.reviewer, &config.approvals.notify];
+        anchors.extend(helpers.into_iter().filter_map(|argv| argv.first()).map(PathBuf::from));
         for path in [self.root.clone(), audit.clone()].into_iter().chain(anchors) {
             if let Some(real) = bx_fs::resolve_leniently(&path) {
                 add(real, &mut out);
@@ -284,6 +290,28 @@ mod tests {
         let own = dir.own_paths(&config);
         let real = std::fs::canonicalize(&real).unwrap();
         assert_eq!(own, vec![real, tmp.path().join("link"), PathBuf::from("/var/log/bx-audit")]);
+    }
+
+    /// Found probing: a tool with a write grant on the reviewer's directory could
+    /// rewrite the program that answers for the owner.
+    #[test]
+    fn the_approvals_programs_and_their_targets_are_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::write(base.join("review-v2"), "#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink(base.join("review-v2"), base.join("review")).unwrap();
+        let text = format!(
+            "[approvals]\nreviewer = [\"{}\", \"--x\"]\nnotify = [\"/usr/local/bin/notice\"]\n",
+            base.join("review").display()
+        );
+        let config = Config::parse(Path::new("c.toml"), &text).unwrap();
+        let own = StateDir::at(base.join("state")).own_paths(&config);
+        for p in
+            [base.join("review"), base.join("review-v2"), PathBuf::from("/usr/local/bin/notice")]
+        {
+            assert!(own.contains(&p), "{} is not own: {own:?}", p.display());
+        }
+        assert!(!own.contains(&PathBuf::from("--x")), "{own:?}");
     }
 
     /// Regression (found probing): `--state-dir ../st` made every call refused, since the

@@ -64,6 +64,8 @@ struct SavedScope {
     approve: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     reason: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    reviewer: bool,
 }
 
 /// The path of the checkpoint for the log in `audit_dir`.
@@ -235,6 +237,7 @@ impl SavedSession {
                     what: s.cover.what(),
                     approve: s.approve,
                     reason: s.reason.clone(),
+                    reviewer: s.reviewer,
                 })
                 .collect(),
         }
@@ -267,6 +270,7 @@ impl Saved {
                         cover,
                         approve: x.approve,
                         reason: x.reason,
+                        reviewer: x.reviewer,
                     })
                 })
                 .collect::<Result<Vec<Scope>, ContentError>>()?;

@@ -164,6 +164,7 @@ fn a_reviewer_that_crashes_hangs_or_answers_garbage_refuses() {
             "cat > /dev/null\necho '{\"answer\": \"approve\", \"scope\": \"host\"}'",
             "not one the block offers",
         ),
+        ("an array", "cat > /dev/null\necho '[\"approve\", \"path\"]'", "not a JSON object"),
         (
             "two answers",
             "cat > /dev/null\necho '{\"answer\": \"approve\"}{\"answer\": \"approve\"}'",
@@ -294,4 +295,72 @@ fn a_reviewer_or_notice_named_without_an_absolute_path_is_a_config_error() {
     assert_ne!(r.code, 0);
     assert!(r.stderr.contains("approvals.reviewer"), "{}", r.stderr);
     assert!(r.stderr.contains("absolute path"), "{}", r.stderr);
+}
+
+/// A reviewer that leaves a child holding its output gives no answer: at the deadline
+/// the call is refused, and the child is stopped with it (its process group), not left
+/// running.
+#[test]
+fn a_reviewer_past_its_deadline_is_stopped_with_what_it_started() {
+    let (data, file) = data();
+    let bin = tempfile::tempdir().unwrap();
+    let pid_file = bin.path().join("child.pid");
+    let program = script(
+        bin.path(),
+        "review",
+        &format!("cat > /dev/null\nsleep 120 &\necho $! > '{}'\nexit 0", pid_file.display()),
+    );
+    let state = state_with(
+        data.path(),
+        "",
+        &format!("reviewer = [\"{}\"]\nreviewer_secs = 1\n", program.display()),
+    );
+    let r = read(state.path(), &file);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("no answer within 1 s"), "{}", r.stderr);
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    // Killed, then reaped by whoever inherited it: gone, or a zombie until then.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while alive() {
+        assert!(std::time::Instant::now() < deadline, "the reviewer's child {pid} still runs");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Found probing: the reviewer's scope for a directory answered a later call under a
+/// grant nested in it that wants the owner in person. It answers none of those; the
+/// owner does, in the same process or a later one (the scope read back from the log).
+#[test]
+fn a_reviewers_scope_never_answers_a_call_kept_for_the_owner() {
+    let (data, file) = data();
+    let inner = file.with_file_name("owner-only");
+    std::fs::create_dir(&inner).unwrap();
+    std::fs::write(inner.join("g.txt"), "for the owner").unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let program = reviewer(bin.path(), r#"{"answer": "approve", "scope": "path"}"#);
+    let nested = format!(
+        "\n[[grant]]\ntool = \"fs.read\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"ask\"\napprover = \"owner\"\n",
+        inner.display()
+    );
+    let state =
+        state_with(data.path(), &nested, &format!("reviewer = [\"{}\"]\n", program.display()));
+    assert_eq!(read(state.path(), &file).code, 0);
+    let args = serde_json::json!({"path": inner.join("g.txt")}).to_string();
+    let r = super::trust::run_answering(
+        state.path(),
+        &["tool", "run", "fs.read", "--session", "s", "--args", &args],
+        |_| "not this one".to_owned(),
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(!r.stdout.contains("for the owner"), "{}", r.stdout);
+    assert_eq!(runs(bin.path()), 1);
+    let records = approvals(state.path());
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[1]["answer"], "refuse");
+    assert!(records[1].get("by").is_none(), "the owner's answer: {records:?}");
 }
