@@ -39,7 +39,9 @@ pub use policy::{
     Approver, AskRule, DenyRule, Example, Expect, GrantRule, LimitRule, Mode, OnTainted, Policy,
     PolicyError, PolicyErrors, ResourceRule, ToolMatch, WORKSPACE, parse_label,
 };
-pub use scope::{Bearing, Cover, Scope, ScopeError, ScopeKind, args_digest, cover_for, offers};
+pub use scope::{
+    Bearing, Cover, Scope, ScopeError, ScopeKind, args_digest, cover_for, offers, scoped_answer,
+};
 pub use secret::{MAX_SECRET_NAME, SecretBinding, placeholder, valid_secret_name};
 pub use snippet::{Located, SourceLines};
 

@@ -372,6 +372,26 @@ fn coverable(ask: &AskRequest) -> Option<&[Resource]> {
     ask.asking.iter().all(|r| !ask.every.contains(r)).then_some(ask.asking.as_slice())
 }
 
+/// The answer that approves (`approve`) or refuses (with `reason`) the call `ask` asks
+/// about, with the scope `kind` made from the call itself ([`cover_for`]), or why that
+/// scope does not fit the call. What every answerer (the prompt, `bx approve`, the
+/// reviewer program) gives the broker.
+pub fn scoped_answer(
+    ask: &AskRequest,
+    args: &str,
+    kind: &ScopeKind,
+    approve: bool,
+    reason: String,
+) -> Result<crate::Answer, ScopeError> {
+    Ok(match (cover_for(ask, args, kind, approve)?, approve) {
+        (Some(cover), approve) => {
+            crate::Answer::Scoped(crate::ScopedAnswer { cover, approve, reason })
+        }
+        (None, true) => crate::Answer::Approve,
+        (None, false) => crate::Answer::Refuse(reason),
+    })
+}
+
 /// Why no approving scope is given in a session that has read untrusted content.
 pub(crate) const UNTRUSTED_NO_SCOPE: &str = "this session has read untrusted content, so the model's later calls may be steered by it: each is approved on its own (a refusal can still take a scope)";
 

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bx_broker::{Answer, Answered, ApprovalTable, AskRequest, Pending, ScopeKind, ScopedAnswer};
+use bx_broker::{Answer, Answered, ApprovalTable, AskRequest, Pending, ScopeKind};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
@@ -168,18 +168,12 @@ impl Approvals {
     ) -> Result<Answered, crate::error::ScopeMisfit> {
         use crate::error::ScopeMisfit;
         let kind = ScopeKind::parse(scope.unwrap_or("call")).map_err(ScopeMisfit)?;
-        let cover = match (&kind, self.table.get(id, now_ms())) {
-            (ScopeKind::Call, _) => None,
-            (_, Some(p)) => {
-                bx_broker::cover_for(&p.request, &p.args, &kind, approve).map_err(ScopeMisfit)?
-            }
+        let answer = match self.table.get(id, now_ms()) {
+            Some(p) => bx_broker::scoped_answer(&p.request, &p.args, &kind, approve, reason)
+                .map_err(ScopeMisfit)?,
             // Not waiting: answered as any answer is (unknown, expired, answered).
-            (_, None) => None,
-        };
-        let answer = match (cover, approve) {
-            (Some(cover), approve) => Answer::Scoped(ScopedAnswer { cover, approve, reason }),
-            (None, true) => Answer::Approve,
-            (None, false) => Answer::Refuse(reason),
+            None if approve => Answer::Approve,
+            None => Answer::Refuse(reason),
         };
         Ok(self.answer(id, answer, seen))
     }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bx_audit::{AnsweredBy, ReviewerId};
-use bx_broker::{Answer, ScopeKind, ScopedAnswer, escape_untrusted};
+use bx_broker::{Answer, ScopeKind, escape_untrusted};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -106,11 +106,6 @@ impl Approvers {
         }
     }
 
-    /// Notices that failed since the daemon started.
-    pub fn notices_failed(&self) -> u64 {
-        self.notices_failed.load(Ordering::Relaxed)
-    }
-
     /// Asks the reviewer about `asking`, unless there is none or the call's grant wants
     /// the owner in person. `redact` takes any secret's value out of what it is given.
     pub async fn review(&self, asking: &Asking<'_>, redact: impl Fn(&str) -> String) -> Review {
@@ -119,23 +114,18 @@ impl Approvers {
             return Review::Owner;
         }
         let command = reviewer.argv[0].clone();
-        // Read just before it runs, under the same deadline (a path swapped for a pipe
-        // must not hold the call).
-        let digest = tokio::time::timeout(reviewer.deadline, file_digest(Path::new(&command)));
-        let digest = match digest.await {
-            Ok(Ok(digest)) => digest,
-            Ok(Err(e)) => {
-                let by = AnsweredBy::Reviewer(ReviewerId { command, digest: String::new() });
-                return Review::Answered(Answer::Refuse(fault(&ReviewerFault::Start(e))), by);
-            }
-            Err(_) => {
-                let by = AnsweredBy::Reviewer(ReviewerId { command, digest: String::new() });
-                let timeout = ReviewerFault::Timeout(reviewer.deadline.as_secs());
-                return Review::Answered(Answer::Refuse(fault(&timeout)), by);
-            }
+        // Read just before it runs, under the same deadline.
+        let digest = tokio::time::timeout(reviewer.deadline, file_digest(Path::new(&command)))
+            .await
+            .unwrap_or(Err(ReviewerFault::Timeout(reviewer.deadline.as_secs())));
+        let (digest, read) = match digest {
+            Ok(digest) => (digest, Ok(())),
+            Err(e) => (String::new(), Err(e)),
         };
-        let id = ReviewerId { command, digest };
-        let by = AnsweredBy::Reviewer(id);
+        let by = AnsweredBy::Reviewer(ReviewerId { command, digest });
+        if let Err(e) = read {
+            return Review::Answered(Answer::Refuse(fault(&e)), by);
+        }
         let answer = match ask(reviewer, asking, &redact).await {
             Ok(Some(answer)) => answer,
             Ok(None) => return Review::Owner,
@@ -253,7 +243,8 @@ async fn ask(
 ) -> Result<Option<Answer>, ReviewerFault> {
     let request = asking.request();
     let args = redact(asking.args());
-    let offered = bx_broker::offers(request, &args);
+    let offered: Vec<&'static str> =
+        bx_broker::offers(request, &args).into_iter().map(|(name, _)| name).collect();
     let now = crate::now_ms();
     let pending = bx_broker::Pending {
         id: asking.approval().to_owned(),
@@ -271,7 +262,7 @@ async fn ask(
         tool: escape_untrusted(&request.call.tool, false),
         block: redact(&bx_broker::render_block(&pending, &request.call.digest, now)),
         arguments: bx_broker::args_whole(&args),
-        scopes: offered.iter().map(|(name, _)| *name).collect(),
+        scopes: offered.clone(),
     };
     let input = serde_json::to_vec(&block).unwrap_or_default();
     let run = async {
@@ -353,40 +344,44 @@ async fn ask(
         Verdict::Refuse => false,
     };
     let reason = bounded_line(reply.reason.as_deref().unwrap_or(""), MAX_REASON_BYTES);
-    let Some(scope) = reply.scope else {
-        return Ok(Some(if approve { Answer::Approve } else { Answer::Refuse(reason) }));
-    };
     // Only a scope the block offers, by its name: `path=/dir` and the like are the
     // owner's to type.
-    let Some((_, cover)) = offered.into_iter().find(|(name, _)| *name == scope) else {
-        return Err(ReviewerFault::BadAnswer(format!(
-            "scope {:?} is not one the block offers",
-            bounded_line(&scope, 64)
-        )));
+    let kind = match reply.scope {
+        None => ScopeKind::Call,
+        Some(scope) if offered.contains(&scope.as_str()) => {
+            ScopeKind::parse(&scope).map_err(|e| ReviewerFault::BadAnswer(e.to_string()))?
+        }
+        Some(scope) => {
+            return Err(ReviewerFault::BadAnswer(format!(
+                "scope {:?} is not one the block offers",
+                bounded_line(&scope, 64)
+            )));
+        }
     };
-    let cover = if approve {
-        cover
-    } else {
-        let kind = ScopeKind::parse(&scope).map_err(|e| ReviewerFault::BadAnswer(e.to_string()))?;
-        bx_broker::cover_for(request, &args, &kind, false)
-            .map_err(|e| ReviewerFault::BadAnswer(e.to_string()))?
-            .unwrap_or(cover)
-    };
-    Ok(Some(Answer::Scoped(ScopedAnswer { cover, approve, reason })))
+    bx_broker::scoped_answer(request, &args, &kind, approve, reason)
+        .map(Some)
+        .map_err(|e| ReviewerFault::BadAnswer(e.to_string()))
 }
 
 /// `sha256:HEX` of the regular file at `path`.
-async fn file_digest(path: &Path) -> std::io::Result<String> {
+async fn file_digest(path: &Path) -> Result<String, ReviewerFault> {
     use sha2::Digest as _;
-    // A pipe or a device would block the open, or never end.
-    if !tokio::fs::metadata(path).await?.is_file() {
-        return Err(std::io::Error::other(format!("{} is not a regular file", path.display())));
+    // Opened without blocking (a pipe put in its place must not hold the open), then
+    // checked on what was opened: a pipe or a device would never end.
+    let mut file = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .await
+        .map_err(ReviewerFault::Start)?;
+    if !file.metadata().await.map_err(ReviewerFault::Start)?.is_file() {
+        let why = format!("{} is not a regular file", path.display());
+        return Err(ReviewerFault::Start(std::io::Error::other(why)));
     }
-    let mut file = tokio::fs::File::open(path).await?;
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; 64 << 10];
     loop {
-        let n = file.read(&mut buf).await?;
+        let n = file.read(&mut buf).await.map_err(ReviewerFault::Start)?;
         if n == 0 {
             break;
         }

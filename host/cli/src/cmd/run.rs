@@ -510,21 +510,13 @@ impl Owner for Prompt {
         let (answer, scope) = ask_owner(&block, &pending.id, rest.as_deref(), self.timeout);
         // A scope is made from the call itself, as the daemon makes it; one that does not
         // fit the call refuses it, saying why.
-        let approve = matches!(answer, Answer::Approve);
-        let answer = match (
-            answer,
-            bx_broker::cover_for(&pending.request, &pending.args, &scope, approve),
-        ) {
-            (answer @ (Answer::Approve | Answer::Refuse(_)), Ok(Some(cover))) => {
-                let reason = match answer {
-                    Answer::Refuse(reason) => reason,
-                    _ => String::new(),
-                };
-                Answer::Scoped(bx_broker::ScopedAnswer { cover, approve, reason })
-            }
-            (_, Err(why)) if scope != ScopeKind::Call => Answer::Refuse(why.to_string()),
-            (answer, _) => answer,
-        };
+        let (request, args) = (&pending.request, pending.args.as_str());
+        let answer = match answer {
+            Answer::Approve => bx_broker::scoped_answer(request, args, &scope, true, String::new()),
+            Answer::Refuse(why) => bx_broker::scoped_answer(request, args, &scope, false, why),
+            other => Ok(other),
+        }
+        .unwrap_or_else(|why| Answer::Refuse(why.to_string()));
         // Answering takes the entry out of the table, as the daemon does: an answer
         // after its deadline is no answer.
         // (This process showed the rest itself, so it holds the seal.)

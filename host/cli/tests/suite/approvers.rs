@@ -2,9 +2,6 @@
 //! tells the owner a call waits. Real programs (shell scripts), the real `bx tool run`
 //! and daemon, the real log.
 
-use std::io::{BufReader, Read as _, Write as _};
-use std::process::Stdio;
-
 use serde_json::Value;
 
 use super::*;
@@ -248,40 +245,32 @@ fn a_waiting_call_sends_the_notice_escaped_and_a_failing_one_changes_nothing() {
         let state = state_with(data.path(), "", &format!("notify = [\"{}\"]\n", notify.display()));
         let daemon = Daemon::start(state.path());
         let args = serde_json::json!({"path": file}).to_string();
-        let mut child = bx_command(state.path())
-            .args(["tool", "run", "fs.read", "--session", "s", "--approval-timeout", "60"])
-            .args(["--args", &args])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let (_, id) = super::trust::until_prompt(&mut stderr);
-        // The notice runs on its own: the call waits meanwhile; wait for its file.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !out.exists() {
-            assert!(std::time::Instant::now() < deadline, "no notice within 30 s");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let notice = std::fs::read_to_string(&out).unwrap();
-        let lines: Vec<&str> = notice.lines().collect();
-        assert_eq!(lines[0], id);
-        assert_eq!(lines[1], "s");
-        assert_eq!(lines[2], "fs.read");
-        assert!(lines[3].starts_with("fs.read waits for approval"), "{notice}");
-        assert!(!notice.contains('\u{1b}') && !notice.contains('\u{202e}'), "{notice:?}");
-        let json: Value = serde_json::from_str(lines[4]).unwrap();
-        assert_eq!(json["id"], id.as_str());
-        assert_eq!(json["summary"], lines[3]);
-        let mut stdin = child.stdin.take().unwrap();
-        writeln!(stdin, "{id}").unwrap();
-        drop(stdin);
-        let mut rest = String::new();
-        stderr.read_to_string(&mut rest).unwrap();
-        let done = child.wait_with_output().unwrap();
-        assert_eq!(done.status.code(), Some(0), "{rest}");
-        assert!(String::from_utf8_lossy(&done.stdout).contains("the note"));
+        let run = ["tool", "run", "fs.read", "--session", "s", "--approval-timeout", "60"];
+        let r = super::trust::run_answering(
+            state.path(),
+            &[&run[..], &["--args", &args]].concat(),
+            |id| {
+                // The notice runs on its own while the call waits: wait for its file.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while !out.exists() {
+                    assert!(std::time::Instant::now() < deadline, "no notice within 30 s");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                let notice = std::fs::read_to_string(&out).unwrap();
+                let lines: Vec<&str> = notice.lines().collect();
+                assert_eq!(lines[0], id);
+                assert_eq!(lines[1], "s");
+                assert_eq!(lines[2], "fs.read");
+                assert!(lines[3].starts_with("fs.read waits for approval"), "{notice}");
+                assert!(!notice.contains('\u{1b}') && !notice.contains('\u{202e}'), "{notice:?}");
+                let json: Value = serde_json::from_str(lines[4]).unwrap();
+                assert_eq!(json["id"], id);
+                assert_eq!(json["summary"], lines[3]);
+                id.to_owned()
+            },
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert!(r.stdout.contains("the note"), "{}", r.stdout);
         drop(daemon);
     }
 }
@@ -363,4 +352,45 @@ fn a_reviewers_scope_never_answers_a_call_kept_for_the_owner() {
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(records[1]["answer"], "refuse");
     assert!(records[1].get("by").is_none(), "the owner's answer: {records:?}");
+}
+
+/// The programs that answer for the owner are bx's own: a tool granted writes to their
+/// directory reaches neither, by the name `config.toml` gives, by the file a symlink
+/// there resolves to, or by another link to it; the rest of the directory stays writable.
+#[test]
+fn no_tool_rewrites_the_reviewer_or_the_notice() {
+    let (data, _) = data();
+    let bin = tempfile::tempdir().unwrap();
+    let bin_dir = std::fs::canonicalize(bin.path()).unwrap();
+    let real = reviewer(&bin_dir, r#"{"answer": "approve"}"#);
+    std::os::unix::fs::symlink(&real, bin_dir.join("review-current")).unwrap();
+    let notice = script(&bin_dir, "notice", "exit 0");
+    let grant = format!(
+        "\n[[grant]]\ntool = \"fs.write\"\npath = \"{}\"\nmode = \"write\"\nlabel = \"private/trusted\"\nwhen_tainted = \"allow\"\n",
+        bin_dir.display()
+    );
+    let approvals = format!(
+        "reviewer = [\"{}\"]\nnotify = [\"{}\"]\n",
+        bin_dir.join("review-current").display(),
+        notice.display()
+    );
+    let state = state_with(data.path(), &grant, &approvals);
+    install(state.path(), "fs_write");
+    let write = |path: &Path| {
+        let args = serde_json::json!({"path": path, "content": "#!/bin/sh\necho '{\"answer\": \"approve\"}'\n"});
+        bx(
+            state.path(),
+            &["tool", "run", "fs.write", "--session", "w", "--args", &args.to_string()],
+        )
+    };
+    for target in [bin_dir.join("review-current"), real.clone(), notice.clone()] {
+        let before = std::fs::read(&target).unwrap();
+        let r = write(&target);
+        assert_ne!(r.code, 0, "{}: {}", target.display(), r.stdout);
+        assert!(r.stderr.contains("own-state"), "{}: {}", target.display(), r.stderr);
+        assert_eq!(std::fs::read(&target).unwrap(), before, "{}", target.display());
+    }
+    // The grant itself still works beside them.
+    let r = write(&bin_dir.join("other.sh"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
 }
