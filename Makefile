@@ -1,7 +1,8 @@
 # bx: build, test and check everything from a fresh clone.
 #   make setup   install what the build and tests need (wasm32-wasip2, a llama-server,
 #                Go's sumdb packages for the audit interoperability test, an OCI
-#                registry, skopeo and oras for the registry tests)
+#                registry, skopeo and oras for the registry tests, Chromium and
+#                Selenium for the owner's page)
 #   make build   the bx binary (release)
 #   make tools   the first-party tool components, checked against tools/digests.lock
 #   make components  the standard WASI 0.2 test components (Rust, Python, JavaScript)
@@ -37,6 +38,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GO_PACKAGES := golang-go golang-golang-x-mod-dev
 OCI_PACKAGES := docker-registry skopeo
 OCI_PIP := oras==0.2.43 pynacl==1.6.2
+# A real browser for the tests of the owner's page (`bx serve --web`): Debian's Chromium
+# and its driver, driven by Selenium.
+BROWSER_PACKAGES := chromium chromium-driver
+SELENIUM_VERSION := 4.39.0
 # Guest toolchains for the standard WASI test components, pinned: componentize-py in the
 # virtual environment, jco with componentize-js in .tools/jco. jco reads WIT with a
 # wasm-tools component run on preview2-shim, which from 0.26.1 on preopens nothing, so
@@ -84,6 +89,8 @@ setup:
 	# OCI peers of the registry tests (host/cli/tests/suite/oci.rs): the CNCF distribution
 	# registry and skopeo (Debian), and oras with pynacl (PyPI) for oci_peer.py.
 	dpkg -s $(OCI_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(OCI_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(OCI_PACKAGES); }
+	dpkg -s $(BROWSER_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(BROWSER_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(BROWSER_PACKAGES); }
+	$(VENV)/bin/pip show selenium 2>/dev/null | grep -qx 'Version: $(SELENIUM_VERSION)' || $(VENV)/bin/pip install -q --prefer-binary selenium==$(SELENIUM_VERSION)
 	$(VENV)/bin/python -c "import oras, nacl" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary $(OCI_PIP)
 	# With CUDA, `make verify-device` builds llama-server from source: fetch it now.
 	! command -v nvcc >/dev/null || host/infer/llama_cpp.sh fetch

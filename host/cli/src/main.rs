@@ -5,6 +5,8 @@
 mod term;
 mod client;
 mod cmd;
+mod serving;
+mod token;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

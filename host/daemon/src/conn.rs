@@ -305,6 +305,10 @@ pub(crate) async fn handle(
                         session: w.session,
                         tool: w.pending.request.call.tool.clone(),
                         expires_in_s: w.pending.expires_ms.saturating_sub(now) / 1000,
+                        scopes: bx_broker::offers(&w.pending.request, &w.pending.args)
+                            .into_iter()
+                            .map(|(name, _)| name.to_owned())
+                            .collect(),
                         block: w.block,
                     })
                     .take_while(|a| {

@@ -135,6 +135,15 @@ async fn connect(config: &Config, url: &str) -> anyhow::Result<Client> {
 
 /// Runs the daemon for `state` until SIGTERM or SIGINT.
 pub async fn serve(state: StateDir) -> anyhow::Result<()> {
+    serve_ready(state, None).await
+}
+
+/// [`serve`], telling `ready` once the socket listens (what `bx serve --web` waits for
+/// before it says where its page is).
+pub async fn serve_ready(
+    state: StateDir,
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
+) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(state.root(), std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("making {} private", state.root().display()))?;
@@ -220,6 +229,9 @@ pub async fn serve(state: StateDir) -> anyhow::Result<()> {
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("chmod {}", socket.display()))?;
     eprintln!("bx serve: listening on {}", socket.display());
+    if let Some(ready) = ready {
+        let _ = ready.send(());
+    }
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let conns = Arc::new(admit::Conns::default());

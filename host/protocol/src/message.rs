@@ -104,6 +104,10 @@ pub struct ApprovalSummary {
     pub expires_in_s: u64,
     /// The whole block, escaped: what the owner approves.
     pub block: String,
+    /// The scopes the block offers, by the name an answer gives (`args`, `path`,
+    /// `host`); none for a call no scope can answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
 }
 
 /// A session, for listings.

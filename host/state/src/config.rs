@@ -49,6 +49,9 @@ pub struct ApprovalsConfig {
     pub notify: Vec<String>,
     /// Seconds a notice may run before it is stopped (default 10).
     pub notify_secs: NonZeroU64,
+    /// A loopback address where the daemon serves the owner's page, however it was
+    /// started (`bx serve --web ADDR` does the same for one run). None: no page.
+    pub web: Option<std::net::SocketAddr>,
 }
 
 impl Default for ApprovalsConfig {
@@ -58,6 +61,7 @@ impl Default for ApprovalsConfig {
             reviewer_secs: NonZeroU64::new(30).unwrap_or(NonZeroU64::MIN),
             notify: Vec::new(),
             notify_secs: NonZeroU64::new(10).unwrap_or(NonZeroU64::MIN),
+            web: None,
         }
     }
 }
@@ -292,6 +296,17 @@ impl Config {
                 ));
             }
         }
+        if let Some(addr) = config.approvals.web
+            && !addr.ip().is_loopback()
+        {
+            return Err(at(
+                "web",
+                format!(
+                    "approvals.web: {addr} is not a loopback address (the page is plain HTTP; \
+                     `bx serve --web ADDR --allow-remote` serves another address for one run)"
+                ),
+            ));
+        }
         for (i, mirror) in config.tools.mirrors.iter().enumerate() {
             let is_url = mirror.starts_with("https://");
             if !is_url && !Path::new(mirror).is_absolute() {
@@ -339,6 +354,11 @@ mod tests {
             ("[approvals]\nreviewer = [\"review\"]\n", "c.toml:2:1: approvals.reviewer"),
             ("[approvals]\nnotify = [\"ntfy\", \"x\"]\n", "c.toml:2:1: approvals.notify"),
             ("[approvals]\nreviewer_secs = 0\n", "c.toml:2:17: invalid value: integer `0`"),
+            (
+                "[approvals]\nweb = \"0.0.0.0:80\"\n",
+                "c.toml:2:1: approvals.web: 0.0.0.0:80 is not a loopback",
+            ),
+            ("[approvals]\nweb = \"localhost\"\n", "c.toml:2:7: invalid socket address"),
             // A comment that mentions the key does not take the location.
             (
                 "# launch it yourself\n[inference]\n  launch = [\"x\"]\n",
@@ -399,6 +419,14 @@ mod tests {
         );
         let shown = err.to_string();
         assert_eq!(shown.lines().skip(1).collect::<Vec<_>>().join("\n"), *snippet);
+    }
+
+    #[test]
+    fn the_approvals_fixture_parses_as_docs_approvals_md_shows_it() {
+        let text = include_str!("../../../fixtures/config/approvals.toml");
+        let c = Config::parse(Path::new("approvals.toml"), text).unwrap();
+        assert_eq!(c.approvals.web, Some("127.0.0.1:7870".parse().unwrap()));
+        assert_eq!(c.approvals.reviewer[0], "/home/owner/bin/review");
     }
 
     #[test]

@@ -23,6 +23,7 @@ const MAX_OWN_ENTRIES: usize = 100_000;
 /// | `audit/` | the audit log, unless `[audit] dir` puts it elsewhere |
 /// | `bx.sock`, `daemon.json`, `serve.lock`, `serve.log` | the daemon's socket, status, lock, log |
 /// | `llama-server.log`, `usage.jsonl` | the launched model server's log, token accounting |
+/// | `mcp.token`, `web.token` | the tokens of `bx mcp --http` and `bx serve --web` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateDir {
     root: PathBuf,
@@ -119,6 +120,11 @@ impl StateDir {
     /// `mcp.token`: the bearer token `bx mcp --http` requires.
     pub fn mcp_token(&self) -> PathBuf {
         self.root.join("mcp.token")
+    }
+
+    /// `web.token`: the token the page of `bx serve --web` asks for at login.
+    pub fn web_token(&self) -> PathBuf {
+        self.root.join("web.token")
     }
 
     /// `usage.jsonl`: token counts of every model request.

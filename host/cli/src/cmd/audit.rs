@@ -197,6 +197,16 @@ pub(crate) fn all_records(dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(lines)
 }
 
+/// `bx audit verify` with no arguments: the log against the export directories and the
+/// verifier key beside the signing key, with the owner's notes.
+pub(crate) fn verify_default(state: &StateDir) -> anyhow::Result<bx_audit::Report> {
+    let config = bx_daemon::load_config(state)?;
+    let (against, notes) = against(state, &config, Vec::new(), None)?;
+    let mut report = verify_against(&state.audit_dir(&config), &against)?;
+    report.anchor.notes.extend(notes);
+    Ok(report)
+}
+
 pub(crate) fn run(state: &StateDir, command: AuditCommand) -> anyhow::Result<u8> {
     let dir = state.audit_dir(&bx_daemon::load_config(state)?);
     match command {

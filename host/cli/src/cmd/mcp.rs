@@ -34,7 +34,6 @@ mod http;
 mod lines;
 mod link;
 mod schema;
-mod token;
 mod upstream;
 
 /// How often the installed tools are compared with the last list the client saw.
@@ -456,7 +455,7 @@ fn serve(state: &StateDir, args: &ServeArgs) -> anyhow::Result<u8> {
             addr.ip().is_loopback() || args.allow_remote,
             "--http {addr} is not a loopback address; add --allow-remote to serve other machines (see docs/mcp.md#http)"
         );
-        let token = token::token(state)?;
+        let token = crate::token::token(state, crate::token::Service::Mcp)?;
         return runtime.block_on(http::serve(bridge, args, addr, token)).map(|()| EXIT_OK);
     }
     // One client on stdio: one thread does the async work (the bridge only waits on

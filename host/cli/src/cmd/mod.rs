@@ -14,6 +14,7 @@ pub(crate) mod secret;
 pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod tool;
+pub(crate) mod web;
 
 /// Success.
 pub(crate) const EXIT_OK: u8 = 0;

@@ -113,6 +113,11 @@ impl Daemon {
     /// `bx serve` run by `wrapper` (a command that execs the rest of its arguments, such
     /// as `unshare -m`), so that the daemon is the wrapper's process.
     pub fn start_under(state: &Path, wrapper: &[&str]) -> Daemon {
+        Daemon::start_with(state, wrapper, &[])
+    }
+
+    /// `bx serve ARGS…`, run by `wrapper` as [`Daemon::start_under`].
+    pub fn start_with(state: &Path, wrapper: &[&str], args: &[&str]) -> Daemon {
         let mut command = match wrapper {
             [] => Command::new(env!("CARGO_BIN_EXE_bx")),
             [program, args @ ..] => {
@@ -125,6 +130,7 @@ impl Daemon {
             .arg("--state-dir")
             .arg(state)
             .arg("serve")
+            .args(args)
             .env_remove("BX_HOME")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -138,13 +144,19 @@ impl Daemon {
     }
 
     pub fn wait_for(&mut self, what: &str) {
+        self.line_with(what);
+    }
+
+    /// The next line of its stderr that holds `what` (those before it are kept in the
+    /// log).
+    pub fn line_with(&mut self, what: &str) -> String {
         loop {
             match self.lines.recv_timeout(Duration::from_secs(180)) {
                 Ok(line) => {
                     let found = line.contains(what);
-                    self.log.push(line);
+                    self.log.push(line.clone());
                     if found {
-                        return;
+                        return line;
                     }
                 }
                 Err(_) => panic!("bx serve never said {what:?}; it said:\n{}", self.log.join("\n")),

@@ -21,6 +21,7 @@ mod scopes;
 mod secrets;
 mod settle;
 mod trust;
+mod web;
 mod workspace;
 
 // Helpers shared with the `verify-device` target.

@@ -1,8 +1,6 @@
-//! `bx mcp --http`: rmcp's Streamable HTTP service behind a bearer token, served by
-//! hyper with every wait and every count bounded: a request's headers must arrive within
-//! [`HEADER_SECS`], at most [`MAX_CONNECTIONS`] connections are open at once (well below
-//! the descriptor limit, so a flood of idle ones cannot starve the owner's client), and
-//! at most [`MAX_SESSIONS`] MCP sessions live at once, the longest idle going first.
+//! `bx mcp --http`: rmcp's Streamable HTTP service behind a bearer token, served with
+//! every wait and every count bounded ([`crate::serving`]), and at most [`MAX_SESSIONS`]
+//! MCP sessions alive at once, the longest idle going first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,19 +17,9 @@ use rmcp::transport::streamable_http_server::{
     SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
 
-use super::token::same_token;
 use super::{Bridge, ServeArgs};
+use crate::token::same_token;
 
-/// Seconds a connection may take to send a request's headers, and may sit idle between
-/// requests. Without it one client could hold a connection (and a descriptor) for ever
-/// by sending a byte a minute (slowloris).
-const HEADER_SECS: u64 = 10;
-/// Connections open at once. Past it, new ones wait in the kernel's backlog until one
-/// closes; without it 1,100 idle connections exhausted the descriptors and the owner's
-/// own client got no answer.
-const MAX_CONNECTIONS: usize = 256;
-/// How long the accept loop waits after a failed accept before the next.
-const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// MCP sessions alive at once (each costs about 52 KB and a task). A new session past
 /// it closes the one idle longest; without it sessions grew without bound.
 const MAX_SESSIONS: usize = 64;
@@ -85,38 +73,7 @@ pub(super) async fn serve(
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     errln!("bx mcp: serving Streamable HTTP at http://{}/mcp", listener.local_addr()?);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        // A slot first: at the cap, new connections wait in the backlog.
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => slot.context("connection slots")?,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = term.recv() => return Ok(()),
-        };
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                // Out of descriptors, or a connection reset before accept: wait a moment
-                // (an accept that fails at once would otherwise spin a core), then go on.
-                Err(_) => {
-                    tokio::time::sleep(ACCEPT_RETRY).await;
-                    continue;
-                }
-            },
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = term.recv() => return Ok(()),
-        };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(HEADER_SECS))
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            let _ = conn.await;
-        });
-    }
+    crate::serving::serve_bounded(listener, app, crate::serving::signalled()).await
 }
 
 /// rmcp's in-memory sessions, at most [`MAX_SESSIONS`] of them: a new one past the cap

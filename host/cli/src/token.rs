@@ -1,5 +1,6 @@
-//! The bearer token of `bx mcp --http`: `mcp.token` in the state directory, made on
-//! first use and refused when others can read it.
+//! The tokens of bx's HTTP services: `mcp.token` (`bx mcp --http`) and `web.token`
+//! (`bx serve --web`) in the state directory, each made on first use and refused when
+//! others can read it.
 
 use anyhow::Context as _;
 use bx_state::StateDir;
@@ -7,13 +8,47 @@ use bx_state::StateDir;
 /// The most bytes of the token file read.
 const MAX_TOKEN_FILE: u64 = 4096;
 
-/// The token every HTTP request must carry: read from `mcp.token` in the state
+/// Which service's token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Service {
+    /// `bx mcp --http`: `mcp.token`.
+    Mcp,
+    /// `bx serve --web`: `web.token`.
+    Web,
+}
+
+impl Service {
+    fn path(self, state: &StateDir) -> std::path::PathBuf {
+        match self {
+            Service::Mcp => state.mcp_token(),
+            Service::Web => state.web_token(),
+        }
+    }
+
+    /// Who says it made one.
+    fn who(self) -> &'static str {
+        match self {
+            Service::Mcp => "bx mcp",
+            Service::Web => "bx serve",
+        }
+    }
+
+    /// The runbook entry of a token file that cannot be used.
+    fn runbook(self) -> &'static str {
+        match self {
+            Service::Mcp => "docs/runbook.md#mcp-token",
+            Service::Web => "docs/runbook.md#web-token",
+        }
+    }
+}
+
+/// The token every request to `service` must carry: read from its file in the state
 /// directory, made (32 random bytes, hex, mode 0600) when missing. A file that others
 /// can read is refused rather than used.
-pub(super) fn token(state: &StateDir) -> anyhow::Result<String> {
+pub(crate) fn token(state: &StateDir, service: Service) -> anyhow::Result<String> {
     use std::io::Write as _;
     use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
-    let path = state.mcp_token();
+    let path = service.path(state);
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -28,15 +63,16 @@ pub(super) fn token(state: &StateDir) -> anyhow::Result<String> {
             let token = hex::encode(raw);
             file.write_all(format!("{token}\n").as_bytes())?;
             file.sync_all()?;
-            errln!("bx mcp: made a bearer token in {}", path.display());
+            errln!("{}: made a token in {}", service.who(), path.display());
             Ok(token)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let meta = std::fs::symlink_metadata(&path)?;
             anyhow::ensure!(
                 meta.is_file() && meta.mode() & 0o077 == 0,
-                "{} must be a regular file only its owner can read (mode 0600); see docs/runbook.md#mcp-token",
-                path.display()
+                "{} must be a regular file only its owner can read (mode 0600); see {}",
+                path.display(),
+                service.runbook()
             );
             // A token is 64 characters; a file of any size is not read whole.
             let mut text = String::new();
@@ -48,8 +84,9 @@ pub(super) fn token(state: &StateDir) -> anyhow::Result<String> {
             let token = text.trim().to_owned();
             anyhow::ensure!(
                 token.len() >= 32 && token.bytes().all(|b| b.is_ascii_graphic()),
-                "{} does not hold a token (32 or more printable characters); see docs/runbook.md#mcp-token",
-                path.display()
+                "{} does not hold a token (32 or more printable characters); see {}",
+                path.display(),
+                service.runbook()
             );
             Ok(token)
         }
@@ -60,7 +97,7 @@ pub(super) fn token(state: &StateDir) -> anyhow::Result<String> {
 /// Whether two tokens are equal, in time that does not depend on where they first
 /// differ (`subtle`'s comparison; a length difference shows, and a token's length is
 /// no secret).
-pub(super) fn same_token(given: &[u8], expected: &[u8]) -> bool {
+pub(crate) fn same_token(given: &[u8], expected: &[u8]) -> bool {
     use subtle::ConstantTimeEq as _;
     given.ct_eq(expected).into()
 }
