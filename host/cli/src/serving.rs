@@ -20,11 +20,17 @@ const MAX_CONNECTIONS: usize = 256;
 /// How long the accept loop waits after a failed accept before the next.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// Serves `app` on `listener` until `stop` ends.
+/// Serves `app` on `listener` until `stop` ends. With `lifetime`, a connection is
+/// closed that long after it was accepted, whatever it is doing: a client that sends its
+/// body a byte at a time, or never reads its response, then holds its slot for that long
+/// at most, and a client waiting in the backlog behind a flood of them is served within
+/// about that long (the backlog is accepted in order). `bx mcp --http` has none: its
+/// streams wait for the owner's approvals.
 pub(crate) async fn serve_bounded(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     stop: impl Future<Output = ()>,
+    lifetime: Option<Duration>,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(stop);
@@ -53,7 +59,14 @@ pub(crate) async fn serve_bounded(
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(HEADER_SECS))
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            let _ = conn.await;
+            match lifetime {
+                Some(life) => {
+                    let _ = tokio::time::timeout(life, conn).await;
+                }
+                None => {
+                    let _ = conn.await;
+                }
+            }
         });
     }
 }

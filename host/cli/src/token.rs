@@ -67,17 +67,29 @@ pub(crate) fn token(state: &StateDir, service: Service) -> anyhow::Result<String
             Ok(token)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let meta = std::fs::symlink_metadata(&path)?;
+            // Opened without following a symlink, and checked as opened (not by its
+            // name, which could be swapped in between): a regular file of this user's
+            // that no one else can read.
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&path)
+                .with_context(|| {
+                    format!("opening {} (see {})", path.display(), service.runbook())
+                })?;
+            let meta = file.metadata()?;
             anyhow::ensure!(
-                meta.is_file() && meta.mode() & 0o077 == 0,
-                "{} must be a regular file only its owner can read (mode 0600); see {}",
+                meta.is_file()
+                    && meta.mode() & 0o077 == 0
+                    && meta.uid() == rustix::process::geteuid().as_raw(),
+                "{} must be a regular file of yours only you can read (mode 0600); see {}",
                 path.display(),
                 service.runbook()
             );
             // A token is 64 characters; a file of any size is not read whole.
             let mut text = String::new();
             std::io::Read::read_to_string(
-                &mut std::io::Read::take(std::fs::File::open(&path)?, MAX_TOKEN_FILE),
+                &mut std::io::Read::take(file, MAX_TOKEN_FILE),
                 &mut text,
             )
             .with_context(|| format!("reading {}", path.display()))?;

@@ -68,6 +68,8 @@ def run(d, c):
             "javascript_links": len(d.find_elements(By.CSS_SELECTOR, "a[href^='javascript']")),
             "links_in_block": len(block.find_elements(By.TAG_NAME, "a")),
             "title": d.title,
+            # Right-to-left letters are shown in the order they are in, as at the terminal.
+            "bidi": d.execute_script("return getComputedStyle(arguments[0]).unicodeBidi", block),
             # What the hostile arguments' script would have set, had it run.
             "pwned": d.execute_script("return window.bxPwned === undefined ? null : window.bxPwned"),
         }

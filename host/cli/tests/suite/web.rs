@@ -180,6 +180,7 @@ fn the_owner_answers_from_the_page_in_a_real_browser() {
     assert_eq!(inert["javascript_links"], 0, "{inert}");
     assert_eq!(inert["links_in_block"], 0, "{inert}");
     assert!(inert["pwned"].is_null(), "{inert}");
+    assert_eq!(inert["bidi"], "bidi-override", "{inert}");
     let block = inert["block"].as_str().unwrap();
     for shown in [
         "<script>window.bxPwned = 1</script>",
@@ -373,4 +374,57 @@ fn without_the_token_from_another_origin_or_another_host_nothing_is_answered() {
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(s.join("web.token")).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "{mode:o}");
+}
+
+#[test]
+fn a_connection_that_stalls_is_closed_so_it_cannot_hold_the_page() {
+    use std::io::Read as _;
+    let Setup { s, .. } = &setup();
+    let (daemon, base) = serve_web(s, false);
+    let addr = base.trim_start_matches("http://").to_owned();
+    // Headers that promise a body which never comes, before any check can run.
+    let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        stalled,
+        "POST /approve HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n"
+    )
+    .unwrap();
+    // The server ends it by itself (the page's connection lifetime); this read ends with
+    // it. A generous deadline for the test: a read still blocked then fails it.
+    stalled.set_read_timeout(Some(std::time::Duration::from_secs(120))).unwrap();
+    let mut rest = Vec::new();
+    let ended = stalled.read_to_end(&mut rest);
+    assert!(ended.is_ok(), "the stalled connection was never closed: {ended:?}");
+    daemon.stop();
+}
+
+#[test]
+fn a_token_file_others_can_read_or_a_symlink_is_refused_and_nothing_is_served() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Setup { s, .. } = &setup();
+    let token = s.join("web.token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let serve = |s: &Path| {
+        bx_command(s).args(["serve", "--web", "127.0.0.1:0"]).stdin(Stdio::null()).output().unwrap()
+    };
+    let out = serve(s);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("only you can read") && err.contains("docs/runbook.md#web-token"),
+        "{err}"
+    );
+    assert!(!err.contains("the owner's page is at"), "{err}");
+    // A symlink to a private file of the owner's is not followed.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let real = elsewhere.path().join("t");
+    std::fs::write(&real, "0123456789abcdef0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::remove_file(&token).unwrap();
+    std::os::unix::fs::symlink(&real, &token).unwrap();
+    let out = serve(s);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("docs/runbook.md#web-token"), "{err}");
 }

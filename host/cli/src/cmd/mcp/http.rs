@@ -73,7 +73,7 @@ pub(super) async fn serve(
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     errln!("bx mcp: serving Streamable HTTP at http://{}/mcp", listener.local_addr()?);
-    crate::serving::serve_bounded(listener, app, crate::serving::signalled()).await
+    crate::serving::serve_bounded(listener, app, crate::serving::signalled(), None).await
 }
 
 /// rmcp's in-memory sessions, at most [`MAX_SESSIONS`] of them: a new one past the cap

@@ -30,6 +30,15 @@ use guard::{Guard, Refused, same_csrf};
 const MAX_FORM_BYTES: usize = 16 << 10;
 /// The most bytes of a refusal's reason kept (the model reads it).
 const MAX_REASON_BYTES: usize = 1 << 10;
+/// How long a connection to the page lives, from its accept: a page and its stylesheet
+/// take milliseconds on loopback. Past it the connection is closed, so that a flood of
+/// stalled connections (a body sent a byte at a time, a response never read) keeps the
+/// owner from the page for about this long at most.
+const CONNECTION_LIFE: Duration = Duration::from_secs(20);
+/// The most bytes of a call's arguments the page shows whole (and so lets the owner
+/// approve there); a bigger call is read with `bx approvals show` and answered with
+/// `bx approve`.
+const MAX_WHOLE_SHOWN: usize = 1 << 20;
 
 /// The page's stylesheet: colours of the picture, nothing that runs.
 const STYLE: &str = include_str!("style.css");
@@ -56,6 +65,12 @@ pub(crate) async fn bind(
     anyhow::ensure!(
         addr.ip().is_loopback() || allow_remote,
         "--web {addr} is not a loopback address; add --allow-remote to serve the page to other machines, in plain HTTP (see docs/approvals.md#the-page)"
+    );
+    // The page answers only to the Host a browser sends for the address it opened: for
+    // 0.0.0.0 that is no name bx can know.
+    anyhow::ensure!(
+        !addr.ip().is_unspecified(),
+        "--web {addr}: name the address to serve (such as 192.168.1.5:7870), not every address: a request must name it in its Host"
     );
     let token = crate::token::token(state, crate::token::Service::Web)?;
     let listener =
@@ -90,7 +105,7 @@ pub(crate) async fn run(
         "bx serve: the owner's page is at http://{addr}/ (log in with the token in {})",
         web.state.web_token().display()
     );
-    crate::serving::serve_bounded(listener, app, stop).await
+    crate::serving::serve_bounded(listener, app, stop, Some(CONNECTION_LIFE)).await
 }
 
 type Shared = State<Arc<Web>>;
@@ -255,6 +270,14 @@ async fn whole(State(web): Shared, headers: HeaderMap, Path(id): Path<String>) -
     })
     .await;
     match found {
+        Ok(Ok((a, args, _))) if args.len() > MAX_WHOLE_SHOWN => {
+            let message = format!(
+                "approval {} has {} bytes of arguments, more than this page shows ({MAX_WHOLE_SHOWN}): read them with `bx approvals show {0}` and answer with `bx approve {0}` or `bx refuse {0}`",
+                a.approval,
+                args.len()
+            );
+            view::outcome(&csrf, "too large to show here", &message, false).into_response()
+        }
         Ok(Ok((a, args, seal))) => view::whole(&csrf, &a, &args, seal.as_deref()).into_response(),
         Ok(Err(reason)) => {
             (StatusCode::NOT_FOUND, view::outcome(&csrf, "not waiting", &reason, false))
