@@ -10,7 +10,7 @@
 #   make test    tools and components, then the whole test suite
 #   make lint    rustfmt and clippy on both workspaces, warnings denied
 #   make bench   the benchmark tables (runtime, broker, audit, inference, the loop, the
-#                daemon's per-call cost as a session's history grows)
+#                daemon's per-call cost as a session's history grows, telemetry's cost)
 #   make stress  the audit crash test with 5,000 SIGKILLs instead of 200
 #   make load    the daemon under 4, 16 and 64 sessions at once (docs/load.md)
 #   make fuzz    every parser mutation-fuzzed for FUZZ_SECS seconds (docs/fuzzing.md)
@@ -164,6 +164,7 @@ bench: tools components
 	$(CARGO) bench --locked -p bx-agent --bench loop
 	$(CARGO) bench --locked -p bx-cli --bench mcp
 	$(CARGO) bench --locked -p bx-cli --bench open
+	$(CARGO) bench --locked -p bx-cli --bench telemetry
 	$(CARGO) build --release --locked -p bx-cli -p bx-eval
 	target/release/bx-load --history
 

@@ -501,10 +501,11 @@ impl Trust {
         let listed =
             resources.as_deref().unwrap_or_default().iter().map(ToString::to_string).collect();
         let digest = tool.as_ref().map_or("", Tool::digest);
-        self.audit.append_deferred(&Entry::Request(bx_audit::Request::new(
+        let receipt = self.audit.append_deferred(&Entry::Request(bx_audit::Request::new(
             session, call, name, digest, &args_text, listed,
         )))?;
         Ok(Requested {
+            seq: receipt.seq,
             trust: self,
             session: session.to_owned(),
             call: call.to_owned(),
@@ -556,6 +557,8 @@ impl Trust {
 /// A call whose request is on the log.
 #[derive(Debug)]
 pub struct Requested<'t> {
+    /// The request record's sequence number.
+    seq: u64,
     trust: &'t Trust,
     session: String,
     call: String,
@@ -635,16 +638,21 @@ impl<'t> Requested<'t> {
         &self.args
     }
 
+    /// The request record's sequence number in the log.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
     /// Decides the call and puts the decision on the log: refused at once when
     /// `refusal` says so (a turn limit), when no such tool is installed, when the
     /// arguments do not name their resources properly, or when there is no valid
     /// policy; otherwise by the broker, under the policy in force (with `overlay` on
-    /// top) and the session's taint now.
+    /// top) and the session's taint now, which it returns beside the decision.
     pub fn decide(
         self,
         overlay: &Overlay,
         refusal: Option<String>,
-    ) -> Result<Decided<'t>, AgentError> {
+    ) -> Result<(Decided<'t>, Label), AgentError> {
         let trust = self.trust;
         let (taint, note) =
             trust.ledger.taint_noting(&trust.audit, &self.session, Some(&self.call))?;
@@ -722,7 +730,7 @@ impl<'t> Requested<'t> {
                         }
                         _ => None,
                     };
-                    return Ok(match decision {
+                    let decided = match decision {
                         Decision::Allow(grant) => {
                             Decided::Allowed(Allowed { requested: self, grant, covered_by })
                         }
@@ -736,7 +744,8 @@ impl<'t> Requested<'t> {
                             reason: with_note(reason.message),
                             unavailable: false,
                         }),
-                    });
+                    };
+                    return Ok((decided, taint));
                 }
             },
         };
@@ -749,7 +758,7 @@ impl<'t> Requested<'t> {
             None,
             &bx_broker::Bearing::None,
         )?;
-        Ok(Decided::Refused(Refused { reason: with_note(reason), unavailable }))
+        Ok((Decided::Refused(Refused { reason: with_note(reason), unavailable }), taint))
     }
 }
 
@@ -979,20 +988,26 @@ async fn call_upstream(
     };
     // What comes back carries no secret's value (one bound to the upstream, echoed), as
     // a component's output carries none.
-    let (result, output) =
-        match tool.gateway.call(&tool.server, &tool.upstream, &tool.tool, args).await {
-            Ok(out) => {
-                let text = trust.secrets.redact_text(&out.text);
-                match out.is_error {
-                    true => (Err(CallError::Failed(text.clone())), text),
-                    false => (Ok(Output::Text(text.clone())), text),
-                }
+    // A client span of its own, whose context the upstream continues.
+    let span = crate::traced::UpstreamSpan::start(&tool.server, &tool.tool);
+    let (result, output) = match tool
+        .gateway
+        .call(&tool.server, &tool.upstream, &tool.tool, args, span.carried())
+        .await
+    {
+        Ok(out) => {
+            let text = trust.secrets.redact_text(&out.text);
+            match out.is_error {
+                true => (Err(CallError::Failed(text.clone())), text),
+                false => (Ok(Output::Text(text.clone())), text),
             }
-            Err(e) => {
-                let text = trust.secrets.redact_text(&e.to_string());
-                (Err(CallError::Failed(text.clone())), text)
-            }
-        };
+        }
+        Err(e) => {
+            let text = trust.secrets.redact_text(&e.to_string());
+            (Err(CallError::Failed(text.clone())), text)
+        }
+    };
+    span.end(result.is_err());
     let label = tool.result_label(runtime, text, &output).await;
     Ok(report(result, label))
 }

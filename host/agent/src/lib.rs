@@ -16,6 +16,7 @@ mod reviewer;
 mod secrets;
 pub mod settle;
 mod toolset;
+mod traced;
 mod transcript;
 mod turn;
 mod usage;

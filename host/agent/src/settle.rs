@@ -16,6 +16,8 @@ use serde_json::Value;
 use crate::call::{Asking, Covered, Decided, Finished, Overlay, Refused, Trust, in_place};
 use crate::error::AgentError;
 use crate::reviewer::Review;
+use crate::traced::CallSpan;
+use bx_telemetry::FutureExt as _;
 
 /// A call as proposed, before anything is recorded.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +93,9 @@ impl Trust {
     ///
     /// `Ok(Err(_))` is a refusal; `Err` means the log could not record (nothing may run
     /// unrecorded).
+    ///
+    /// Each call is one `execute_tool` span (docs/telemetry.md), a child of the current
+    /// trace context, with the decision and the wait for an answer as its children.
     pub async fn settle(
         &self,
         proposal: Proposal<'_>,
@@ -98,6 +103,29 @@ impl Trust {
         refusal: Option<String>,
         owner: &mut impl Owner,
         runtime: &Runtime,
+    ) -> Result<Result<Finished, Refused>, AgentError> {
+        let span = CallSpan::start(&proposal);
+        let mut seen = (String::new(), bx_broker::Label::CLEAN);
+        let settled = self
+            .settle_in(proposal, overlay, refusal, owner, runtime, &span, &mut seen)
+            .with_context(span.context())
+            .await;
+        span.end(&seen.0, seen.1, settled.as_ref().ok());
+        settled
+    }
+
+    /// [`Trust::settle`]'s steps, told to `span` as they happen; `seen` is set to the
+    /// arguments as the call runs with them and the taint they were decided at.
+    #[allow(clippy::too_many_arguments, reason = "settle's arguments, and what it traces")]
+    async fn settle_in(
+        &self,
+        proposal: Proposal<'_>,
+        overlay: &Overlay,
+        refusal: Option<String>,
+        owner: &mut impl Owner,
+        runtime: &Runtime,
+        span: &CallSpan,
+        seen: &mut (String, bx_broker::Label),
     ) -> Result<Result<Finished, Refused>, AgentError> {
         let p = &proposal;
         // An upstream tool's sink is placed before its request is written: its guard, a
@@ -107,11 +135,20 @@ impl Trust {
             _ => None,
         };
         // Steps 1 and 2, off the async threads: one fsync for both records.
-        let (shown, decided) = in_place(|| -> Result<_, AgentError> {
+        let since = std::time::SystemTime::now();
+        let (shown, seq, (decided, taint)) = in_place(|| -> Result<_, AgentError> {
             let requested = self.propose(p, call_resource)?;
             let shown = requested.args().to_owned();
-            Ok((shown, requested.decide(overlay, refusal)?))
+            let seq = requested.seq();
+            Ok((shown, seq, requested.decide(overlay, refusal)?))
         })?;
+        let verdict = match &decided {
+            Decided::Allowed(_) => "allow",
+            Decided::Asking(_) => "ask",
+            Decided::Refused(_) => "deny",
+        };
+        span.decided(seq, verdict, taint, since);
+        *seen = (self.secrets().redact_text(&shown), taint);
         // What the owner and the proposer are told echoes the call's arguments, which
         // can carry a secret's value the model wrote: redacted as its records are.
         owner.proposed(p, &self.secrets().redact_text(&shown));
@@ -122,15 +159,25 @@ impl Trust {
                 // The owner's reviewer program first, unless the grant wants the owner
                 // in person; the owner when there is none or it abstains.
                 let redact = |text: &str| self.secrets().redact_text(text);
+                let mut waiting = span.approval(asking.approval());
                 let (answer, by) = match self.approvers().review(&asking, redact).await {
                     Review::Answered(answer, by) => (answer, by),
                     Review::Owner => {
                         if owner.waits() {
                             self.approvers().notify(&asking, redact);
                         }
+                        waiting.goes_to_owner();
                         (owner.answer(&asking).await, AnsweredBy::Owner)
                     }
                 };
+                let given = match &answer {
+                    Answer::Approve => "approve",
+                    Answer::Scoped(s) if s.approve => "approve",
+                    Answer::Refuse(_) | Answer::Scoped(_) => "refuse",
+                    Answer::Expired => "expired",
+                };
+                let who = if matches!(by, AnsweredBy::Owner) { "owner" } else { "reviewer" };
+                waiting.answered(given, who);
                 in_place(|| asking.answer(&answer, by))?
             }
         };

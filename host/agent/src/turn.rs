@@ -2,6 +2,7 @@
 //! runtime → labelled result → audit → back to the model, until the model answers
 //! without a call or a limit ends it. One turn per session at a time.
 
+use bx_telemetry::FutureExt as _;
 use std::collections::HashSet;
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -64,17 +65,18 @@ impl Agent {
         }
         let busy = Busy { agent: self, session: session.to_owned() };
         let limit = Duration::from_secs(self.parts.limits.max_turn_secs.get());
+        // The turn's span, which its model requests and calls are children of.
+        let cx = crate::traced::turn_context(session);
+        let run = self.run_turn(session, text, require_tool, workspace, events);
         let result = tokio::select! {
-            r = tokio::time::timeout(
-                limit,
-                self.run_turn(session, text, require_tool, workspace, events),
-            ) => {
+            r = tokio::time::timeout(limit, run.with_context(cx.clone())) => {
                 r.unwrap_or_else(|_| Err(AgentError::Limit(format!(
                     "the turn ran for its {} s", limit.as_secs()
                 ))))
             }
             () = signal.notified() => Err(AgentError::Cancelled("the owner cancelled it".into())),
         };
+        crate::traced::end_turn(&cx, &result);
         // The session is free before its client hears the turn is done: a client that
         // sends its next message at once must not find it still busy.
         drop(busy);
@@ -153,10 +155,21 @@ impl Agent {
             // A new turn may be refused when the queue is full; once its calls ran, the
             // turn waits for its slot (the turn's deadline bounds it) rather than fail
             // after acting.
-            let completion = if first {
-                client.chat(session, &req, on_event).await?
+            let chat = crate::traced::ChatSpan::start();
+            let asked = if first {
+                client.chat(session, &req, on_event).await
             } else {
-                client.chat_admitted(session, &req, on_event).await?
+                client.chat_admitted(session, &req, on_event).await
+            };
+            let completion = match asked {
+                Ok(c) => {
+                    chat.answered(&c);
+                    c
+                }
+                Err(e) => {
+                    chat.failed(&e);
+                    return Err(e.into());
+                }
             };
             let this = crate::usage::record(&self.parts.state.usage_file(), session, &completion);
             usage.prompt += this.0;

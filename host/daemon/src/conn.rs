@@ -214,9 +214,9 @@ pub(crate) async fn handle(
                     drop(busy);
                 });
             }
-            Body::RunTool { session, tool, args, overlay, workspace, quiet } => {
+            Body::RunTool { session, tool, args, overlay, workspace, quiet, traceparent } => {
                 let (agent, out, busy) = (Arc::clone(&agent), out.clone(), ticket.busy());
-                let call = ByHand { session, tool, args, overlay, workspace, quiet };
+                let call = ByHand { session, tool, args, overlay, workspace, quiet, traceparent };
                 turns.spawn(async move {
                     run_tool(agent, out, id, call).await;
                     drop(busy);
@@ -462,14 +462,21 @@ struct ByHand {
     overlay: Overlay,
     workspace: Option<String>,
     quiet: bool,
+    traceparent: Option<String>,
 }
 
+/// The longest `traceparent` a client's call is continued from (one is 55 bytes).
+const MAX_TRACEPARENT: usize = 128;
+
 async fn run_tool(agent: Arc<Agent>, out: Out, id: u64, call: ByHand) {
-    let ByHand { session, tool, args, overlay, workspace, quiet } = call;
+    use bx_telemetry::FutureExt as _;
+    let ByHand { session, tool, args, overlay, workspace, quiet, traceparent } = call;
     let (events, forward) = forwarder(&out, id, if quiet { approvals_only } else { every });
-    let result =
-        unwinding(agent.run_tool(&session, &tool, &args, &overlay, workspace.as_deref(), &events))
-            .await;
+    // The client's request (`bx mcp`'s span) is the call's parent, when it sent one.
+    let parent = traceparent.as_deref().filter(|t| t.len() <= MAX_TRACEPARENT);
+    let cx = bx_telemetry::continued(parent, None);
+    let run = agent.run_tool(&session, &tool, &args, &overlay, workspace.as_deref(), &events);
+    let result = unwinding(run.with_context(cx)).await;
     drop(events);
     let _ = forward.await;
     match result {

@@ -149,6 +149,21 @@ pub async fn serve_ready(
         .with_context(|| format!("making {} private", state.root().display()))?;
     let _lock = take_lock(&state)?;
     let config = load_config(&state)?;
+    // The owner's tracing tools, when `[telemetry]` or `OTEL_EXPORTER_OTLP_*` names a
+    // collector (docs/telemetry.md). A view, never a condition: one that cannot start
+    // is said, and the daemon goes on without it. Dropped at the end, after the drain,
+    // so the last spans go out (within the export's deadline).
+    let telemetry =
+        match bx_telemetry::init(&config.telemetry, "daemon", Some(state.telemetry_status())) {
+            Ok(t) => t,
+            Err(e) => {
+                say(&format!("bx serve: {e}"));
+                bx_telemetry::Telemetry::default()
+            }
+        };
+    if telemetry.stats().is_some() {
+        say("bx serve: exporting traces and metrics over OTLP/HTTP (docs/telemetry.md)");
+    }
     let audit =
         Arc::new(open_audit(&state, &config, AUDIT_LOCK_WAIT).map_err(|e| anyhow::anyhow!("{e}"))?);
 

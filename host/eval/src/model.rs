@@ -152,6 +152,9 @@ impl std::fmt::Debug for ScriptedModel {
     }
 }
 
+/// The model's name in every chunk, as llama-server names its model.
+pub const MODEL_NAME: &str = "scripted-model";
+
 /// Slots the server says it has, unless started with another number.
 const SLOTS: u64 = 4;
 
@@ -159,6 +162,7 @@ fn chunk(delta: Value, finish: Option<&str>) -> String {
     let c = json!({
         "id": "chatcmpl-scripted",
         "object": "chat.completion.chunk",
+        "model": MODEL_NAME,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     });
     format!("data: {c}\n\n")

@@ -269,8 +269,19 @@ impl Connection {
         &self,
         tool: &str,
         args: serde_json::Map<String, Value>,
+        trace: Option<crate::TraceContext>,
     ) -> Result<CallOutput, GatewayError> {
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        // The caller's trace goes on in the upstream's own spans (W3C Trace Context in
+        // `_meta`, SEP-414).
+        if let Some(trace) = trace {
+            let mut meta = rmcp::model::MetaObject::new();
+            meta.set_traceparent(trace.traceparent);
+            if let Some(state) = trace.tracestate {
+                meta.set_tracestate(state);
+            }
+            params.meta = Some(rmcp::model::RequestMetaObject(meta));
+        }
         let step = format!("the call of {tool}");
         let result =
             match tokio::time::timeout(self.limits.call, self.service.call_tool(params)).await {

@@ -23,6 +23,15 @@ pub use confine::{Confine, all_but, confine_self};
 pub use error::{GatewayError, SecretError};
 pub use http::check_url;
 pub use pool::Gateway;
+
+/// A caller's W3C Trace Context, carried to an upstream in a call's `_meta`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `traceparent`.
+    pub traceparent: String,
+    /// `tracestate`, when there is one.
+    pub tracestate: Option<String>,
+}
 pub use upstream::{
     Changes, ListedTool, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME, MAX_TOOLS,
     PinnedTool, SecretLookup, ToolLabels, Transport, Upstream, UpstreamManifest, fill, guard_file,

@@ -91,6 +91,7 @@ impl Gateway {
         upstream: &Upstream,
         tool: &str,
         args: serde_json::Map<String, Value>,
+        trace: Option<crate::TraceContext>,
     ) -> Result<CallOutput, GatewayError> {
         let slot = self.slot(name);
         let connection = {
@@ -127,7 +128,7 @@ impl Gateway {
                 None => return Err(GatewayError::Unknown(name.into())),
             }
         };
-        let result = connection.call(tool, args).await;
+        let result = connection.call(tool, args, trace).await;
         let mut slot = slot.lock().await;
         let same = slot.running.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, &connection));
         match &result {

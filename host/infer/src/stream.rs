@@ -87,7 +87,13 @@ pub struct Completion {
     pub thinking_capped: bool,
     /// How long the request waited for its slot in the client's gate.
     pub slot_wait: std::time::Duration,
+    /// The model's name as the server reported it (at most [`MAX_MODEL_NAME`] bytes;
+    /// empty when it sent none).
+    pub model: String,
 }
+
+/// The most bytes of the model's name kept from the server's reply.
+pub(crate) const MAX_MODEL_NAME: usize = 128;
 
 /// Counts thinking as it streams and says, once, when a cap is reached. llama-server
 /// sends each sampled token in its own chunk, so a reasoning delta is one token (a token
@@ -132,6 +138,7 @@ pub const MAX_CALLS_PER_REPLY: usize = 128;
 #[derive(Debug, Default)]
 pub struct Assembler {
     id: String,
+    model: String,
     content: String,
     reasoning: String,
     calls: Vec<PartialCall>,
@@ -150,6 +157,8 @@ type Text<'a> = Option<std::borrow::Cow<'a, str>>;
 struct WireChunk<'a> {
     #[serde(borrow, default)]
     id: Text<'a>,
+    #[serde(borrow, default)]
+    model: Text<'a>,
     #[serde(borrow, default)]
     choices: Vec<WireChoice<'a>>,
     #[serde(default)]
@@ -294,6 +303,11 @@ impl Assembler {
         {
             self.id = id.into_owned();
         }
+        if self.model.is_empty()
+            && let Some(model) = chunk.model
+        {
+            self.model = model.chars().take(MAX_MODEL_NAME).collect();
+        }
         let mut out = Vec::new();
         if let Some(choice) = chunk.choices.into_iter().next() {
             let delta = choice.delta.unwrap_or_default();
@@ -395,6 +409,7 @@ impl Assembler {
             timings: self.timings,
             thinking_capped: false,
             slot_wait: std::time::Duration::ZERO,
+            model: self.model,
         })
     }
 }

@@ -283,6 +283,10 @@ pub enum Body {
         /// a write and a wake-up on both sides.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         quiet: bool,
+        /// The W3C `traceparent` of the client's request (`bx mcp`'s span): the call's
+        /// span continues its trace (docs/telemetry.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// Recompute a session's taint from the audit log (`bx session rebuild`).
     RebuildSession {

@@ -1,6 +1,8 @@
-//! `config.toml` in the state directory, five tables: `[inference]` (the model server),
+//! `config.toml` in the state directory, six tables: `[inference]` (the model server),
 //! `[loop]` (limits of a turn), `[tools]` (where tools come from), `[audit]` (where the
-//! log lives) and `[approvals]` (who else answers, and who is told). Unknown keys are refused, and every error names the file, line and column.
+//! log lives), `[approvals]` (who else answers, and who is told) and `[telemetry]`
+//! (where traces go). Unknown keys are refused, and every error names the file, line
+//! and column.
 //! Every field has a default, so a missing file is a valid configuration.
 
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
@@ -28,7 +30,58 @@ pub struct Config {
     /// The `[approvals]` table.
     #[serde(default)]
     pub approvals: ApprovalsConfig,
+    /// The `[telemetry]` table.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
+
+/// The `[telemetry]` table: OpenTelemetry spans and metrics over OTLP/HTTP
+/// (docs/telemetry.md). Off unless `endpoint` or `OTEL_EXPORTER_OTLP_ENDPOINT` names a
+/// collector.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`): traces go to
+    /// `/v1/traces`, metrics to `/v1/metrics`. None: the standard `OTEL_EXPORTER_OTLP_*`
+    /// variables, and off when they name none.
+    pub endpoint: Option<String>,
+    /// Export calls' arguments and results as span attributes (bounded, secrets
+    /// redacted, and replaced by their label above `content_label`). Default false.
+    pub content: bool,
+    /// The most bytes of one argument or result exported (default 1024).
+    pub content_bytes: NonZeroUsize,
+    /// The highest label whose values are exported as they are (default
+    /// `public/untrusted`): a value labelled above it is replaced by its label.
+    pub content_label: String,
+    /// Spans held for export at once (default 2048); past it a span is dropped and
+    /// counted (`bx doctor` shows the count).
+    pub queue: NonZeroUsize,
+    /// Seconds one export may take before it is given up (default 5).
+    pub timeout_secs: NonZeroU64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> TelemetryConfig {
+        TelemetryConfig {
+            endpoint: None,
+            content: false,
+            content_bytes: NonZeroUsize::new(1024).unwrap_or(NonZeroUsize::MIN),
+            content_label: "public/untrusted".to_owned(),
+            queue: NonZeroUsize::new(2048).unwrap_or(NonZeroUsize::MIN),
+            timeout_secs: NonZeroU64::new(5).unwrap_or(NonZeroU64::MIN),
+        }
+    }
+}
+
+/// The labels a telemetry `content_label` may name.
+pub(crate) const LABELS: [&str; 6] = [
+    "public/trusted",
+    "public/untrusted",
+    "private/trusted",
+    "private/untrusted",
+    "secret/trusted",
+    "secret/untrusted",
+];
 
 /// The `[approvals]` table: a program that answers before the owner, and one that tells
 /// the owner a call waits (docs/approvals.md).
@@ -307,6 +360,21 @@ impl Config {
                 ),
             ));
         }
+        if !LABELS.contains(&config.telemetry.content_label.as_str()) {
+            return Err(at(
+                "content_label",
+                format!("telemetry.content_label: must be one of {}", LABELS.join(", ")),
+            ));
+        }
+        if let Some(endpoint) = &config.telemetry.endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            return Err(at(
+                "endpoint",
+                "telemetry.endpoint: an http:// or https:// URL (the collector's OTLP/HTTP base)"
+                    .into(),
+            ));
+        }
         for (i, mirror) in config.tools.mirrors.iter().enumerate() {
             let is_url = mirror.starts_with("https://");
             if !is_url && !Path::new(mirror).is_absolute() {
@@ -359,6 +427,15 @@ mod tests {
                 "c.toml:2:1: approvals.web: 0.0.0.0:80 is not a loopback",
             ),
             ("[approvals]\nweb = \"localhost\"\n", "c.toml:2:7: invalid socket address"),
+            (
+                "[telemetry]\ncontent_label = \"top\"\n",
+                "c.toml:2:1: telemetry.content_label: must be one of",
+            ),
+            (
+                "[telemetry]\nendpoint = \"localhost:4318\"\n",
+                "c.toml:2:1: telemetry.endpoint: an http://",
+            ),
+            ("[telemetry]\nqueue = 0\n", "c.toml:2:9: invalid value: integer `0`"),
             // A comment that mentions the key does not take the location.
             (
                 "# launch it yourself\n[inference]\n  launch = [\"x\"]\n",
@@ -427,6 +504,17 @@ mod tests {
         let c = Config::parse(Path::new("approvals.toml"), text).unwrap();
         assert_eq!(c.approvals.web, Some("127.0.0.1:7870".parse().unwrap()));
         assert_eq!(c.approvals.reviewer[0], "/home/owner/bin/review");
+    }
+
+    #[test]
+    fn the_telemetry_fixture_parses_as_docs_telemetry_md_shows_it() {
+        let text = include_str!("../../../fixtures/config/telemetry.toml");
+        let c = Config::parse(Path::new("telemetry.toml"), text).unwrap();
+        assert_eq!(c.telemetry.endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        assert!(c.telemetry.content);
+        assert_eq!(c.telemetry.content_label, "public/untrusted");
+        assert_eq!(Config::default().telemetry, TelemetryConfig::default());
+        assert!(Config::default().telemetry.endpoint.is_none(), "off by default");
     }
 
     #[test]

@@ -24,6 +24,7 @@ const MAX_OWN_ENTRIES: usize = 100_000;
 /// | `bx.sock`, `daemon.json`, `serve.lock`, `serve.log` | the daemon's socket, status, lock, log |
 /// | `llama-server.log`, `usage.jsonl` | the launched model server's log, token accounting |
 /// | `mcp.token`, `web.token` | the tokens of `bx mcp --http` and `bx serve --web` |
+/// | `telemetry.json` | what the daemon's trace exporter sent and lost |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateDir {
     root: PathBuf,
@@ -120,6 +121,12 @@ impl StateDir {
     /// `mcp.token`: the bearer token `bx mcp --http` requires.
     pub fn mcp_token(&self) -> PathBuf {
         self.root.join("mcp.token")
+    }
+
+    /// `telemetry.json`: what the daemon's trace exporter sent and lost (`bx doctor`
+    /// reads it).
+    pub fn telemetry_status(&self) -> PathBuf {
+        self.root.join("telemetry.json")
     }
 
     /// `web.token`: the token the page of `bx serve --web` asks for at login.

@@ -15,7 +15,7 @@ mod sessions;
 
 pub use config::{
     ApprovalsConfig, AuditConfig, Config, EndThinkingName, InferenceConfig, LoopConfig,
-    ToolModeName, ToolsConfig, TrustedKey,
+    TelemetryConfig, ToolModeName, ToolsConfig, TrustedKey,
 };
 pub use dir::StateDir;
 pub use error::StateError;

@@ -117,7 +117,7 @@ fn settle_workspace(
 enum Input {
     Line(Option<String>),
     /// A frame from the reader of connection number `.0`; `None` when it closed.
-    Frame(u64, Option<Envelope>),
+    Frame(u64, Option<Box<Envelope>>),
     Interrupt,
 }
 
@@ -128,7 +128,7 @@ fn read_into(conn: &Conn, generation: u64, tx: mpsc::Sender<Input>) -> anyhow::R
         loop {
             let frame = reader.recv().ok().flatten();
             let end = frame.is_none();
-            if tx.send(Input::Frame(generation, frame)).is_err() || end {
+            if tx.send(Input::Frame(generation, frame.map(Box::new))).is_err() || end {
                 break;
             }
         }
@@ -313,7 +313,7 @@ impl Chat<'_> {
                     errln!("bx: the daemon closed the connection mid-turn");
                     return Ok(EXIT_UNAVAILABLE);
                 }
-                Input::Frame(_, Some(envelope)) => envelope,
+                Input::Frame(_, Some(envelope)) => *envelope,
             };
             self.print_json(&envelope.msg)?;
             if envelope.id != id && envelope.id != 0 {

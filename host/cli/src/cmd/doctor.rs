@@ -67,6 +67,7 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
         (true, None) => check(true, "daemon: answering (no status file)".into()),
         (false, _) => outln!("-    daemon: not running (`bx chat` or `bx serve` starts one)"),
     }
+    telemetry(state, answering);
 
     // With an invalid config, the default places are still worth checking.
     let config = config.unwrap_or_default();
@@ -275,6 +276,41 @@ pub(crate) fn run(state: &StateDir, _args: &DoctorArgs) -> anyhow::Result<u8> {
 }
 
 /// Whether `path` is a regular file with an execute bit, or why not.
+/// What the running daemon's trace exporter sent and lost (`telemetry.json`, written by
+/// the daemon alone). A warning, never a failure: telemetry is a view, and what it lost
+/// the audit log still has.
+fn telemetry(state: &StateDir, answering: bool) {
+    let status = bx_state::read_own(&state.telemetry_status(), bx_state::MAX_OWN_FILE_BYTES)
+        .ok()
+        .flatten()
+        .and_then(|t| serde_json::from_slice::<bx_telemetry::Status>(&t).ok());
+    let daemon_pid = bx_state::read_own(&state.status_file(), bx_state::MAX_OWN_FILE_BYTES)
+        .ok()
+        .flatten()
+        .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
+        .and_then(|s| s["pid"].as_u64());
+    match status {
+        Some(s) if answering && daemon_pid == Some(u64::from(s.pid)) => {
+            let lost = s.dropped + s.failed;
+            let line = format!(
+                "telemetry: {} span(s) exported to {}, {} dropped (queue full), {} lost in failed exports",
+                s.exported, s.endpoint, s.dropped, s.failed
+            );
+            if lost == 0 {
+                outln!("ok   {}", term::shown(&line));
+            } else {
+                outln!("warn {} (see docs/runbook.md#telemetry-dropped)", term::shown(&line));
+                if !s.last_error.is_empty() {
+                    outln!("       last error: {}", term::one_line(&s.last_error));
+                }
+            }
+        }
+        _ => outln!(
+            "-    telemetry: off, or no export yet ([telemetry] in config.toml, docs/telemetry.md)"
+        ),
+    }
+}
+
 fn runnable(path: &std::path::Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt as _;
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;

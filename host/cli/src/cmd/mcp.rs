@@ -20,13 +20,14 @@ use clap::Args;
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
+    InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ServerCapabilities, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 
 use self::schema::Schemas;
+use self::traced::RequestSpan;
 use super::{EXIT_OK, outcome};
 use crate::client::Conn;
 
@@ -34,6 +35,7 @@ mod http;
 mod lines;
 mod link;
 mod schema;
+mod traced;
 mod upstream;
 
 /// How often the installed tools are compared with the last list the client saw.
@@ -123,6 +125,8 @@ struct Bridge {
     in_flight: Arc<tokio::sync::Semaphore>,
     /// Each tool's argument schema, compiled once, by its text.
     compiled: Arc<Schemas>,
+    /// `pipe` (stdio) or `tcp` (`--http`), for the request spans.
+    transport: &'static str,
 }
 
 /// The session a workspace gives when the owner named none: `mcp-`, the directory's
@@ -225,6 +229,7 @@ impl Bridge {
         peer: &Peer<RoleServer>,
         progress: Option<rmcp::model::ProgressToken>,
         cancelled: &tokio_util::sync::CancellationToken,
+        traceparent: Option<String>,
     ) -> CallToolResult {
         // A call the client cancels before it has a place never starts.
         let permit = tokio::select! {
@@ -248,6 +253,7 @@ impl Bridge {
                     overlay: Overlay::default(),
                     workspace: Some(self.workspace.clone()),
                     quiet: true,
+                    traceparent,
                 },
                 link::Start::IfGone,
             )
@@ -337,12 +343,27 @@ impl ServerHandler for Bridge {
         tokio::spawn(watch_tools(self.clone(), context.peer));
     }
 
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let span = RequestSpan::start("initialize", None, &context, &self.session, self.transport);
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request);
+        span.end(result.is_err());
+        result
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let items = list(&self.daemon, link::Start::No).await?;
+        let span = RequestSpan::start("tools/list", None, &context, &self.session, self.transport);
+        let listed = list(&self.daemon, link::Start::No).await;
+        span.end(listed.is_err());
+        let items = listed?;
         let tools = items.iter().map(tool_of).collect();
         *self.tools.lock() = items;
         Ok(ListToolsResult::with_all_items(tools))
@@ -354,6 +375,25 @@ impl ServerHandler for Bridge {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
+        let span =
+            RequestSpan::start("tools/call", Some(&name), &context, &self.session, self.transport);
+        let answered = self.call_tool_traced(name, request, &context, &span).await;
+        span.end(
+            !matches!(&answered, Ok(CallToolResponse::Complete(r)) if r.is_error != Some(true)),
+        );
+        answered
+    }
+}
+
+impl Bridge {
+    /// [`ServerHandler::call_tool`]'s work, whose daemon call continues `span`.
+    async fn call_tool_traced(
+        &self,
+        name: String,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+        span: &RequestSpan,
+    ) -> Result<CallToolResponse, ErrorData> {
         let find = |tools: &[ToolSummary]| tools.iter().find(|t| t.name == name).cloned();
         let mut tool = find(&self.tools.lock());
         if tool.is_none() {
@@ -371,10 +411,35 @@ impl ServerHandler for Bridge {
         let progress = context.meta.get_progress_token();
         let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
         schema::fits(&tool, &arguments, &self.compiled)?;
-        let result =
-            self.call(name, arguments.to_string(), &context.peer, progress, &context.ct).await;
+        let traceparent = span.traceparent();
+        let result = self
+            .call(name, arguments.to_string(), &context.peer, progress, &context.ct, traceparent)
+            .await;
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// Ends telemetry as `bx mcp` ends, and says what was lost, if anything: this process
+/// has no status file (the daemon's is `telemetry.json`).
+struct Said(bx_telemetry::Telemetry);
+
+impl Drop for Said {
+    fn drop(&mut self) {
+        let Some(stats) = self.0.stats() else { return };
+        let t = std::mem::take(&mut self.0);
+        drop(t);
+        let lost = stats_lost(&stats);
+        if lost > 0 {
+            errln!(
+                "bx mcp: {lost} span(s) were not exported (see docs/runbook.md#telemetry-dropped)"
+            );
+        }
+    }
+}
+
+fn stats_lost(stats: &bx_telemetry::Stats) -> u64 {
+    use std::sync::atomic::Ordering;
+    stats.dropped.load(Ordering::Relaxed) + stats.failed.load(Ordering::Relaxed)
 }
 
 /// Sends `notifications/tools/list_changed` whenever the installed set differs from the
@@ -444,7 +509,16 @@ fn serve(state: &StateDir, args: &ServeArgs) -> anyhow::Result<u8> {
         tools: Arc::new(Mutex::new(Vec::new())),
         in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT)),
         compiled: Arc::default(),
+        transport: if args.http.is_some() { "tcp" } else { "pipe" },
     };
+    // The owner's tracing tools, as the daemon's (docs/telemetry.md). A view: one that
+    // cannot start is said, and the bridge goes on without it.
+    let config = bx_daemon::load_config(state)?;
+    let telemetry = bx_telemetry::init(&config.telemetry, "mcp", None).unwrap_or_else(|e| {
+        errln!("bx mcp: {e}");
+        bx_telemetry::Telemetry::default()
+    });
+    let _said = Said(telemetry);
     if let Some(addr) = args.http {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

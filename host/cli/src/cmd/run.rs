@@ -204,7 +204,7 @@ pub(crate) fn run(state: &StateDir, args: &RunArgs) -> anyhow::Result<u8> {
 /// What the call through the daemon hears next.
 enum Heard {
     /// A frame from the daemon.
-    Frame(bx_protocol::Envelope),
+    Frame(Box<bx_protocol::Envelope>),
     /// The daemon closed the connection.
     Closed,
     /// A line typed at the prompt (0 bytes: end of input).
@@ -232,7 +232,7 @@ fn via_daemon(
     let frames = tx.clone();
     std::thread::spawn(move || {
         while let Ok(Some(envelope)) = reader.recv() {
-            if frames.send(Heard::Frame(envelope)).is_err() {
+            if frames.send(Heard::Frame(Box::new(envelope))).is_err() {
                 break;
             }
         }
@@ -245,6 +245,7 @@ fn via_daemon(
         overlay: overlay.clone(),
         workspace,
         quiet: false,
+        traceparent: None,
     })?;
     // The approval shown at the prompt and when its wait there ends. The daemon's
     // replies are read meanwhile: an approval that expired there, or was answered by
@@ -263,7 +264,7 @@ fn via_daemon(
             None => heard.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
         let envelope = match next {
-            Ok(Heard::Frame(envelope)) => envelope,
+            Ok(Heard::Frame(envelope)) => *envelope,
             Ok(Heard::Line(line)) => {
                 if let Some((approval, until)) = asked.take() {
                     let answer = wire_answer(answer_of(&approval, line), seal.clone());

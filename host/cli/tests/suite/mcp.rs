@@ -511,6 +511,7 @@ fn a_quiet_run_tool_hears_only_its_outcome() {
             overlay: Overlay::default(),
             workspace: Some(ws.to_str().unwrap().into()),
             quiet,
+            traceparent: None,
         };
         stream.write_all(&bx_protocol::encode(&Envelope { v: VERSION, id, msg }).unwrap()).unwrap();
         let mut types = Vec::new();

@@ -16,6 +16,8 @@ fn recorded_reply_assembles() {
     assert!(c.tool_calls.is_empty());
     assert_eq!(c.usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((34, 24)));
     assert_eq!(c.timings.map(|t| t.predicted_n), Some(24));
+    // The model's name, as llama-server reports it (what the `chat` span is named by).
+    assert_eq!(c.model, "SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 #[test]
@@ -49,6 +51,7 @@ fn parallel_tool_calls_assemble_by_index() {
             }),
             thinking_capped: false,
             slot_wait: std::time::Duration::ZERO,
+            model: String::new(),
         }
     );
 }
