@@ -41,6 +41,8 @@ OCI_PIP := oras==0.2.43 pynacl==1.6.2
 # A real browser for the tests of the owner's page (`bx serve --web`): Debian's Chromium
 # and its driver, driven by Selenium.
 BROWSER_PACKAGES := chromium chromium-driver
+# strace counts a call's syncs in the durability test (docs/audit.md#durability).
+TRACE_PACKAGES := strace
 SELENIUM_VERSION := 4.39.0
 # Guest toolchains for the standard WASI test components, pinned: componentize-py in the
 # virtual environment, jco with componentize-js in .tools/jco. jco reads WIT with a
@@ -90,6 +92,7 @@ setup:
 	# registry and skopeo (Debian), and oras with pynacl (PyPI) for oci_peer.py.
 	dpkg -s $(OCI_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(OCI_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(OCI_PACKAGES); }
 	dpkg -s $(BROWSER_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(BROWSER_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(BROWSER_PACKAGES); }
+	dpkg -s $(TRACE_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(TRACE_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(TRACE_PACKAGES); }
 	$(VENV)/bin/pip show selenium 2>/dev/null | grep -qx 'Version: $(SELENIUM_VERSION)' || $(VENV)/bin/pip install -q --prefer-binary selenium==$(SELENIUM_VERSION)
 	$(VENV)/bin/python -c "import oras, nacl" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary $(OCI_PIP)
 	# With CUDA, `make verify-device` builds llama-server from source: fetch it now.

@@ -518,6 +518,10 @@ impl Trust {
         })
     }
 
+    /// Puts a call's decision on the log: synced (with the request before it) unless
+    /// `deferred`, when the call's result record, synced before anyone sees the result,
+    /// makes both durable (docs/audit.md#durability).
+    #[allow(clippy::too_many_arguments, reason = "the decision record's fields")]
     fn decision(
         &self,
         session: &str,
@@ -526,13 +530,14 @@ impl Trust {
         taint: Label,
         approval: Option<&str>,
         bearing: &bx_broker::Bearing<'_>,
+        deferred: bool,
     ) -> Result<(), AgentError> {
         let (name, why) = match decision {
             Decision::Allow(_) => (bx_audit::Verdict::Allow, String::new()),
             Decision::Ask(ask) => (bx_audit::Verdict::Ask, ask.reasons.join("; ")),
             Decision::Deny(reason) => (bx_audit::Verdict::Deny, reason.message.clone()),
         };
-        self.audit.append(&Entry::Decision(bx_audit::Decision {
+        let entry = Entry::Decision(bx_audit::Decision {
             session: session.to_owned(),
             call: call.to_owned(),
             decision: name,
@@ -549,7 +554,12 @@ impl Trust {
                 bx_broker::Bearing::Voided(s) => Some(s.id.clone()),
                 _ => None,
             },
-        }))?;
+        });
+        if deferred {
+            self.audit.append_deferred(&entry)?;
+        } else {
+            self.audit.append(&entry)?;
+        }
         Ok(())
     }
 }
@@ -643,6 +653,18 @@ impl<'t> Requested<'t> {
         self.seq
     }
 
+    /// Whether the call can act on nothing outside bx: a component (not an upstream
+    /// server, which sees the call), whose every resource, its manifest's static reach
+    /// included, is a path it reads. Its network is refused at every operation unless a
+    /// resource names a host, and a secret goes only to a host a resource names.
+    pub fn effect_free(&self) -> bool {
+        matches!(self.tool, Some(Tool::Component(_)))
+            && self
+                .resources
+                .as_ref()
+                .is_ok_and(|r| r.iter().all(|r| matches!(r, Resource::PathRead(_))))
+    }
+
     /// Decides the call and puts the decision on the log: refused at once when
     /// `refusal` says so (a turn limit), when no such tool is installed, when the
     /// arguments do not name their resources properly, or when there is no valid
@@ -716,6 +738,11 @@ impl<'t> Requested<'t> {
                     }
                     let approval =
                         matches!(decision, Decision::Ask(_)).then(bx_broker::new_approval_id);
+                    // An allowed call whose only effect is what it returns (a component
+                    // that reads paths and reaches nothing else) acts on nothing outside
+                    // bx before its result is synced: its request and decision are made
+                    // durable by that sync. Every other call's are synced before it acts.
+                    let deferred = matches!(decision, Decision::Allow(_)) && self.effect_free();
                     trust.decision(
                         &self.session,
                         &self.call,
@@ -723,6 +750,7 @@ impl<'t> Requested<'t> {
                         taint,
                         approval.as_deref(),
                         &bearing,
+                        deferred,
                     )?;
                     let covered_by = match &bearing {
                         bx_broker::Bearing::Approved(s) => {
@@ -757,6 +785,7 @@ impl<'t> Requested<'t> {
             taint,
             None,
             &bx_broker::Bearing::None,
+            false,
         )?;
         Ok((Decided::Refused(Refused { reason: with_note(reason), unavailable }), taint))
     }

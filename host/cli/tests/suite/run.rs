@@ -100,3 +100,66 @@ fn every_command_uses_the_audit_dir_of_the_config() {
     let r = bx(st, &["session", "rebuild", "cli"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
+
+/// How many times `bx tool run TOOL --args ARGS` (one process, no daemon) synced a file
+/// to disk, counted by strace.
+fn syncs_of(s: &Path, tool: &str, args: &str) -> usize {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let status = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=fdatasync,fsync", "-o"])
+        .arg(out.path())
+        .arg(env!("CARGO_BIN_EXE_bx"))
+        .arg("--state-dir")
+        .arg(s)
+        .args(["tool", "run", tool, "--session", "d", "--args", args])
+        .env_remove("BX_HOME")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("strace (make setup installs it)");
+    assert!(status.success(), "bx tool run {tool} failed");
+    std::fs::read_to_string(out.path())
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("fdatasync(") || l.contains("fsync("))
+        .count()
+}
+
+#[test]
+fn a_read_is_made_durable_by_its_results_sync_and_a_write_before_it_acts() {
+    // docs/audit.md#durability: a call whose only effect is what it returns has its
+    // request and decision synced with its result, before anyone sees the result; a call
+    // that acts has them synced before it acts. So a read costs one sync fewer.
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_read");
+    install(s, "fs_write");
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(ws.join("a.txt"), "a").unwrap();
+    write_policy(
+        s,
+        &format!(
+            "[[grant]]\ntool = \"*\"\npath = \"{ws}\"\nmode = \"read\"\nlabel = \"private/trusted\"\n\
+             [[grant]]\ntool = \"*\"\npath = \"{ws}\"\nmode = \"write\"\nlabel = \"private/trusted\"\n",
+            ws = ws.display()
+        ),
+    );
+    let read = serde_json::json!({"path": ws.join("a.txt")}).to_string();
+    // fs.write makes a new file each time.
+    let write = |name: &str| serde_json::json!({"path": ws.join(name), "content": "b"}).to_string();
+    // The first calls make the session's files; the counts after are the calls' own.
+    syncs_of(s, "fs.read", &read);
+    syncs_of(s, "fs.write", &write("b.txt"));
+    let (reads, writes) = (syncs_of(s, "fs.read", &read), syncs_of(s, "fs.write", &write("c.txt")));
+    assert_eq!(writes, reads + 1, "a read synced {reads} times, a write {writes}");
+    // And each call's three records are on the log, in order.
+    let kinds: Vec<String> = audit_records(s)
+        .iter()
+        .filter(|r| r["fields"]["session"] == "d")
+        .map(|r| r["kind"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "result").count(), 4, "{kinds:?}");
+    let r = bx(s, &["audit", "verify"]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+}

@@ -430,3 +430,58 @@ fn an_upstream_call_carries_the_trace_on_to_the_server() {
     assert_eq!(carried, format!("00-{}-{}-01", client.trace, client.id));
     assert_eq!(client.attrs["mcp.method.name"], "tools/call");
 }
+
+#[test]
+fn spans_a_stopped_collector_never_got_are_counted_and_bx_doctor_shows_them() {
+    // A port nothing listens on: every export is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_read");
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(ws_path.join("notes.txt"), "n").unwrap();
+    write_policy(
+        s,
+        &format!(
+            "[[grant]]\ntool = \"*\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\n",
+            ws_path.display()
+        ),
+    );
+    std::fs::write(
+        s.join("config.toml"),
+        format!("[telemetry]\nendpoint = \"http://127.0.0.1:{closed}\"\n"),
+    )
+    .unwrap();
+    let daemon = Daemon::start(s);
+    let mut mcp = Raw::start(s, &ws_path);
+    // The call itself is untouched by the collector's absence.
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "fs.read", "arguments": {"path": "notes.txt"}}})
+        .to_string(),
+    );
+    assert_eq!(mcp.reply(json!(2))["result"]["isError"], false);
+    // The daemon counts the lost spans (within a few export rounds); bx doctor says so.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let line = loop {
+        let r = bx(s, &["doctor"]);
+        if let Some(l) = r.stdout.lines().find(|l| l.starts_with("warn telemetry:")) {
+            break l.to_owned();
+        }
+        assert!(Instant::now() < deadline, "bx doctor never showed the lost spans:\n{}", r.stdout);
+        std::thread::yield_now();
+    };
+    assert!(
+        line.contains("lost in failed exports")
+            && line.contains("docs/runbook.md#telemetry-dropped"),
+        "{line}"
+    );
+    assert!(line.contains(&format!("http://127.0.0.1:{closed}")), "{line}");
+    let status: Value =
+        serde_json::from_slice(&std::fs::read(s.join("telemetry.json")).unwrap()).unwrap();
+    assert!(status["failed"].as_u64().unwrap() > 0, "{status}");
+    assert_eq!(status["exported"], 0, "{status}");
+    mcp.kill();
+    daemon.stop();
+}
