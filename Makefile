@@ -168,6 +168,7 @@ bench: tools components
 	$(CARGO) bench --locked -p bx-cli --bench mcp
 	$(CARGO) bench --locked -p bx-cli --bench open
 	$(CARGO) bench --locked -p bx-cli --bench telemetry
+	$(CARGO) bench --locked -p bx-cli --bench floor
 	$(CARGO) build --release --locked -p bx-cli -p bx-eval
 	target/release/bx-load --history
 

@@ -33,7 +33,7 @@ impl CallSpan {
             .with_attributes([
                 KeyValue::new(attr::GEN_AI_OPERATION_NAME, "execute_tool"),
                 KeyValue::new(attr::GEN_AI_TOOL_NAME, tool.clone()),
-                KeyValue::new(attr::GEN_AI_TOOL_CALL_ID, p.call.to_owned()),
+                KeyValue::new(attr::GEN_AI_TOOL_CALL_ID, bx_telemetry::name(p.call)),
                 KeyValue::new(attr::GEN_AI_TOOL_TYPE, "function"),
                 KeyValue::new(attr::GEN_AI_CONVERSATION_ID, bx_telemetry::name(p.session)),
             ])
@@ -82,7 +82,7 @@ impl CallSpan {
         let tracer = bx_telemetry::tracer();
         let span = tracer
             .span_builder("bx.approval")
-            .with_attributes([KeyValue::new(attr::BX_APPROVAL_ID, id.to_owned())])
+            .with_attributes([KeyValue::new(attr::BX_APPROVAL_ID, bx_telemetry::name(id))])
             .start_with_context(&tracer, &self.cx);
         ApprovalSpan { cx: Context::current_with_span(span), started: Instant::now(), owner: false }
     }
@@ -191,13 +191,12 @@ pub(crate) fn turn_context(session: &str) -> Context {
 }
 
 /// Ends a turn's span, with the error that ended the turn, if one did.
-pub(crate) fn end_turn<T, E: std::fmt::Display>(cx: &Context, result: &Result<T, E>) {
+/// Its kind is said, not its text: an error's text can name a path or a URL.
+pub(crate) fn end_turn<T, E>(cx: &Context, result: &Result<T, E>) {
     let span = cx.span();
-    if let Err(e) = result
-        && bx_telemetry::on()
-    {
+    if result.is_err() && bx_telemetry::on() {
         span.set_attribute(KeyValue::new(attr::ERROR_TYPE, "turn_failed"));
-        span.set_status(SpanStatus::error(bx_telemetry::name(&e.to_string())));
+        span.set_status(SpanStatus::error("the turn failed (its record and bx chat say why)"));
     }
     span.end();
 }
@@ -250,12 +249,12 @@ impl ChatSpan {
         span.end();
     }
 
-    /// The request failed.
-    pub(crate) fn failed(self, e: &impl std::fmt::Display) {
+    /// The request failed (its kind is said, not its text, which can name a URL).
+    pub(crate) fn failed(self) {
         let span = self.0.span();
         if bx_telemetry::on() {
             span.set_attribute(KeyValue::new(attr::ERROR_TYPE, "inference_failed"));
-            span.set_status(SpanStatus::error(bx_telemetry::name(&e.to_string())));
+            span.set_status(SpanStatus::error("the model request failed"));
         }
         span.end();
     }

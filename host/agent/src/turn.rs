@@ -167,7 +167,7 @@ impl Agent {
                     c
                 }
                 Err(e) => {
-                    chat.failed(&e);
+                    chat.failed();
                     return Err(e.into());
                 }
             };

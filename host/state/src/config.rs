@@ -73,6 +73,9 @@ impl Default for TelemetryConfig {
     }
 }
 
+/// The most spans `[telemetry] queue` may hold: its slots are made when telemetry starts.
+const MAX_TELEMETRY_QUEUE: usize = 1_000_000;
+
 /// The labels a telemetry `content_label` may name.
 pub(crate) const LABELS: [&str; 6] = [
     "public/trusted",
@@ -366,6 +369,12 @@ impl Config {
                 format!("telemetry.content_label: must be one of {}", LABELS.join(", ")),
             ));
         }
+        if config.telemetry.queue.get() > MAX_TELEMETRY_QUEUE {
+            return Err(at(
+                "queue",
+                format!("telemetry.queue: at most {MAX_TELEMETRY_QUEUE} spans (each slot is kept)"),
+            ));
+        }
         if let Some(endpoint) = &config.telemetry.endpoint
             && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
         {
@@ -436,6 +445,7 @@ mod tests {
                 "c.toml:2:1: telemetry.endpoint: an http://",
             ),
             ("[telemetry]\nqueue = 0\n", "c.toml:2:9: invalid value: integer `0`"),
+            ("[telemetry]\nqueue = 100000000000\n", "c.toml:2:1: telemetry.queue: at most 1000000"),
             // A comment that mentions the key does not take the location.
             (
                 "# launch it yourself\n[inference]\n  launch = [\"x\"]\n",

@@ -76,13 +76,22 @@ enum Msg {
     Stop(mpsc::Sender<()>),
 }
 
+/// How long a shutdown waits for the thread to send what is queued: past it the rest is
+/// counted as dropped, and the process goes on ending (a collector that never answers
+/// must not hold the daemon's exit for its export deadline, twice).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+
 /// The processor the tracer provider is given.
 #[derive(Debug)]
 pub(crate) struct Bounded {
     tx: SyncSender<Msg>,
     stats: Arc<Stats>,
-    /// How long a flush or a shutdown waits for the thread.
+    /// Spans put in the queue or taken by the thread and not yet counted as exported or
+    /// failed: what a shutdown that gives up counts as dropped.
+    pending: Arc<AtomicU64>,
+    /// How long a flush waits for the thread.
     wait: Duration,
+    status: Option<(PathBuf, String)>,
 }
 
 impl std::fmt::Debug for Msg {
@@ -102,18 +111,39 @@ impl Bounded {
         status: Option<(PathBuf, String)>,
     ) -> std::io::Result<Bounded> {
         let (tx, rx) = mpsc::sync_channel(queue);
-        let worker = Worker { exporter, stats: Arc::clone(&stats), status, written: None };
+        let pending = Arc::new(AtomicU64::new(0));
+        let worker = Worker {
+            exporter,
+            stats: Arc::clone(&stats),
+            pending: Arc::clone(&pending),
+            status: status.clone(),
+            written: None,
+        };
         std::thread::Builder::new().name("bx-telemetry".into()).spawn(move || worker.run(rx))?;
         // A flush waits for one export, and a little more.
-        Ok(Bounded { tx, stats, wait: timeout + Duration::from_secs(1) })
+        Ok(Bounded { tx, stats, pending, wait: timeout + Duration::from_secs(1), status })
     }
 
-    /// Sends a control message and waits, within the bound, for the thread's answer.
-    fn control(&self, make: impl FnOnce(mpsc::Sender<()>) -> Msg) -> OTelSdkResult {
+    /// Sends a control message and waits, within `wait`, for the thread's answer. The
+    /// message waits for room in the queue within the same bound.
+    fn control(&self, wait: Duration, make: impl FnOnce(mpsc::Sender<()>) -> Msg) -> OTelSdkResult {
+        let until = Instant::now() + wait;
         let (done, answered) = mpsc::channel();
-        // Blocks only while the queue is full; the thread drains it meanwhile.
-        self.tx.send(make(done)).map_err(|_| OTelSdkError::AlreadyShutdown)?;
-        answered.recv_timeout(self.wait).map_err(|_| OTelSdkError::Timeout(self.wait))
+        let mut msg = make(done);
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return Err(OTelSdkError::AlreadyShutdown),
+                Err(TrySendError::Full(m)) if Instant::now() < until => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(TrySendError::Full(_)) => return Err(OTelSdkError::Timeout(wait)),
+            }
+        }
+        answered
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .map_err(|_| OTelSdkError::Timeout(wait))
     }
 }
 
@@ -124,20 +154,32 @@ impl SpanProcessor for Bounded {
         if !span.span_context.is_sampled() {
             return;
         }
+        self.pending.fetch_add(1, Ordering::Relaxed);
         match self.tx.try_send(Msg::Span(Box::new(span))) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.pending.fetch_sub(1, Ordering::Relaxed);
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.control(Msg::Flush)
+        self.control(self.wait, Msg::Flush)
     }
 
     fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        self.control(Msg::Stop)
+        let stopped = self.control(SHUTDOWN_WAIT, Msg::Stop);
+        if stopped.is_err() {
+            // What the thread had not sent by now is lost as the process ends: counted,
+            // and the owner's status file says so.
+            let left = self.pending.swap(0, Ordering::Relaxed);
+            self.stats.dropped.fetch_add(left, Ordering::Relaxed);
+            if let Some((path, endpoint)) = &self.status {
+                write_status(path, &self.stats.snapshot(endpoint));
+            }
+        }
+        stopped
     }
 
     fn set_resource(&mut self, resource: &Resource) {
@@ -148,6 +190,7 @@ impl SpanProcessor for Bounded {
 struct Worker<E> {
     exporter: E,
     stats: Arc<Stats>,
+    pending: Arc<AtomicU64>,
     status: Option<(PathBuf, String)>,
     written: Option<Instant>,
 }
@@ -197,7 +240,16 @@ impl<E: SpanExporter> Worker<E> {
         }
         let n = batch.len() as u64;
         let spans = std::mem::take(batch);
-        match futures_executor::block_on(self.exporter.export(spans)) {
+        let sent = futures_executor::block_on(self.exporter.export(spans));
+        // Counted once: a shutdown that gave up meanwhile counted these as dropped.
+        let counted = self
+            .pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(n))
+            .is_ok();
+        if !counted {
+            return;
+        }
+        match sent {
             Ok(()) => {
                 self.stats.exported.fetch_add(n, Ordering::Relaxed);
                 self.stats.last_error.lock().unwrap_or_else(PoisonError::into_inner).clear();
@@ -226,11 +278,15 @@ impl<E: SpanExporter> Worker<E> {
             return;
         }
         self.written = Some(Instant::now());
-        let status = self.stats.snapshot(endpoint);
-        let Ok(text) = serde_json::to_vec(&status) else { return };
-        let temp = path.with_extension("json.new");
-        if std::fs::write(&temp, text).is_ok() {
-            let _ = std::fs::rename(&temp, path);
-        }
+        write_status(path, &self.stats.snapshot(endpoint));
+    }
+}
+
+/// Writes the status file whole, by rename.
+fn write_status(path: &std::path::Path, status: &Status) {
+    let Ok(text) = serde_json::to_vec(status) else { return };
+    let temp = path.with_extension("json.new");
+    if std::fs::write(&temp, text).is_ok() {
+        let _ = std::fs::rename(&temp, path);
     }
 }

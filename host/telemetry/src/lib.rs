@@ -218,26 +218,60 @@ pub fn content(text: &str, label: &str) -> Option<String> {
     }
 }
 
-/// A tool or model name as an attribute or span name: at most 128 bytes, control
-/// characters replaced (it comes from the model, a tool or a server).
+/// The most bytes of a name exported.
+const MAX_NAME_BYTES: usize = 128;
+
+/// A tool, session or model name as an attribute or span name: every control, bidi,
+/// zero-width or other hidden character replaced by U+FFFD (it comes from the model, a
+/// tool, a client or a server), then cut at 128 bytes on a character boundary.
 pub fn name(text: &str) -> String {
-    text.chars()
-        .take(128)
-        .map(|c| if c.is_control() || is_bidi(c) { '\u{fffd}' } else { c })
-        .collect()
+    let mut out = String::new();
+    for c in text.chars() {
+        let c = if bx_broker::is_hidden(c) || c.is_control() { '\u{fffd}' } else { c };
+        if out.len() + c.len_utf8() > MAX_NAME_BYTES {
+            break;
+        }
+        out.push(c);
+    }
+    out
 }
 
-fn is_bidi(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+/// The longest `traceparent` read (version 00 has 55 bytes).
+const MAX_TRACEPARENT: usize = 128;
+/// W3C Trace Context's bounds on `tracestate`: 32 list members, 512 bytes.
+const MAX_TRACESTATE: usize = 512;
+const MAX_TRACESTATE_MEMBERS: usize = 32;
+
+/// `tracestate` as W3C Trace Context allows it, else nothing: at most 32 members and 512
+/// bytes, each `key=value` of printable ASCII (a value has no `,` or `=`). A client's
+/// list goes on to the collector and to upstream servers, so one that is not is dropped
+/// whole, never passed on.
+fn valid_tracestate(state: &str) -> Option<&str> {
+    let members: Vec<&str> = state.split(',').map(str::trim).filter(|m| !m.is_empty()).collect();
+    let ok = state.len() <= MAX_TRACESTATE
+        && members.len() <= MAX_TRACESTATE_MEMBERS
+        && members.iter().all(|m| {
+            m.split_once('=').is_some_and(|(k, v)| {
+                !k.is_empty()
+                    && !v.is_empty()
+                    && k.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-*/@".contains(&b)
+                    })
+                    && v.bytes().all(|b| (0x20..=0x7e).contains(&b) && b != b',' && b != b'=')
+            })
+        });
+    ok.then_some(state)
 }
 
 /// The context a W3C `traceparent` (and `tracestate`) continues; the current one when
 /// there is none or it is not valid.
 pub fn continued(traceparent: Option<&str>, tracestate: Option<&str>) -> Context {
-    let Some(parent) = traceparent else { return Context::current() };
+    let Some(parent) = traceparent.filter(|p| p.len() <= MAX_TRACEPARENT) else {
+        return Context::current();
+    };
     let mut carrier = HashMap::new();
     carrier.insert("traceparent".to_owned(), parent.to_owned());
-    if let Some(state) = tracestate {
+    if let Some(state) = tracestate.and_then(valid_tracestate) {
         carrier.insert("tracestate".to_owned(), state.to_owned());
     }
     let cx =
@@ -316,8 +350,30 @@ mod tests {
     }
 
     #[test]
-    fn a_name_is_bounded_and_shows_no_control_or_bidi_character() {
+    fn a_name_is_bounded_in_bytes_and_shows_no_hidden_character() {
         assert_eq!(name("fs.read\u{202e}\n"), "fs.read\u{fffd}\u{fffd}");
+        assert_eq!(
+            name("a\u{200b}\u{feff}\u{2028}\u{e0041}b"),
+            "a\u{fffd}\u{fffd}\u{fffd}\u{fffd}b"
+        );
         assert_eq!(name(&"x".repeat(500)).len(), 128);
+        // Four bytes a character: cut at 128 bytes, on a boundary.
+        let wide = name(&"\u{1f600}".repeat(200));
+        assert_eq!(wide.len(), 128);
+        assert!(name(&"\u{e9}".repeat(300)).len() <= 128);
+    }
+
+    #[test]
+    fn a_tracestate_outside_w3cs_bounds_or_characters_is_dropped_whole() {
+        assert_eq!(
+            valid_tracestate("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"),
+            Some("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
+        );
+        let many: Vec<String> = (0..33).map(|i| format!("k{i}=v")).collect();
+        assert_eq!(valid_tracestate(&many.join(",")), None);
+        assert_eq!(valid_tracestate(&format!("k={}", "v".repeat(600))), None);
+        assert_eq!(valid_tracestate("evil=MARK\u{202e}\n\u{0}x"), None);
+        assert_eq!(valid_tracestate("Upper=v"), None);
+        assert_eq!(valid_tracestate("k=v=w"), None);
     }
 }

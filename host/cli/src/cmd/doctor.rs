@@ -290,10 +290,16 @@ fn telemetry(state: &StateDir, answering: bool) {
         .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
         .and_then(|s| s["pid"].as_u64());
     match status {
-        Some(s) if answering && daemon_pid == Some(u64::from(s.pid)) => {
+        Some(s) => {
+            // The running daemon's, or the counts the last one left as it ended.
+            let whose = if answering && daemon_pid == Some(u64::from(s.pid)) {
+                String::new()
+            } else {
+                format!(" (the daemon that ended, pid {})", s.pid)
+            };
             let lost = s.dropped + s.failed;
             let line = format!(
-                "telemetry: {} span(s) exported to {}, {} dropped (queue full), {} lost in failed exports",
+                "telemetry{whose}: {} span(s) exported to {}, {} dropped (queue full or left at exit), {} lost in failed exports",
                 s.exported, s.endpoint, s.dropped, s.failed
             );
             if lost == 0 {

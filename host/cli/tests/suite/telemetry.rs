@@ -317,22 +317,37 @@ fn bx_mcp_continues_its_clients_trace_through_the_daemon_and_exports_no_result()
     mcp.send(
         &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
             "name": "fs.read", "arguments": {"path": "notes.txt"},
-            "_meta": {"traceparent": format!("00-{trace}-{parent}-01")}}})
+            "_meta": {"traceparent": format!("00-{trace}-{parent}-01"), "tracestate": "congo=t61rcWkgMzE"}}})
         .to_string(),
     );
     let reply = mcp.reply(json!(7));
     assert_eq!(reply["result"]["isError"], false, "{reply}");
     assert!(reply.to_string().contains(SECRET_MARKER));
-    let heard = receiver.until("the call's spans", |h| {
-        h.spans.iter().any(|s| s.name == "tools/call fs.read")
-            && h.spans.iter().any(|s| s.name == "execute_tool fs.read")
+    // A second call whose tracestate is not W3C's: it is passed on to no one.
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+            "name": "fs.read", "arguments": {"path": "notes.txt"},
+            "_meta": {"traceparent": format!("00-{trace}-{parent}-01"),
+                      "tracestate": format!("evil=STATEMARK\u{202e}\n,{}", "k=v,".repeat(40))}}})
+        .to_string(),
+    );
+    // (One at a time: Raw::reply passes over other replies.)
+    assert_eq!(mcp.reply(json!(8))["result"]["isError"], false);
+    let heard = receiver.until("the calls' spans", |h| {
+        h.spans.iter().filter(|s| s.name == "tools/call fs.read").count() == 2
+            && h.spans.iter().filter(|s| s.name == "execute_tool fs.read").count() == 2
     });
     let spans = heard.spans.clone();
     let bytes = String::from_utf8_lossy(&heard.bytes).into_owned();
     drop(heard);
     mcp.kill();
     daemon.stop();
-    let server = one(&spans, "tools/call fs.read");
+    assert!(bytes.contains("congo=t61rcWkgMzE"), "a valid tracestate goes on");
+    assert!(!bytes.contains("STATEMARK"), "a tracestate outside W3C's bounds was exported");
+    let server = spans
+        .iter()
+        .find(|s| s.name == "tools/call fs.read" && s.attrs["jsonrpc.request.id"] == "7")
+        .unwrap();
     assert_eq!((server.trace.as_str(), server.parent.as_str()), (trace, parent), "{server:?}");
     assert_eq!(server.kind, 2, "a server span");
     assert_eq!(server.attrs["mcp.method.name"], "tools/call");
@@ -340,7 +355,8 @@ fn bx_mcp_continues_its_clients_trace_through_the_daemon_and_exports_no_result()
     assert_eq!(server.attrs["network.transport"], "pipe");
     assert!(server.attrs["mcp.session.id"].starts_with("mcp-"), "{server:?}");
     // The daemon's span of the call continues it.
-    let call = one(&spans, "execute_tool fs.read");
+    let call =
+        spans.iter().find(|s| s.name == "execute_tool fs.read" && s.parent == server.id).unwrap();
     assert_eq!((call.trace.as_str(), call.parent.as_str()), (trace, server.id.as_str()));
     assert_eq!(call.attrs["bx.decision"], "allow");
     assert_eq!(call.attrs["bx.label"], "private/trusted");
@@ -484,4 +500,61 @@ fn spans_a_stopped_collector_never_got_are_counted_and_bx_doctor_shows_them() {
     assert_eq!(status["exported"], 0, "{status}");
     mcp.kill();
     daemon.stop();
+}
+
+#[test]
+fn every_span_a_never_answering_collector_held_is_counted_when_the_daemon_ends() {
+    // A collector that reads each request and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&held);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { break };
+            keep.lock().unwrap().push(stream);
+        }
+    });
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    install(s, "fs_read");
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(ws_path.join("notes.txt"), "n").unwrap();
+    write_policy(
+        s,
+        &format!(
+            "[[grant]]\ntool = \"*\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\n",
+            ws_path.display()
+        ),
+    );
+    std::fs::write(
+        s.join("config.toml"),
+        format!("[telemetry]\nendpoint = \"http://127.0.0.1:{port}\"\ntimeout_secs = 1\n"),
+    )
+    .unwrap();
+    let daemon = Daemon::start(s);
+    let mut mcp = Raw::start(s, &ws_path);
+    let calls = 40;
+    // One at a time (Raw::reply passes over other replies).
+    for id in 0..calls {
+        mcp.send(
+            &json!({"jsonrpc": "2.0", "id": 100 + id, "method": "tools/call", "params": {
+            "name": "fs.read", "arguments": {"path": "notes.txt"}}})
+            .to_string(),
+        );
+        assert_eq!(mcp.reply(json!(100 + id))["result"]["isError"], false);
+    }
+    mcp.kill();
+    daemon.stop();
+    // Each call made two spans in the daemon (execute_tool, bx.decide): none exported,
+    // every one counted as lost, however far the export had got.
+    let status: Value =
+        serde_json::from_slice(&std::fs::read(s.join("telemetry.json")).unwrap()).unwrap();
+    let lost = status["dropped"].as_u64().unwrap() + status["failed"].as_u64().unwrap();
+    assert_eq!(status["exported"], 0, "{status}");
+    assert_eq!(lost, 2 * calls, "{status}");
+    // bx doctor shows what the ended daemon left.
+    let r = bx(s, &["doctor"]);
+    assert!(r.stdout.contains("telemetry (the daemon that ended"), "{}", r.stdout);
 }
