@@ -22,9 +22,12 @@ use sha2::Digest as _;
 mod measure;
 use measure::{Stats, fmt};
 
-/// Rounds, and calls per configuration in each.
-const ROUNDS: usize = 10;
-const PER_ROUND: usize = 60;
+/// Rounds, and calls per configuration in each: one call of each in turn, so that what
+/// the machine does meanwhile falls on all four alike.
+const ROUNDS: usize = 600;
+const PER_ROUND: usize = 1;
+/// Rounds first, not counted.
+const WARMUP: usize = 30;
 
 /// A receiver that takes every request and answers 200, or (`answer` false) reads it
 /// and never answers.
@@ -136,14 +139,13 @@ fn main() {
         CallToolRequestParams::new("fs.read").with_arguments(args)
     };
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); configs.len()];
-    for round in 0..=ROUNDS {
+    for round in 0..ROUNDS + WARMUP {
         for (i, (_, client)) in runs.iter().enumerate() {
             for _ in 0..PER_ROUND {
                 let began = Instant::now();
                 let r = rt.block_on(client.call_tool(call())).unwrap();
                 assert_ne!(r.is_error, Some(true), "{r:?}");
-                // Round 0 warms up.
-                if round > 0 {
+                if round >= WARMUP {
                     times[i].push(began.elapsed());
                 }
             }
