@@ -11,7 +11,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InitializeResult,
@@ -233,7 +232,10 @@ fn main() {
         });
         return;
     }
-    let bx = PathBuf::from(env!("CARGO_BIN_EXE_bx"));
+    // BX_BENCH_BX=PATH times another build of bx (a before-and-after), with this client
+    // and this bare host.
+    let bx = std::env::var_os("BX_BENCH_BX")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_bx")), PathBuf::from);
     let root = tempfile::tempdir_in(
         std::env::var_os("BX_BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from),
     )
@@ -302,7 +304,6 @@ fn main() {
         let _ = bare.cancel().await;
         let _ = ours.cancel().await;
     });
-    let _ = Duration::ZERO;
 }
 
 trait MinByMedian {

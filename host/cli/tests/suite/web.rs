@@ -63,7 +63,8 @@ fn serve_web(s: &Path, configured: bool) -> (Daemon, String) {
 /// The browser, driven one command at a time.
 struct Browser {
     child: Child,
-    stdin: ChildStdin,
+    /// Closed when the browser is done with: the driver then quits Chromium itself.
+    stdin: Option<ChildStdin>,
     replies: std::sync::mpsc::Receiver<String>,
 }
 
@@ -80,12 +81,13 @@ impl Browser {
             .expect("the venv's python (make setup installs selenium)");
         let stdin = child.stdin.take().unwrap();
         let replies = forward_lines(child.stdout.take().unwrap(), |l| l);
-        Browser { child, stdin, replies }
+        Browser { child, stdin: Some(stdin), replies }
     }
 
     fn run(&mut self, command: Value) -> Value {
-        writeln!(self.stdin, "{command}").unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{command}").unwrap();
+        stdin.flush().unwrap();
         let line = self
             .replies
             .recv_timeout(std::time::Duration::from_secs(180))
@@ -97,7 +99,17 @@ impl Browser {
 }
 
 impl Drop for Browser {
+    /// The driver quits Chromium when its input ends (a kill would leave Chromium and
+    /// chromedriver running); killed only if it has not ended within a minute.
     fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
