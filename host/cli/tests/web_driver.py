@@ -17,6 +17,7 @@ import json
 import sys
 
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -37,6 +38,25 @@ def browser():
     return driver
 
 
+def submit(d, button):
+    """Clicks a form's button and waits until the page it led to has replaced this one.
+
+    The old page is gone once its root element cannot be asked about: Chromium says so
+    as a stale element or, mid-navigation, as an inspector error; either ends the wait.
+    """
+    old = d.find_element(By.TAG_NAME, "html")
+    button.click()
+
+    def replaced(_d):
+        try:
+            old.is_enabled()
+            return False
+        except WebDriverException:
+            return True
+
+    WebDriverWait(d, WAIT).until(replaced)
+
+
 def outcome(d):
     WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "outcome") or d.find_elements(By.TAG_NAME, "pre"))
     found = d.find_elements(By.ID, "outcome")
@@ -47,7 +67,7 @@ def outcome(d):
 
 def section(d, approval):
     d.get(BASE + "/")
-    return d.find_element(By.ID, "approval-" + approval)
+    return WebDriverWait(d, WAIT).until(lambda d: d.find_element(By.ID, "approval-" + approval))
 
 
 def run(d, c):
@@ -55,7 +75,7 @@ def run(d, c):
     if cmd == "login":
         d.get(BASE + "/login")
         d.find_element(By.ID, "token").send_keys(c["token"])
-        d.find_element(By.CSS_SELECTOR, "#login button").click()
+        submit(d, d.find_element(By.CSS_SELECTOR, "#login button"))
         WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "waiting") or d.find_elements(By.ID, "wrong-token"))
         return {"logged_in": bool(d.find_elements(By.ID, "waiting")), "url": d.current_url}
     if cmd == "inert":
@@ -78,18 +98,18 @@ def run(d, c):
         form.find_element(By.NAME, "typed").send_keys(c["typed"])
         if c.get("scope"):
             Select(form.find_element(By.NAME, "scope")).select_by_value(c["scope"])
-        form.find_element(By.TAG_NAME, "button").click()
+        submit(d, form.find_element(By.TAG_NAME, "button"))
         return outcome(d)
     if cmd == "refuse":
         form = section(d, c["id"]).find_element(By.CSS_SELECTOR, "form.refuse")
         form.find_element(By.NAME, "reason").send_keys(c["reason"])
-        form.find_element(By.TAG_NAME, "button").click()
+        submit(d, form.find_element(By.TAG_NAME, "button"))
         return outcome(d)
     if cmd == "revoke":
         d.get(BASE + "/session/" + c["session"])
         rows = d.find_elements(By.CSS_SELECTOR, "#scopes tr.scope")
         row = next(r for r in rows if r.find_element(By.TAG_NAME, "code").text == c["answer"])
-        row.find_element(By.CSS_SELECTOR, "form.revoke button").click()
+        submit(d, row.find_element(By.CSS_SELECTOR, "form.revoke button"))
         result = outcome(d)
         d.get(BASE + "/session/" + c["session"])
         result["scopes_left"] = len(d.find_elements(By.CSS_SELECTOR, "#scopes tr.scope"))

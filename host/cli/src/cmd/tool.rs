@@ -440,18 +440,24 @@ fn list(store: &Store, args: &ListArgs) -> anyhow::Result<u8> {
             let name = term::one_line(&format!("{server}.{tool}"));
             let short =
                 Digest::parse(&pin.digest).map(|d| d.short()).unwrap_or_else(|_| "?".into());
-            let labels = match up.labels.get(tool) {
-                _ if up.guard.is_some() => "labelled item by item by its guard".to_owned(),
-                Some(l) => match &l.sink {
-                    Some(sink) => format!("result {}, sink {}", l.result, sink),
-                    None => format!("result {}", l.result),
-                },
-                None => "unlabelled: asks before every use".to_owned(),
-            };
+            let labels = upstream_labels(up, tool);
             outln!("{name:<24} {:<7} {short:<14} {:>9}  {}", "mcp", "-", term::one_line(&labels));
         }
     }
     Ok(EXIT_OK)
+}
+
+/// An upstream tool's labels as its manifest gives them, in words: `bx tool list` and the
+/// owner's page show them.
+pub(crate) fn upstream_labels(up: &bx_gateway::Upstream, tool: &str) -> String {
+    match up.labels.get(tool) {
+        _ if up.guard.is_some() => "labelled item by item by its guard".to_owned(),
+        Some(l) => match &l.sink {
+            Some(sink) => format!("result {}, sink {}", l.result, sink),
+            None => format!("result {}", l.result),
+        },
+        None => "unlabelled: asks before every use".to_owned(),
+    }
 }
 
 fn inspect(store: &Store, name: &str) -> anyhow::Result<u8> {

@@ -226,6 +226,11 @@ pub fn write_policy(state: &Path, text: &str) {
 
 /// A one-page HTTP server on loopback.
 pub fn page_server(body: &'static str) -> u16 {
+    typed_page_server(body.to_owned(), "text/plain")
+}
+
+/// A one-page HTTP server on loopback whose page is `body` of type `content_type`.
+pub fn typed_page_server(body: String, content_type: &'static str) -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -238,7 +243,7 @@ pub fn page_server(body: &'static str) -> u16 {
             }
             let _ = write!(
                 stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
         }

@@ -90,6 +90,43 @@ fn forbidden() -> BTreeMap<&'static str, Vec<&'static str>> {
     // Nothing in the shipped binary depends on the benchmark (its tests may).
     m.insert("bx-cli", vec!["bx-eval"]);
     m.insert("bx-eval", vec![]);
+    // Telemetry is a view beside the loop: it knows the config and the labels, and
+    // nothing that decides, records or runs; only the agent, the daemon and the CLI
+    // (and the benchmark) use it. Its exporter's HTTP client is its own dependency's.
+    m.insert(
+        "bx-telemetry",
+        [
+            &[
+                "bx-audit",
+                "bx-protocol",
+                "bx-runtime",
+                "bx-store",
+                "bx-infer",
+                "bx-agent",
+                "bx-daemon",
+                "bx-cli",
+                "bx-eval",
+                "bx-gateway",
+            ][..],
+            &runtimes,
+        ]
+        .concat(),
+    );
+    for below in [
+        "bx-broker",
+        "bx-audit",
+        "bx-protocol",
+        "bx-fs",
+        "bx-runtime",
+        "bx-state",
+        "bx-gateway",
+        "bx-infer",
+        "bx-store",
+    ] {
+        if let Some(banned) = m.get_mut(below) {
+            banned.push("bx-telemetry");
+        }
+    }
     // The fuzz targets reach the parsers (the tool store's `installed.json` among them,
     // which sits below the agent); nothing depends on them, and they run nothing above
     // the agent.

@@ -173,6 +173,14 @@ fn setup(
     receiver: &Receiver,
     extra_config: &str,
 ) -> (tempfile::TempDir, PathBuf, tempfile::TempDir, PathBuf) {
+    setup_at(&receiver.endpoint(), extra_config)
+}
+
+/// [`setup`] for a collector at `endpoint`, whatever answers there.
+fn setup_at(
+    endpoint: &str,
+    extra_config: &str,
+) -> (tempfile::TempDir, PathBuf, tempfile::TempDir, PathBuf) {
     let state = tempfile::tempdir().unwrap();
     let s = state.path().to_path_buf();
     install(&s, "fs_read");
@@ -190,7 +198,7 @@ fn setup(
     );
     std::fs::write(
         s.join("config.toml"),
-        format!("[telemetry]\nendpoint = \"{}\"\n{extra_config}", receiver.endpoint()),
+        format!("[telemetry]\nendpoint = \"{endpoint}\"\n{extra_config}"),
     )
     .unwrap();
     (state, s, ws_dir, ws)
@@ -451,24 +459,8 @@ fn an_upstream_call_carries_the_trace_on_to_the_server() {
 fn spans_a_stopped_collector_never_got_are_counted_and_bx_doctor_shows_them() {
     // A port nothing listens on: every export is refused.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let state = tempfile::tempdir().unwrap();
-    let s = state.path();
-    install(s, "fs_read");
-    let ws = tempfile::tempdir().unwrap();
-    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
-    std::fs::write(ws_path.join("notes.txt"), "n").unwrap();
-    write_policy(
-        s,
-        &format!(
-            "[[grant]]\ntool = \"*\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\n",
-            ws_path.display()
-        ),
-    );
-    std::fs::write(
-        s.join("config.toml"),
-        format!("[telemetry]\nendpoint = \"http://127.0.0.1:{closed}\"\n"),
-    )
-    .unwrap();
+    let (_state, s, _ws, ws_path) = setup_at(&format!("http://127.0.0.1:{closed}"), "");
+    let s = s.as_path();
     let daemon = Daemon::start(s);
     let mut mcp = Raw::start(s, &ws_path);
     // The call itself is untouched by the collector's absence.
@@ -515,24 +507,9 @@ fn every_span_a_never_answering_collector_held_is_counted_when_the_daemon_ends()
             keep.lock().unwrap().push(stream);
         }
     });
-    let state = tempfile::tempdir().unwrap();
-    let s = state.path();
-    install(s, "fs_read");
-    let ws = tempfile::tempdir().unwrap();
-    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
-    std::fs::write(ws_path.join("notes.txt"), "n").unwrap();
-    write_policy(
-        s,
-        &format!(
-            "[[grant]]\ntool = \"*\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\n",
-            ws_path.display()
-        ),
-    );
-    std::fs::write(
-        s.join("config.toml"),
-        format!("[telemetry]\nendpoint = \"http://127.0.0.1:{port}\"\ntimeout_secs = 1\n"),
-    )
-    .unwrap();
+    let (_state, s, _ws, ws_path) =
+        setup_at(&format!("http://127.0.0.1:{port}"), "timeout_secs = 1\n");
+    let s = s.as_path();
     let daemon = Daemon::start(s);
     let mut mcp = Raw::start(s, &ws_path);
     let calls = 40;

@@ -3,7 +3,7 @@
 //! `bx mcp` client, and the real log. What the browser did is checked where it lands:
 //! the call's reply, the file it wrote, the audit record.
 
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::Write as _;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
 use serde_json::{Value, json};
@@ -139,24 +139,7 @@ fn attacker_page(base: &str, approval: &str) -> u16 {
     let body = format!(
         "<!doctype html><form method=post action=\"{base}/approve\"><input name=csrf value=guess><input name=approval value={approval}><input name=typed value={approval}><input name=scope value=path></form><script>document.forms[0].submit()</script>"
     );
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { break };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                line.clear();
-            }
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
+    typed_page_server(body, "text/html")
 }
 
 /// The session's `approval` records.

@@ -82,14 +82,7 @@ pub(super) fn tools(state: &StateDir) -> anyhow::Result<Vec<ToolRow>> {
     }
     for (server, up) in &installed.upstreams {
         for (tool, pin) in &up.tools {
-            let labels = match up.labels.get(tool) {
-                _ if up.guard.is_some() => "labelled item by item by its guard".to_owned(),
-                Some(l) => match &l.sink {
-                    Some(sink) => format!("result {}, sink {}", l.result, sink),
-                    None => format!("result {}", l.result),
-                },
-                None => "unlabelled: asks before every use".to_owned(),
-            };
+            let labels = super::super::tool::upstream_labels(up, tool);
             rows.push(ToolRow {
                 name: format!("{server}.{tool}"),
                 kind: "mcp",
