@@ -535,3 +535,44 @@ fn every_span_a_never_answering_collector_held_is_counted_when_the_daemon_ends()
     let r = bx(s, &["doctor"]);
     assert!(r.stdout.contains("telemetry (the daemon that ended"), "{}", r.stdout);
 }
+
+#[test]
+fn the_standard_otel_variables_turn_it_on_and_otel_sdk_disabled_off() {
+    let receiver = Receiver::start();
+    // No [telemetry] table: the daemon's environment names the collector.
+    let (_state, s, _ws, ws) = setup_at("http://unused.invalid", "");
+    std::fs::remove_file(s.join("config.toml")).unwrap();
+    let endpoint = format!("OTEL_EXPORTER_OTLP_ENDPOINT={}", receiver.endpoint());
+    let daemon = Daemon::start_with(&s, &["env", &endpoint], &[]);
+    let mut mcp = Raw::start(&s, &ws);
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "fs.read", "arguments": {"path": "notes.txt"}}})
+        .to_string(),
+    );
+    assert_eq!(mcp.reply(json!(2))["result"]["isError"], false);
+    drop(
+        receiver
+            .until("the call's span", |h| h.spans.iter().any(|s| s.name == "execute_tool fs.read")),
+    );
+    mcp.kill();
+    daemon.stop();
+    // The same with OTEL_SDK_DISABLED=true: nothing is sent, and no status is written.
+    let quiet = Receiver::start();
+    let (_state, s, _ws, ws) = setup_at(&quiet.endpoint(), "");
+    let daemon = Daemon::start_with(&s, &["env", "OTEL_SDK_DISABLED=true"], &[]);
+    let mut mcp = Raw::start(&s, &ws);
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "fs.read", "arguments": {"path": "notes.txt"}}})
+        .to_string(),
+    );
+    assert_eq!(mcp.reply(json!(2))["result"]["isError"], false);
+    mcp.kill();
+    daemon.stop();
+    assert!(!s.join("telemetry.json").exists());
+    assert!(
+        quiet.heard.0.lock().unwrap().spans.iter().all(|s| s.name.starts_with("tools/")),
+        "the daemon exported with OTEL_SDK_DISABLED=true"
+    );
+}
