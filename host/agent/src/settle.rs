@@ -148,7 +148,10 @@ impl Trust {
             Decided::Refused(_) => "deny",
         };
         span.decided(seq, verdict, taint, since);
-        *seen = (self.secrets().redact_text(&shown), taint);
+        // What the call's span may export, redacted; nothing to do while telemetry is off.
+        if bx_telemetry::on() {
+            *seen = (self.secrets().redact_text(&shown), taint);
+        }
         // What the owner and the proposer are told echoes the call's arguments, which
         // can carry a secret's value the model wrote: redacted as its records are.
         owner.proposed(p, &self.secrets().redact_text(&shown));

@@ -1,8 +1,9 @@
 //! The trust path as OpenTelemetry spans and metrics (docs/telemetry.md): one
 //! `execute_tool` span per call, with the broker's decision (`bx.decide`) and the wait
 //! for an answer (`bx.approval`) as its children, each carrying what the audit log
-//! proves it by (the request record's sequence number). All of it is a no-op while
-//! telemetry is off; nothing here can refuse or delay a call.
+//! proves it by (the request record's sequence number). While telemetry is off each
+//! step returns at once (no span, no metric, nothing allocated): the trust path is the
+//! hot path. Nothing here can refuse or delay a call.
 
 use std::time::{Instant, SystemTime};
 
@@ -25,6 +26,13 @@ impl CallSpan {
     /// `execute_tool {name}`, a child of the current context (the turn, or the MCP
     /// request that asked for the call).
     pub(crate) fn start(p: &Proposal<'_>) -> CallSpan {
+        if !bx_telemetry::on() {
+            return CallSpan {
+                cx: Context::current(),
+                tool: String::new(),
+                started: Instant::now(),
+            };
+        }
         let tracer = bx_telemetry::tracer();
         let tool = bx_telemetry::name(p.name);
         let span = tracer
@@ -49,6 +57,9 @@ impl CallSpan {
     /// The request and decision are on the log (written from `since`): `bx.decide`, and
     /// the metrics of a decided call.
     pub(crate) fn decided(&self, seq: u64, verdict: &'static str, taint: Label, since: SystemTime) {
+        if !bx_telemetry::on() {
+            return;
+        }
         let elapsed = since.elapsed().unwrap_or_default().as_secs_f64();
         let m = bx_telemetry::metrics();
         m.audit_append.record(elapsed, &[]);
@@ -59,9 +70,6 @@ impl CallSpan {
                 KeyValue::new(attr::BX_DECISION, verdict),
             ],
         );
-        if !bx_telemetry::on() {
-            return;
-        }
         let facts = [
             KeyValue::new(attr::BX_DECISION, verdict),
             KeyValue::new(attr::BX_TAINT, taint.to_string()),
@@ -79,6 +87,9 @@ impl CallSpan {
 
     /// The call waits for an answer: `bx.approval`, until [`ApprovalSpan::answered`].
     pub(crate) fn approval(&self, id: &str) -> ApprovalSpan {
+        if !bx_telemetry::on() {
+            return ApprovalSpan { cx: Context::current(), started: Instant::now(), owner: false };
+        }
         let tracer = bx_telemetry::tracer();
         let span = tracer
             .span_builder("bx.approval")
@@ -91,6 +102,9 @@ impl CallSpan {
     /// the output are exported only as the owner's `[telemetry] content` allows, at
     /// `taint` (what the model had read when it wrote them) and the result's label.
     pub(crate) fn end(self, args: &str, taint: Label, settled: Option<&Result<Finished, Refused>>) {
+        if !bx_telemetry::on() {
+            return;
+        }
         let span = self.cx.span();
         let outcome = match settled {
             None => "failed",
@@ -108,7 +122,7 @@ impl CallSpan {
                 KeyValue::new(attr::BX_OUTCOME, outcome),
             ],
         );
-        if bx_telemetry::on() {
+        {
             span.set_attribute(KeyValue::new(attr::BX_OUTCOME, outcome));
             if let Some(text) = bx_telemetry::content(args, &taint.to_string()) {
                 span.set_attribute(KeyValue::new(attr::GEN_AI_TOOL_CALL_ARGUMENTS, text));
@@ -149,12 +163,18 @@ pub(crate) struct ApprovalSpan {
 impl ApprovalSpan {
     /// It now waits for the owner (the reviewer abstained, or there is none).
     pub(crate) fn goes_to_owner(&mut self) {
+        if !bx_telemetry::on() {
+            return;
+        }
         self.owner = true;
         bx_telemetry::metrics().approvals_waiting.add(1, &[]);
     }
 
     /// It was answered (`approve`, `refuse`, `expired`) by `by` (`owner`, `reviewer`).
     pub(crate) fn answered(self, answer: &'static str, by: &'static str) {
+        if !bx_telemetry::on() {
+            return;
+        }
         let m = bx_telemetry::metrics();
         if self.owner {
             m.approvals_waiting.add(-1, &[]);
@@ -177,6 +197,9 @@ impl ApprovalSpan {
 
 /// A turn's span, `invoke_agent bx`: the root of its model requests and calls.
 pub(crate) fn turn_context(session: &str) -> Context {
+    if !bx_telemetry::on() {
+        return Context::current();
+    }
     let tracer = bx_telemetry::tracer();
     let span = tracer
         .span_builder("invoke_agent bx")
@@ -193,8 +216,11 @@ pub(crate) fn turn_context(session: &str) -> Context {
 /// Ends a turn's span, with the error that ended the turn, if one did.
 /// Its kind is said, not its text: an error's text can name a path or a URL.
 pub(crate) fn end_turn<T, E>(cx: &Context, result: &Result<T, E>) {
+    if !bx_telemetry::on() {
+        return;
+    }
     let span = cx.span();
-    if result.is_err() && bx_telemetry::on() {
+    if result.is_err() {
         span.set_attribute(KeyValue::new(attr::ERROR_TYPE, "turn_failed"));
         span.set_status(SpanStatus::error("the turn failed (its record and bx chat say why)"));
     }
@@ -206,6 +232,9 @@ pub(crate) struct ChatSpan(Context);
 
 impl ChatSpan {
     pub(crate) fn start() -> ChatSpan {
+        if !bx_telemetry::on() {
+            return ChatSpan(Context::current());
+        }
         let tracer = bx_telemetry::tracer();
         let span = tracer
             .span_builder("chat")
@@ -220,8 +249,11 @@ impl ChatSpan {
 
     /// The reply came: the model's name and the tokens it counted.
     pub(crate) fn answered(self, c: &bx_infer::Completion) {
+        if !bx_telemetry::on() {
+            return;
+        }
         let span = self.0.span();
-        if bx_telemetry::on() {
+        {
             let model = bx_telemetry::name(&c.model);
             if !model.is_empty() {
                 span.update_name(format!("chat {model}"));
@@ -251,8 +283,11 @@ impl ChatSpan {
 
     /// The request failed (its kind is said, not its text, which can name a URL).
     pub(crate) fn failed(self) {
+        if !bx_telemetry::on() {
+            return;
+        }
         let span = self.0.span();
-        if bx_telemetry::on() {
+        {
             span.set_attribute(KeyValue::new(attr::ERROR_TYPE, "inference_failed"));
             span.set_status(SpanStatus::error("the model request failed"));
         }
@@ -266,6 +301,9 @@ pub(crate) struct UpstreamSpan(Context);
 
 impl UpstreamSpan {
     pub(crate) fn start(server: &str, tool: &str) -> UpstreamSpan {
+        if !bx_telemetry::on() {
+            return UpstreamSpan(Context::current());
+        }
         let tracer = bx_telemetry::tracer();
         let name = bx_telemetry::name(&format!("{server}.{tool}"));
         let span = tracer
@@ -289,8 +327,11 @@ impl UpstreamSpan {
     }
 
     pub(crate) fn end(self, failed: bool) {
+        if !bx_telemetry::on() {
+            return;
+        }
         let span = self.0.span();
-        if failed && bx_telemetry::on() {
+        if failed {
             span.set_attribute(KeyValue::new(attr::ERROR_TYPE, "tool_error"));
             span.set_status(SpanStatus::error("the upstream's call failed"));
         }

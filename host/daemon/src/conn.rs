@@ -465,16 +465,13 @@ struct ByHand {
     traceparent: Option<String>,
 }
 
-/// The longest `traceparent` a client's call is continued from (one is 55 bytes).
-const MAX_TRACEPARENT: usize = 128;
-
 async fn run_tool(agent: Arc<Agent>, out: Out, id: u64, call: ByHand) {
     use bx_telemetry::FutureExt as _;
     let ByHand { session, tool, args, overlay, workspace, quiet, traceparent } = call;
     let (events, forward) = forwarder(&out, id, if quiet { approvals_only } else { every });
-    // The client's request (`bx mcp`'s span) is the call's parent, when it sent one.
-    let parent = traceparent.as_deref().filter(|t| t.len() <= MAX_TRACEPARENT);
-    let cx = bx_telemetry::continued(parent, None);
+    // The client's request (`bx mcp`'s span) is the call's parent, when it sent one
+    // (bounded and checked there).
+    let cx = bx_telemetry::continued(traceparent.as_deref(), None);
     let run = agent.run_tool(&session, &tool, &args, &overlay, workspace.as_deref(), &events);
     let result = unwinding(run.with_context(cx)).await;
     drop(events);

@@ -282,8 +282,14 @@ impl<E: SpanExporter> Worker<E> {
     }
 }
 
+/// One writer of the status file at a time in this process: the export thread, and a
+/// shutdown that gave up waiting for it (the daemon's `serve.lock` makes the process
+/// the only one).
+static STATUS_WRITER: Mutex<()> = Mutex::new(());
+
 /// Writes the status file whole, by rename.
 fn write_status(path: &std::path::Path, status: &Status) {
+    let _one = STATUS_WRITER.lock().unwrap_or_else(PoisonError::into_inner);
     let Ok(text) = serde_json::to_vec(status) else { return };
     let temp = path.with_extension("json.new");
     if std::fs::write(&temp, text).is_ok() {

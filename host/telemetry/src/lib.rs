@@ -266,6 +266,9 @@ fn valid_tracestate(state: &str) -> Option<&str> {
 /// The context a W3C `traceparent` (and `tracestate`) continues; the current one when
 /// there is none or it is not valid.
 pub fn continued(traceparent: Option<&str>, tracestate: Option<&str>) -> Context {
+    if !on() {
+        return Context::current();
+    }
     let Some(parent) = traceparent.filter(|p| p.len() <= MAX_TRACEPARENT) else {
         return Context::current();
     };

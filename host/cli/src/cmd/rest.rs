@@ -33,6 +33,16 @@ pub(crate) fn whole_args(
     state: &StateDir,
     id: &str,
 ) -> anyhow::Result<Result<(String, Option<String>), String>> {
+    whole_args_within(state, id, MAX_REST_BYTES)
+}
+
+/// [`whole_args`] of a call whose arguments hold at most `max` bytes: a bigger one is an
+/// error after its first part, before the rest is read.
+pub(crate) fn whole_args_within(
+    state: &StateDir,
+    id: &str,
+    max: u64,
+) -> anyhow::Result<Result<(String, Option<String>), String>> {
     let mut conn = connect_running(state)?;
     let (mut args, mut offset, mut seal) = (String::new(), 0u64, None);
     loop {
@@ -43,8 +53,9 @@ pub(crate) fn whole_args(
             other => anyhow::bail!("unexpected reply: {}", term::one_line(other.type_name())),
         };
         anyhow::ensure!(
-            total <= MAX_REST_BYTES,
-            "approval {} has {total} bytes of arguments, more than a rest is read for ({MAX_REST_BYTES}); refuse it",
+            total <= max,
+            "approval {} has {total} bytes of arguments, more than are read here ({max}): read them with `bx approvals show {}`, or refuse it",
+            term::one_line(id),
             term::one_line(id)
         );
         offset += text.len() as u64;

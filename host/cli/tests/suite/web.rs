@@ -423,3 +423,41 @@ fn a_token_file_others_can_read_or_a_symlink_is_refused_and_nothing_is_served() 
     assert!(!out.status.success());
     assert!(err.contains("docs/runbook.md#web-token"), "{err}");
 }
+
+#[test]
+fn a_call_too_big_for_the_page_is_named_not_read() {
+    let Setup { s, ws, .. } = &setup();
+    let (daemon, base) = serve_web(s, false);
+    let token = std::fs::read_to_string(s.join("web.token")).unwrap().trim().to_owned();
+    let mut mcp = Raw::start(s, ws);
+    // 1.5 MiB of arguments: more than the page shows whole (1 MiB).
+    mcp.send(&write_call(2, "docs/big.txt", &"x".repeat(3 << 19)));
+    let a = waiting(s)["approval"].as_str().unwrap().to_owned();
+    let client = http();
+    let r = client
+        .post(format!("{base}/login"))
+        .header("origin", &base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .unwrap();
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let page = client.get(format!("{base}/approval/{a}")).header("cookie", &cookie).send().unwrap();
+    let text = page.text().unwrap();
+    assert!(
+        text.contains("more than are read here") && text.contains("bx approvals show"),
+        "{text}"
+    );
+    assert!(text.len() < 64 << 10, "the page carried {} bytes", text.len());
+    // Its neighbour, a call under the bound, is shown whole.
+    assert_eq!(bx(s, &["refuse", &a]).code, 0);
+    assert_eq!(mcp.reply(json!(2))["result"]["isError"], true);
+    mcp.send(&write_call(3, "docs/small.txt", &"y".repeat(1000)));
+    let b = waiting(s)["approval"].as_str().unwrap().to_owned();
+    let page = client.get(format!("{base}/approval/{b}")).header("cookie", &cookie).send().unwrap();
+    assert!(page.text().unwrap().contains(&"y".repeat(1000)));
+    assert_eq!(bx(s, &["refuse", &b]).code, 0);
+    assert_eq!(mcp.reply(json!(3))["result"]["isError"], true);
+    mcp.kill();
+    daemon.stop();
+}

@@ -266,18 +266,13 @@ async fn whole(State(web): Shared, headers: HeaderMap, Path(id): Path<String>) -
         let Some(a) = items.into_iter().find(|a| a.approval == wanted) else {
             return Ok(Err(format!("no approval {wanted} is waiting")));
         };
-        Ok(super::rest::whole_args(&state, &a.approval)?.map(|(args, seal)| (a, args, seal)))
+        // Bounded before the rest is read: a page view must not pull a call's
+        // megabytes into memory only to say it shows none of them.
+        let read = super::rest::whole_args_within(&state, &a.approval, MAX_WHOLE_SHOWN as u64)?;
+        Ok(read.map(|(args, seal)| (a, args, seal)))
     })
     .await;
     match found {
-        Ok(Ok((a, args, _))) if args.len() > MAX_WHOLE_SHOWN => {
-            let message = format!(
-                "approval {} has {} bytes of arguments, more than this page shows ({MAX_WHOLE_SHOWN}): read them with `bx approvals show {0}` and answer with `bx approve {0}` or `bx refuse {0}`",
-                a.approval,
-                args.len()
-            );
-            view::outcome(&csrf, "too large to show here", &message, false).into_response()
-        }
         Ok(Ok((a, args, seal))) => view::whole(&csrf, &a, &args, seal.as_deref()).into_response(),
         Ok(Err(reason)) => {
             (StatusCode::NOT_FOUND, view::outcome(&csrf, "not waiting", &reason, false))
