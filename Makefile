@@ -44,6 +44,7 @@ BROWSER_PACKAGES := chromium chromium-driver
 # strace counts a call's syncs in the durability test (docs/audit.md#durability).
 TRACE_PACKAGES := strace
 SELENIUM_VERSION := 4.39.0
+OTLP_PROTO_VERSION := 1.45.2
 # Guest toolchains for the standard WASI test components, pinned: componentize-py in the
 # virtual environment, jco with componentize-js in .tools/jco. jco reads WIT with a
 # wasm-tools component run on preview2-shim, which from 0.26.1 on preopens nothing, so
@@ -94,6 +95,8 @@ setup:
 	dpkg -s $(BROWSER_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(BROWSER_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(BROWSER_PACKAGES); }
 	dpkg -s $(TRACE_PACKAGES) >/dev/null 2>&1 || $(SUDO) apt-get install -y -q $(TRACE_PACKAGES) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(TRACE_PACKAGES); }
 	$(VENV)/bin/pip show selenium 2>/dev/null | grep -qx 'Version: $(SELENIUM_VERSION)' || $(VENV)/bin/pip install -q --prefer-binary selenium==$(SELENIUM_VERSION)
+	# OTLP's messages in Python, for host/bench/span_breakdown.py (docs/mcp.md).
+	$(VENV)/bin/python -c "import opentelemetry.proto" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary opentelemetry-proto==$(OTLP_PROTO_VERSION)
 	$(VENV)/bin/python -c "import oras, nacl" 2>/dev/null || $(VENV)/bin/pip install -q --prefer-binary $(OCI_PIP)
 	# With CUDA, `make verify-device` builds llama-server from source: fetch it now.
 	! command -v nvcc >/dev/null || host/infer/llama_cpp.sh fetch
