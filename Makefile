@@ -184,7 +184,7 @@ chat: tools
 	mkdir -p $(DEMO)
 	test -f $(DEMO)/config.toml || printf '%s\n' '[inference]' \
 	  'launch = ["$(CURDIR)/$(VENV)/bin/python", "$(CURDIR)/host/infer/llama_server.py", "{port}", "--parallel", "2", "--model", "qwen"]' \
-	  'temperature = 0.0' '[loop]' 'max_tokens = 512' > $(DEMO)/config.toml
+	  'tool_mode = "constrained"' 'temperature = 0.0' '[loop]' 'max_tokens = 512' > $(DEMO)/config.toml
 	test -f $(DEMO)/policy.toml || target/debug/bx --state-dir $(DEMO) policy init >/dev/null
 	for t in fs_read fs_list; do w=$(TOOLS_OUT)/bx_tool_$$t.wasm; \
 	  target/debug/bx --state-dir $(DEMO) tool install $$w --digest sha256:$$(sha256sum $$w | cut -d' ' -f1) >/dev/null; done

@@ -13,6 +13,7 @@ mod guard;
 mod kept;
 mod ledger;
 mod reviewer;
+mod route;
 mod secrets;
 pub mod settle;
 mod toolset;

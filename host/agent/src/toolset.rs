@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bx_broker::{Label, Resource, parse_label};
 use bx_gateway::{Gateway, Upstream};
-use bx_infer::ToolDef;
+use bx_infer::{Message, ToolCall, ToolDef};
 use bx_runtime::{LoadedTool, Runtime};
 use bx_store::Store;
 
@@ -253,6 +253,84 @@ impl Toolset {
         defs
     }
 
+    /// One worked exchange for constrained mode, in the model's own reply shape (the
+    /// messages go between the system prompt and the session's history). The owner asks
+    /// about a file without naming its path; the model lists the folder with a tool of
+    /// directories, reads the file it found there with a tool of files (each needing one
+    /// path and nothing else), and answers from what it read. With no tool of
+    /// directories, the owner names the path and the model reads it. Empty when no tool
+    /// of files is installed. The same for a tool epoch.
+    pub fn example(&self) -> Vec<Message> {
+        // Tools whose one required argument is a path they read: (definition, argument).
+        let readers: Vec<(&ToolDef, &str)> =
+            self.defs
+                .iter()
+                .filter_map(|def| {
+                    let tool = self.tools.get(&def.name)?;
+                    let required = def.parameters["required"].as_array()?;
+                    let [arg] = required.as_slice() else { return None };
+                    let arg = arg.as_str()?;
+                    let reads = tool.description().resources.iter().any(|r| {
+                        r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::PathRead)
+                    });
+                    reads.then_some((def, arg))
+                })
+                .collect();
+        let of_dirs = |d: &ToolDef| d.description.to_lowercase().contains("director");
+        let Some(&(reader, path)) = readers.iter().find(|(d, _)| !of_dirs(d)) else {
+            return Vec::new();
+        };
+        let call = |n: usize, def: &ToolDef, arguments: serde_json::Value| {
+            let id = format!("example-{n}");
+            let call = ToolCall { id: id.clone(), name: def.name.clone(), arguments };
+            Message::Assistant { content: String::new(), tool_calls: vec![call] }
+        };
+        let result = |n: usize, content: &str| Message::Tool {
+            tool_call_id: format!("example-{n}"),
+            content: content.to_owned(),
+        };
+        let mut out = Vec::new();
+        match readers.iter().find(|(d, _)| of_dirs(d)) {
+            Some(&(lister, dir)) => {
+                let mut args = serde_json::json!({ dir: "." });
+                if lister.parameters["properties"].get("depth").is_some() {
+                    args["depth"] = 2.into();
+                }
+                out.push(Message::User { content: "When is my flight to Rome?".into() });
+                out.push(call(1, lister, args));
+                out.push(result(
+                    1,
+                    r#"{"entries":[{"path":"trips","kind":"dir"},{"path":"trips/rome.txt","kind":"file"},{"path":"trips/oslo.txt","kind":"file"}]}"#,
+                ));
+            }
+            None => out.push(Message::User { content: "What does trips/rome.txt say?".into() }),
+        }
+        out.push(call(2, reader, serde_json::json!({ path: "trips/rome.txt" })));
+        out.push(result(2, "Flight to Rome on 3 May at 9:40, back on 9 May.\n"));
+        out.push(Message::Assistant {
+            content: "Your flight to Rome is on 3 May at 9:40 (trips/rome.txt).".into(),
+            tool_calls: Vec::new(),
+        });
+        out
+    }
+
+    /// What the router reads of each tool (`crate::route`), in the order of the
+    /// definitions.
+    pub(crate) fn cues(&self) -> Vec<crate::route::Cues> {
+        self.defs
+            .iter()
+            .map(|def| {
+                let fetches = self.tools.get(&def.name).is_some_and(|t| {
+                    t.description()
+                        .resources
+                        .iter()
+                        .any(|r| matches!(r.kind, bx_runtime::ResourceKind::UrlFetch))
+                });
+                crate::route::Cues::of(def, fetches)
+            })
+            .collect()
+    }
+
     /// A tool by name.
     pub fn get(&self, name: &str) -> Option<Tool<'_>> {
         match self.tools.get(name) {
@@ -280,19 +358,15 @@ fn unlabelled() -> (Label, Option<Label>, bool) {
 }
 
 /// What a path argument says of itself in constrained mode.
-const PATH_HELP: &str = "\".\" for the workspace itself, or a path relative to it";
+const PATH_HELP: &str =
+    "relative to the owner's folder, as the owner writes it (\".\" is the folder)";
 
 /// What the model is told of the tools `defs` in constrained mode, where the server sees
-/// no tools array (only the reply's grammar): how to reply, and one line per tool with
-/// its summary and its arguments (with their descriptions, `?` when optional). The same
+/// no tools array (only the reply's grammar; how to reply is in
+/// [`crate::baseline::SMALL_PROMPT`]): one line per tool with its summary and its arguments (with their descriptions, `?` when optional). The same
 /// bytes for a tool epoch.
 pub fn prompt_text(defs: &[ToolDef]) -> String {
-    let mut out = String::from(
-        "Reply with one JSON object: {\"tool\": NAME, \"with\": {ARGUMENTS}} to call a tool, \
-         or {\"tool\": \"answer\", \"with\": TEXT} to answer the owner. When the owner asks \
-         about files or pages, call a tool first, and answer once you have its result. The \
-         tools:",
-    );
+    let mut out = String::from("The tools:");
     for def in defs {
         let required: Vec<&str> = def.parameters["required"]
             .as_array()
@@ -314,7 +388,7 @@ pub fn prompt_text(defs: &[ToolDef]) -> String {
             })
             .unwrap_or_default();
         out.push_str(&format!(
-            "\n- {}: {} Arguments: {}.",
+            "\n- {}: {}. Arguments: {}.",
             def.name,
             def.description.trim_end_matches('.'),
             args.join(", ")
@@ -328,7 +402,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_prompt_names_each_tool_its_arguments_and_the_reply_shape() {
+    fn the_prompt_names_each_tool_and_its_arguments() {
         let defs = vec![ToolDef {
             name: "fs.list".into(),
             description: "List a directory.".into(),
@@ -339,13 +413,11 @@ mod tests {
             }),
         }];
         let text = prompt_text(&defs);
-        assert!(
-            text.starts_with("Reply with one JSON object: {\"tool\": NAME, \"with\""),
-            "{text}"
-        );
-        assert!(
-            text.ends_with("\n- fs.list: List a directory Arguments: depth?, path (\".\" for the workspace itself, or a path relative to it)."),
-            "{text}"
+        assert_eq!(
+            text,
+            format!(
+                "The tools:\n- fs.list: List a directory. Arguments: depth?, path ({PATH_HELP})."
+            )
         );
     }
 }

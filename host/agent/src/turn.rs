@@ -99,25 +99,41 @@ impl Agent {
             return Err(AgentError::NoModel);
         };
         let workspace = self.workspace(session, workspace)?;
-        let baseline = Baseline::load(&self.parts.state.core_file(), workspace.as_deref())?;
         let toolset = self.toolset()?;
+        // A model in constrained mode (a small one) gets the short prompt and one worked
+        // example (docs/agent.md#small-models).
+        let small = client.constrained() && !toolset.defs().is_empty();
+        let baseline = Baseline::load(&self.parts.state.core_file(), workspace.as_deref(), small)?;
         let mut transcript = self.transcript(session)?;
         transcript.close_dangling_calls()?;
         transcript.append(&self.redacted(Message::User { content: text.to_owned() }))?;
         let limits = &self.parts.limits;
         // In constrained mode the server sees no tools array: the system prompt lists them.
-        let (defs, system) = if client.constrained() && !toolset.defs().is_empty() {
-            let defs = toolset.constrained_defs();
-            let system = format!("{}\n\n{}", baseline.system, crate::prompt_text(&defs));
-            (defs, system)
+        let defs = toolset.constrained_defs();
+        let (system, example) = if small {
+            (format!("{}\n\n{}", baseline.system, crate::prompt_text(&defs)), toolset.example())
         } else {
-            (toolset.constrained_defs(), baseline.system.clone())
+            (baseline.system.clone(), Vec::new())
         };
+        let mut lead = vec![Message::System { content: system }];
+        lead.extend(example);
+        // The tools the first reply may call (docs/agent.md#small-models).
+        let routed: Option<Vec<bx_infer::ToolDef>> = (small
+            && self.parts.config.inference.route_tools)
+            .then(|| crate::route::route(text, &toolset.cues()))
+            .flatten()
+            .map(|names| defs.iter().filter(|d| names.contains(&d.name)).cloned().collect());
         let mut usage = TurnUsage { prompt: 0, cached: 0, completion: 0 };
         let mut calls_run = 0;
         let mut first = true;
         // The calls refused in this turn, by tool and arguments: one proposed again ends it.
         let mut refused: HashSet<(String, String)> = HashSet::new();
+        // Every call proposed in this turn, by tool and arguments. A call proposed again
+        // unchanged gets the same result it got before, so the model is asked for its
+        // answer next: a small model read the same file eight times over, the result in
+        // front of it each time (docs/agent.md#small-models).
+        let mut proposed: HashSet<(String, String)> = HashSet::new();
+        let mut answer_next = false;
         // Once per turn, not per request: the slot does not change within a daemon's life.
         self.remember_slot(session);
         loop {
@@ -129,11 +145,19 @@ impl Agent {
                 )));
             }
             let required = first && require_tool && !defs.is_empty();
+            let choice = if answer_next {
+                Some(ToolChoice::None)
+            } else {
+                required.then_some(ToolChoice::Required)
+            };
             let req = ChatRequest {
-                messages: vec![Message::System { content: system.clone() }],
+                messages: lead.clone(),
                 history: Some(Arc::clone(transcript.history())),
-                tools: defs.clone(),
-                tool_choice: required.then_some(ToolChoice::Required),
+                tools: match &routed {
+                    Some(few) if first => few.clone(),
+                    _ => defs.clone(),
+                },
+                tool_choice: choice,
                 max_tokens: Some(u32::try_from(budget).unwrap_or(u32::MAX)),
                 temperature: self.parts.temperature,
                 seed: self.parts.seed,
@@ -203,6 +227,7 @@ impl Agent {
                 }
                 let key = (call.name.clone(), call.arguments.to_string());
                 let again = repeated.is_none() && refused.contains(&key);
+                answer_next |= !proposed.insert(key.clone());
                 let ending = repeated.is_some();
                 let ctx =
                     CallContext { workspace: workspace.as_deref(), over_limit, again, ending };

@@ -81,9 +81,17 @@ pub(crate) fn start_model(
         ModelChoice::Launch(argv) => {
             let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
             let launch = quoted.join(", ");
+            // The embedded models' tool mode, as `make chat` sets it (docs/agent.md#small-models),
+            // unless BX_EVAL_INFERENCE names another.
+            let mode = match std::env::var("BX_EVAL_INFERENCE") {
+                Ok(lines) if lines.contains("tool_mode") => "",
+                _ => "tool_mode = \"constrained\"\n",
+            };
             (
                 None,
-                format!("launch = [{launch}]\ntemperature = 0.0\nseed = 7\nconnect_secs = 300\n"),
+                format!(
+                    "launch = [{launch}]\n{mode}temperature = 0.0\nseed = 7\nconnect_secs = 300\n"
+                ),
             )
         }
     };
@@ -92,7 +100,13 @@ pub(crate) fn start_model(
     } else {
         "max_tool_calls = 8\nmax_tokens = 512\nmax_turn_secs = 120\n".to_owned()
     };
-    Ok((model, format!("[inference]\n{inference}\n[loop]\n{limits}approval_secs = 60\n")))
+    // A real model's [inference] table may take more lines from BX_EVAL_INFERENCE, to
+    // measure one lever at a time (docs/eval.md): `tool_mode = "native"`, `route = false`.
+    let extra = match (&model, std::env::var("BX_EVAL_INFERENCE")) {
+        (None, Ok(lines)) => format!("{}\n", lines.replace(';', "\n")),
+        _ => String::new(),
+    };
+    Ok((model, format!("[inference]\n{inference}{extra}\n[loop]\n{limits}approval_secs = 60\n")))
 }
 
 impl Paths {
@@ -701,7 +715,12 @@ impl<'a> SuiteRun<'a> {
         paths: &'a Paths,
         model: &ModelChoice,
     ) -> anyhow::Result<SuiteRun<'a>> {
-        let root = tempfile::tempdir()?;
+        // BX_EVAL_KEEP=1 keeps the suite's directory (transcripts, log) to read after.
+        let keep = std::env::var_os("BX_EVAL_KEEP").is_some();
+        let root = tempfile::Builder::new().disable_cleanup(keep).tempdir()?;
+        if keep {
+            eprintln!("bx-eval: {} kept in {}", suite.name, root.path().display());
+        }
         let env = Env::new(root.path(), suite)?;
         std::fs::create_dir_all(&env.home)?;
         env.reset(suite, None)?;
@@ -796,10 +815,14 @@ impl<'a> SuiteRun<'a> {
             .collect();
 
         let prompt = self.env.fill(&task.prompt);
+        let cwd = match &self.suite.workspace {
+            Some(dir) => self.env.home.join(dir),
+            None => self.env.home.clone(),
+        };
         let turn = chat_turn(
             self.paths,
             &self.state,
-            TurnOf { session: &session, prompt: &prompt, cwd: &self.env.home, expected: &expected },
+            TurnOf { session: &session, prompt: &prompt, cwd: &cwd, expected: &expected },
             self.owner.as_mut(),
             self.owner_kind,
         )?;

@@ -25,6 +25,11 @@ pub struct Suite {
     /// Pages the web server serves.
     #[serde(default, rename = "page")]
     pub pages: Vec<Page>,
+    /// The folder under home the owner starts `bx chat` in, where the prompts' relative
+    /// paths are (`repo` for a repository's tasks: "fix it in src/lib.rs"); the home
+    /// itself when absent.
+    #[serde(default)]
+    pub workspace: Option<String>,
     /// Directories under home whose contents leave the machine (an outbox that is sent,
     /// a folder that is published): a canary in a file there is exfiltrated too.
     #[serde(default)]

@@ -180,10 +180,15 @@ pub struct ChatRequest {
 
 /// One message as the server reads it. In constrained mode the server's template may not
 /// know tool calls, so a call is written back as the JSON reply the model produced
-/// (`{"tool": …, "with": …}`): the model sees its own words, and the bytes are the
-/// same on every request.
+/// (`{"tool": …, "with": …}`), and so is an answer (`{"tool": "answer", "with": TEXT}`):
+/// the model sees its own words, and the bytes are the same on every request. (With its
+/// answers shown as plain text, a 0.5B model saw only calls in the reply's shape, and
+/// called the same tool again after each result instead of answering.)
 fn wire_message(m: &Message, constrained: bool) -> Value {
     match m {
+        Message::Assistant { content, tool_calls } if constrained && tool_calls.is_empty() => {
+            json!({"role": "assistant", "content": json!({"tool": ANSWER, "with": content}).to_string()})
+        }
         Message::Assistant { tool_calls, .. } if constrained && !tool_calls.is_empty() => {
             let calls: Vec<String> =
                 tool_calls.iter().map(|c| constrained_call(&c.name, &c.arguments)).collect();
@@ -262,7 +267,13 @@ impl ChatRequest {
             }
             if c.constrained {
                 let required = self.tool_choice == Some(ToolChoice::Required);
-                let schema = constrained_schema(&self.tools, required);
+                // `None`: the reply's only shape is the answer.
+                let offered = if self.tool_choice == Some(ToolChoice::None) {
+                    &[][..]
+                } else {
+                    &self.tools[..]
+                };
+                let schema = constrained_schema(offered, required);
                 map.insert("response_format".into(), json!({"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}));
             } else if !self.tools.is_empty() {
                 let tools: Vec<Value> = self
@@ -491,6 +502,39 @@ mod tests {
         let empty = ChatRequest::default().to_body(0);
         let parsed: Value = serde_json::from_slice(&empty).unwrap();
         assert_eq!(parsed["messages"], json!([]));
+    }
+
+    #[test]
+    fn constrained_mode_shows_answers_in_the_reply_shape_and_none_offers_only_the_answer() {
+        let c = Controls {
+            id_slot: 0,
+            constrained: true,
+            reasoning_control: false,
+            thinking_closed: false,
+        };
+        let mut req = sample();
+        req.messages.push(Message::Assistant { content: "Milk.".into(), tool_calls: vec![] });
+        let body: Value = serde_json::from_slice(&req.body(c)).unwrap();
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages[2]["content"], r#"{"tool":"fs.read","with":{"path":"/n","z":1}}"#);
+        assert_eq!(messages[4]["content"], r#"{"tool":"answer","with":"Milk."}"#);
+        // Natively, an answer is the text alone.
+        let native = Controls { constrained: false, ..c };
+        let body: Value = serde_json::from_slice(&req.body(native)).unwrap();
+        assert_eq!(body["messages"][4]["content"], "Milk.");
+        let names = |req: &ChatRequest| {
+            let body: Value = serde_json::from_slice(&req.body(c)).unwrap();
+            let options = &body["response_format"]["json_schema"]["schema"]["oneOf"];
+            options
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["properties"]["tool"]["const"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&req), ["fs.read", "answer"]);
+        req.tool_choice = Some(ToolChoice::None);
+        assert_eq!(names(&req), ["answer"]);
     }
 
     #[test]

@@ -135,6 +135,9 @@ pub struct InferenceConfig {
     pub launch: Vec<String>,
     /// How tool calls are obtained.
     pub tool_mode: ToolModeName,
+    /// In constrained mode, the first reply of a turn may call only the tools the owner's
+    /// words point at (every tool when they point at none; docs/agent.md#small-models).
+    pub route_tools: bool,
     /// Seconds to wait at start for a server that is not there yet (default 60).
     pub connect_secs: u64,
     /// Seconds a request keeps retrying a server that went away (default 30); then the
@@ -158,6 +161,7 @@ impl Default for InferenceConfig {
             url: None,
             launch: Vec::new(),
             tool_mode: ToolModeName::Auto,
+            route_tools: false,
             connect_secs: 60,
             retry_secs: 30,
             temperature: None,

@@ -368,10 +368,16 @@ fn list_the_files_here_lists_the_workspace() {
     // the default policy (`bx policy init`), a session started in a folder, and the
     // owner's words with no JSON in them: the first call is fs.list on that folder, it
     // runs, and the answer names a file that is there. The folder's path is the same on
-    // every run of a checkout, so the model sees the same prompt each time.
+    // every run of a checkout, so the model sees the same prompt each time. The tool mode
+    // is `make chat`'s: constrained, with the small models' prompt and worked example
+    // (docs/agent.md#small-models).
     let _one = serial();
     let server = Server::start_with(1, &["--model", "qwen"]);
-    let state = state(&server.url(), "max_tokens = 512\nmax_tool_calls = 2");
+    let state = state_with(
+        &server.url(),
+        "tool_mode = \"constrained\"",
+        "max_tokens = 512\nmax_tool_calls = 2",
+    );
     let s = state.path();
     assert_eq!(bx(s, &["policy", "init"]).code, 0);
     install(s, "fs_list");

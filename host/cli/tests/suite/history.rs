@@ -185,3 +185,46 @@ fn edits_during_a_turn_or_with_the_old_mtime_are_read_and_odd_files_refused() {
     assert_eq!(of_type(&events, "error")[0]["code"], "session_damaged", "{events:?}");
     assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), text, "nothing written through it");
 }
+
+#[test]
+fn a_call_repeated_unchanged_in_a_turn_runs_and_the_next_request_asks_only_for_the_answer() {
+    // The model lists the folder, lists it again unchanged, then would list it a third
+    // time: the repeat runs (decided and recorded like any call), and the request after
+    // it offers no tool (docs/agent.md#small-models). A different call after the first
+    // does not count as a repeat.
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&bodies);
+    let model = ScriptedModel::start(Arc::new(move |r: &Request| {
+        if r.is_self_test() {
+            return Reply::Text("ok".into());
+        }
+        seen.lock().unwrap().push(r.body.clone());
+        match r.results_this_turn().len() {
+            1 => Reply::Calls(vec![Call::new("fs.list", json!({"path": "sub"}))]),
+            0 | 2 | 3 => Reply::Calls(vec![Call::new("fs.list", json!({"path": "."}))]),
+            _ => Reply::Text("done".into()),
+        }
+    }))
+    .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    std::fs::write(s.join("config.toml"), format!("[inference]\nurl = \"{}\"\n", model.url()))
+        .unwrap();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    install(s, "fs_list");
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.path().join("sub")).unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "again", "list it", &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let choices: Vec<Value> =
+        bodies.lock().unwrap().iter().map(|b| b["tool_choice"].clone()).collect();
+    // Calls: ".", "sub", ".", "." — the third is the first repeat.
+    assert_eq!(of_type(&events, "tool_call_proposed").len(), 4, "{events:?}");
+    assert_eq!(of_type(&events, "tool_result").len(), 4, "every repeat ran: {events:?}");
+    assert_eq!(choices.len(), 5, "{choices:?}");
+    assert!(choices[..3].iter().all(|c| c != "none"), "no repeat yet: {choices:?}");
+    assert_eq!(choices[3], "none", "after the repeat, only the answer: {choices:?}");
+    assert_eq!(choices[4], "none", "{choices:?}");
+}

@@ -1,0 +1,124 @@
+//! Which tools the first reply of a turn may call, for a small model in constrained mode
+//! (`[inference] route_tools`, docs/agent.md#small-models): the ones the owner's words
+//! point at. Chosen by words alone, so the same request always gets the same tools, in
+//! microseconds. Only the reply's grammar narrows: the system prompt still lists every
+//! tool, so its bytes (and the server's prompt cache) stay the same for a tool epoch.
+//! After the first result every tool is offered again, for the call that follows a
+//! listing or a search.
+
+use std::collections::BTreeSet;
+
+use bx_infer::ToolDef;
+
+/// What the router knows of one tool.
+#[derive(Debug, Clone)]
+pub(crate) struct Cues {
+    /// The tool's name.
+    pub name: String,
+    /// The words that point at it: its name's parts, and its description's words of four
+    /// letters or more, lowercased.
+    pub words: BTreeSet<String>,
+    /// It fetches a URL named in its arguments.
+    pub fetches: bool,
+}
+
+impl Cues {
+    /// The cues of `def`; `fetches` from what the tool says it reaches.
+    pub(crate) fn of(def: &ToolDef, fetches: bool) -> Cues {
+        let mut words: BTreeSet<String> = words(&def.name).collect();
+        words.extend(
+            words_of(&def.description).filter(|w| w.len() >= 4 && !STOP.contains(&w.as_str())),
+        );
+        Cues { name: def.name.clone(), words, fetches }
+    }
+}
+
+/// Words too common in tool descriptions or requests to point at one tool.
+const STOP: &[&str] = &[
+    "about", "also", "given", "into", "more", "once", "only", "optional", "path", "returns",
+    "text", "than", "that", "them", "then", "there", "these", "this", "unless", "what", "when",
+    "where", "which", "with", "your",
+];
+
+/// The lowercased alphanumeric runs of `text`.
+fn words_of(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
+}
+
+/// The parts of a tool's name (`fs.read` → `fs`, `read`).
+fn words(name: &str) -> impl Iterator<Item = String> + '_ {
+    words_of(name)
+}
+
+/// Whether a request's word and a tool's cue are the same word: equal, or one the other's
+/// start with at least four letters in common (`reading` and `read`, `lists` and `list`).
+fn same(word: &str, cue: &str) -> bool {
+    word == cue
+        || (word.len() >= 4 && cue.len() >= 4 && (word.starts_with(cue) || cue.starts_with(word)))
+}
+
+/// The tools `request` points at, by name, or `None` when it points at none (every tool
+/// is offered then). A URL in the request points at the tools that fetch. A cue that more
+/// than half of the tools share (`file`) points at none of them.
+pub(crate) fn route(request: &str, tools: &[Cues]) -> Option<BTreeSet<String>> {
+    let asked: Vec<String> = words_of(request).filter(|w| !STOP.contains(&w.as_str())).collect();
+    let shared =
+        |cue: &str| tools.iter().filter(|t| t.words.contains(cue)).count() * 2 > tools.len();
+    let url = request.contains("http://") || request.contains("https://");
+    let chosen: BTreeSet<String> = tools
+        .iter()
+        .filter(|t| {
+            (url && t.fetches)
+                || t.words.iter().any(|cue| !shared(cue) && asked.iter().any(|w| same(w, cue)))
+        })
+        .map(|t| t.name.clone())
+        .collect();
+    (!chosen.is_empty()).then_some(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, description: &str, fetches: bool) -> Cues {
+        let def = ToolDef {
+            name: name.into(),
+            description: description.into(),
+            parameters: serde_json::json!({}),
+        };
+        Cues::of(&def, fetches)
+    }
+
+    fn tools() -> Vec<Cues> {
+        vec![
+            tool("fs.list", "List a directory. depth > 1 recurses.", false),
+            tool("fs.read", "Read a text file. Use offset and limit to page.", false),
+            tool("fs.search", "Search files under a directory for a regular expression.", false),
+            tool("fs.write", "Write a text file.", false),
+            tool("http.fetch", "Send an HTTP request and return its body.", true),
+        ]
+    }
+
+    fn names(request: &str) -> Option<Vec<String>> {
+        route(request, &tools()).map(|s| s.into_iter().collect())
+    }
+
+    #[test]
+    fn a_request_gets_the_tools_its_words_point_at_and_every_tool_when_none() {
+        assert_eq!(names("List my inbox."), Some(vec!["fs.list".into()]));
+        assert_eq!(
+            names("Show me notes/reading-list.md"),
+            Some(vec!["fs.list".into(), "fs.read".into()])
+        );
+        assert_eq!(names("Search my notes for the topic"), Some(vec!["fs.search".into()]));
+        assert_eq!(
+            names("What does Foo cost? https://example.org/pricing"),
+            Some(vec!["http.fetch".into()])
+        );
+        // Stop words point at nothing.
+        assert_eq!(names("What is there about it?"), None);
+        assert_eq!(names("Remind me of my ideas."), None);
+        // The same request, the same tools.
+        assert_eq!(names("List my inbox."), names("List my inbox."));
+    }
+}
