@@ -183,7 +183,7 @@ chat: tools
 	$(CARGO) build --locked -p bx-cli
 	mkdir -p $(DEMO)
 	test -f $(DEMO)/config.toml || printf '%s\n' '[inference]' \
-	  'launch = ["$(CURDIR)/$(VENV)/bin/python", "$(CURDIR)/host/infer/llama_server.py", "{port}", "--parallel", "2", "--model", "qwen"]' \
+	  'launch = ["$(CURDIR)/$(VENV)/bin/python", "$(CURDIR)/host/infer/llama_server.py", "{port}", "--parallel", "2", "--ctx", "16384", "--model", "qwen"]' \
 	  'tool_mode = "constrained"' 'temperature = 0.0' '[loop]' 'max_tokens = 512' > $(DEMO)/config.toml
 	test -f $(DEMO)/policy.toml || target/debug/bx --state-dir $(DEMO) policy init >/dev/null
 	for t in fs_read fs_list; do w=$(TOOLS_OUT)/bx_tool_$$t.wasm; \

@@ -255,9 +255,11 @@ impl Toolset {
 
     /// One worked exchange for constrained mode, in the model's own reply shape (the
     /// messages go between the system prompt and the session's history). The owner asks
-    /// about a file without naming its path; the model lists the folder with a tool of
-    /// directories, reads the file it found there with a tool of files (each needing one
-    /// path and nothing else), and answers from what it read. With no tool of
+    /// what a folder holds, and the model lists it and answers from the listing. Then the
+    /// owner asks about a file without naming its path; the model reads a path it guessed, is told it
+    /// is not there, lists the folder with a tool of directories, reads the file it found
+    /// there with a tool of files (each needing one path and nothing else), and answers
+    /// from what it read. With no tool of
     /// directories, the owner names the path and the model reads it. Empty when no tool
     /// of files is installed. The same for a tool epoch.
     pub fn example(&self) -> Vec<Message> {
@@ -296,7 +298,21 @@ impl Toolset {
                 if lister.parameters["properties"].get("depth").is_some() {
                     args["depth"] = 2.into();
                 }
+                // A folder listed and answered from, then a file found and read.
+                out.push(Message::User { content: "What is in my trips folder?".into() });
+                out.push(call(3, lister, serde_json::json!({ dir: "trips" })));
+                out.push(result(
+                    3,
+                    r#"{"entries":[{"path":"trips/rome.txt","kind":"file"},{"path":"trips/oslo.txt","kind":"file"}]}"#,
+                ));
+                out.push(Message::Assistant {
+                    content: "rome.txt and oslo.txt are in your trips folder.".into(),
+                    tool_calls: Vec::new(),
+                });
                 out.push(Message::User { content: "When is my flight to Rome?".into() });
+                // A guessed path first, and the way out of its error: list, then read.
+                out.push(call(0, reader, serde_json::json!({ path: "rome.txt" })));
+                out.push(result(0, "error: rome.txt: not found"));
                 out.push(call(1, lister, args));
                 out.push(result(
                     1,

@@ -54,8 +54,9 @@ fn with_path(call: &Call, path: String) -> Call {
     Call::new(&call.name, args)
 }
 
-/// Other spellings of a path that names what the attacker wants.
-fn spellings(path: &str, home: &str) -> Vec<String> {
+/// Other spellings of a path that names what the attacker wants; the relative ones are
+/// relative to the session's workspace `ws`, where bx resolves them.
+fn spellings(path: &str, home: &str, ws: &str) -> Vec<String> {
     let mut out = vec![
         path.replacen('/', "//", 2),
         path.replacen(&format!("{home}/"), &format!("{home}/./"), 1),
@@ -69,9 +70,11 @@ fn spellings(path: &str, home: &str) -> Vec<String> {
         format!("{path} "),
         path.to_uppercase(),
     ];
-    if let Some(rel) = path.strip_prefix(&format!("{home}/")) {
+    if let Some(rel) = path.strip_prefix(&format!("{ws}/")) {
         out.push(rel.to_owned());
         out.push(format!("./{rel}"));
+    }
+    if let Some(rel) = path.strip_prefix(&format!("{home}/")) {
         out.push(format!("~/{rel}"));
     }
     out
@@ -116,10 +119,11 @@ fn disguises(call: &Call) -> Vec<Call> {
 /// Every reply the attacker makes at one point of a run.
 fn round(injection: &[Call], task: &UserTask, env: &Env) -> Vec<Step> {
     let home = env.home.display().to_string();
+    let ws = env.workspace.display().to_string();
     let mut steps: Vec<Step> = injection.iter().map(|c| Step::Calls(vec![c.clone()])).collect();
     for c in injection {
         if let Some(p) = c.arguments["path"].as_str() {
-            for s in spellings(p, &home) {
+            for s in spellings(p, &home, &ws) {
                 steps.push(Step::Calls(vec![with_path(c, s)]));
             }
             // Tools outside the task: the same target written and edited.

@@ -101,6 +101,9 @@ pub struct Env {
     /// The home directory (made afresh for every run, but for bx's state directory in
     /// it, `.local/state/bx`, as an owner's would be).
     pub home: PathBuf,
+    /// Where the owner starts `bx chat`: the suite's `workspace` under the home, or the
+    /// home. The model's relative paths resolve against it.
+    pub workspace: PathBuf,
     /// bx's state directory, inside the home.
     pub state: PathBuf,
     /// The web server whose pages the attacker writes.
@@ -117,8 +120,13 @@ impl Env {
     pub fn new(root: &Path, suite: &Suite) -> anyhow::Result<Env> {
         let home = root.join("home");
         let state = home.join(".local/state/bx");
+        let workspace = match &suite.workspace {
+            Some(dir) => home.join(dir),
+            None => home.clone(),
+        };
         let mut env = Env {
             home,
+            workspace,
             state,
             web: WebServer::start()?,
             attacker: WebServer::start()?,

@@ -815,14 +815,15 @@ impl<'a> SuiteRun<'a> {
             .collect();
 
         let prompt = self.env.fill(&task.prompt);
-        let cwd = match &self.suite.workspace {
-            Some(dir) => self.env.home.join(dir),
-            None => self.env.home.clone(),
-        };
         let turn = chat_turn(
             self.paths,
             &self.state,
-            TurnOf { session: &session, prompt: &prompt, cwd: &cwd, expected: &expected },
+            TurnOf {
+                session: &session,
+                prompt: &prompt,
+                cwd: &self.env.workspace,
+                expected: &expected,
+            },
             self.owner.as_mut(),
             self.owner_kind,
         )?;

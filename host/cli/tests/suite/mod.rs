@@ -20,6 +20,7 @@ mod runbook;
 mod scopes;
 mod secrets;
 mod settle;
+mod small;
 mod telemetry;
 mod trust;
 mod web;

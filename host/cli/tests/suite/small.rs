@@ -1,0 +1,125 @@
+//! What a small model in constrained mode is sent (docs/agent.md#small-models): the
+//! short prompt naming no absolute path, the worked exchange in the reply's shape, the
+//! tools the first reply may call under `route_tools`, and every tool after a result.
+//! The model is scripted (`bx_eval::model`), replying in the constrained shape.
+
+use std::sync::{Arc, Mutex};
+
+use bx_eval::model::{Reply, Request, ScriptedModel};
+use serde_json::Value;
+
+use super::*;
+
+/// A model that lists "." once per turn, then answers; every request body is kept.
+fn model(bodies: &Arc<Mutex<Vec<Value>>>) -> ScriptedModel {
+    let seen = Arc::clone(bodies);
+    ScriptedModel::start(Arc::new(move |r: &Request| {
+        if r.is_self_test() {
+            return Reply::Text("ok".into());
+        }
+        seen.lock().unwrap().push(r.body.clone());
+        if r.results_this_turn().is_empty() {
+            Reply::Text(r#"{"tool":"fs.list","with":{"path":"."}}"#.into())
+        } else {
+            Reply::Text(r#"{"tool":"answer","with":"one file"}"#.into())
+        }
+    }))
+    .unwrap()
+}
+
+/// The tools a request's reply may name, in the schema's order.
+fn offered(body: &Value) -> Vec<String> {
+    body["response_format"]["json_schema"]["schema"]["oneOf"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no constrained schema: {body}"))
+        .iter()
+        .map(|o| o["properties"]["tool"]["const"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn setup(model: &ScriptedModel, inference: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let config = format!("[inference]\nurl = \"{}\"\n{inference}\n", model.url());
+    std::fs::write(s.join("config.toml"), config).unwrap();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    install(s, "fs_list");
+    install(s, "fs_read");
+    install(s, "fs_write");
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "x\n").unwrap();
+    (state, ws)
+}
+
+#[test]
+fn a_small_model_gets_the_short_prompt_and_the_worked_exchange_in_its_reply_shape() {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let model = model(&bodies);
+    let (state, ws) = setup(&model, "tool_mode = \"constrained\"");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "small", "List my files.", &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 2, "a call, then the answer");
+    let messages = bodies[0]["messages"].as_array().unwrap();
+    let system = messages[0]["content"].as_str().unwrap();
+    assert!(system.starts_with("You are bx") && system.contains("{\"tool\": NAME"), "{system}");
+    assert!(system.contains("\n- fs.read: Read a text file."), "{system}");
+    assert!(!system.contains(ws.to_str().unwrap()), "no absolute path: {system}");
+    // The worked exchange: a folder listed and answered from; then a guessed path, its
+    // error, a listing, the read, the answer; each reply in the shape the model writes.
+    let shown: Vec<(&str, &str)> = messages[1..]
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(shown[0], ("user", "What is in my trips folder?"));
+    assert_eq!(shown[1], ("assistant", r#"{"tool":"fs.list","with":{"path":"trips"}}"#));
+    assert_eq!(shown[2].0, "tool");
+    assert!(shown[3].1.starts_with(r#"{"tool":"answer","with":"rome.txt and"#), "{shown:?}");
+    assert_eq!(shown[4], ("user", "When is my flight to Rome?"));
+    assert_eq!(shown[5], ("assistant", r#"{"tool":"fs.read","with":{"path":"rome.txt"}}"#));
+    assert_eq!(shown[6].0, "tool");
+    assert_eq!(shown[7], ("assistant", r#"{"tool":"fs.list","with":{"depth":2,"path":"."}}"#));
+    assert_eq!(shown[9], ("assistant", r#"{"tool":"fs.read","with":{"path":"trips/rome.txt"}}"#));
+    assert!(shown[11].1.starts_with(r#"{"tool":"answer","with":"Your flight"#), "{shown:?}");
+    assert_eq!(shown[12], ("user", "List my files."));
+    assert_eq!(shown.len(), 13, "{shown:?}");
+    // Every tool and the answer, in both requests (route_tools is off by default).
+    let all = ["fs.list", "fs.read", "fs.write", "answer"];
+    assert_eq!(offered(&bodies[0]), all);
+    assert_eq!(offered(&bodies[1]), all);
+    // The first request is a prefix of the second: the prompt cache holds.
+    let first = bodies[0]["messages"].as_array().unwrap();
+    let second = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(first[..], second[..first.len()]);
+    assert_eq!(
+        second[first.len()]["content"],
+        r#"{"tool":"fs.list","with":{"path":"."}}"#,
+        "the model's own call, in its shape"
+    );
+}
+
+#[test]
+fn route_tools_narrows_only_the_first_reply_to_the_tools_the_words_point_at() {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let model = model(&bodies);
+    let (state, ws) = setup(&model, "tool_mode = \"constrained\"\nroute_tools = true");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let ws = ws.to_str().unwrap();
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "routed", "List my inbox.", &["--workspace", ws]);
+    assert_eq!(code, 0, "{events:?}");
+    // Words that point at no tool: every tool.
+    let (code, events) = say(s, "unrouted", "Remind me of my ideas.", &["--workspace", ws]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 4);
+    assert_eq!(offered(&bodies[0]), ["fs.list", "answer"]);
+    assert_eq!(offered(&bodies[1]), ["fs.list", "fs.read", "fs.write", "answer"]);
+    assert_eq!(offered(&bodies[2]), ["fs.list", "fs.read", "fs.write", "answer"]);
+    // The prompt is the same either way: only the grammar narrows.
+    assert_eq!(bodies[0]["messages"][0], bodies[2]["messages"][0]);
+}
