@@ -25,7 +25,8 @@ pub(crate) struct Cues {
 impl Cues {
     /// The cues of `def`; `fetches` from what the tool says it reaches.
     pub(crate) fn of(def: &ToolDef, fetches: bool) -> Cues {
-        let mut words: BTreeSet<String> = words(&def.name).collect();
+        // The name's parts (`fs.read`: `fs`, `read`), whatever their length.
+        let mut words: BTreeSet<String> = words_of(&def.name).collect();
         words.extend(
             words_of(&def.description).filter(|w| w.len() >= 4 && !STOP.contains(&w.as_str())),
         );
@@ -45,11 +46,6 @@ fn words_of(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
 }
 
-/// The parts of a tool's name (`fs.read` → `fs`, `read`).
-fn words(name: &str) -> impl Iterator<Item = String> + '_ {
-    words_of(name)
-}
-
 /// Whether a request's word and a tool's cue are the same word: equal, or one the other's
 /// start with at least four letters in common (`reading` and `read`, `lists` and `list`).
 fn same(word: &str, cue: &str) -> bool {
@@ -61,9 +57,15 @@ fn same(word: &str, cue: &str) -> bool {
 /// is offered then). A URL in the request points at the tools that fetch. A cue that more
 /// than half of the tools share (`file`) points at none of them.
 pub(crate) fn route(request: &str, tools: &[Cues]) -> Option<BTreeSet<String>> {
-    let asked: Vec<String> = words_of(request).filter(|w| !STOP.contains(&w.as_str())).collect();
-    let shared =
-        |cue: &str| tools.iter().filter(|t| t.words.contains(cue)).count() * 2 > tools.len();
+    // Each word once: a long message of the same words costs what one of them does.
+    let asked: BTreeSet<String> =
+        words_of(request).filter(|w| !STOP.contains(&w.as_str())).collect();
+    // How many tools each cue points at, counted once rather than per tool and cue.
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for cue in tools.iter().flat_map(|t| &t.words) {
+        *counts.entry(cue).or_default() += 1;
+    }
+    let shared = |cue: &str| counts.get(cue).copied().unwrap_or(0) * 2 > tools.len();
     let url = request.contains("http://") || request.contains("https://");
     let chosen: BTreeSet<String> = tools
         .iter()
@@ -118,6 +120,8 @@ mod tests {
         // Stop words point at nothing.
         assert_eq!(names("What is there about it?"), None);
         assert_eq!(names("Remind me of my ideas."), None);
+        // A long message of the same words: the same tools as one of them.
+        assert_eq!(names(&"List my inbox. ".repeat(100_000)), names("List my inbox."));
         // The same request, the same tools.
         assert_eq!(names("List my inbox."), names("List my inbox."));
     }
