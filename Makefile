@@ -30,7 +30,7 @@ TOOLS_OUT := tools/target/$(WASM_TARGET)/release
 # file paths that end up in panic messages are rewritten to fixed prefixes.
 TOOLS_RUSTFLAGS := --remap-path-prefix=$(CURDIR)=/bx --remap-path-prefix=$(CARGO_HOME)=/cargo
 
-.PHONY: setup build tools tools-lock components test lint bench stress chat verify-device eval eval-agentdojo load fuzz
+.PHONY: setup build tools tools-lock components test lint bench stress chat verify-device eval eval-agentdojo load fuzz fuzz-short
 
 VENV := .venv
 # apt-get needs root; on a machine where make runs as a user, through sudo.
@@ -194,7 +194,9 @@ chat: tools
 
 # BX_INFER_URL=http://host:port uses a running server instead of starting one.
 verify-device: tools
-	$(CARGO) test --locked -p bx-cli --test verify-device
+	# --workspace: the feature set `make test` built with, so nothing is built again
+	# (`-p bx-cli` alone rebuilt part of the dependency graph: 2 minutes of CI).
+	$(CARGO) test --workspace --locked --test verify-device
 
 # The scripted attacker by default; any attacker win, any attempt without its request
 # record, or a log that does not verify fails it. The JSON report is target/eval/report.json.
@@ -229,6 +231,15 @@ FUZZ_TARGETS := policy config wire sse audit checkpoint ledger installed oci tra
 fuzz:
 	$(CARGO) build --release --locked -p bx-fuzz
 	for t in $(FUZZ_TARGETS); do (ulimit -v 2097152; target/release/bx-fuzz $$t --secs $(FUZZ_SECS)) || exit 1; done
+
+# The short pass CI runs on every landing: each target for 5 s, the same findings and
+# limits, from the debug build `make test` made (dependencies optimised, bx's own code
+# with its overflow checks), where a release build of bx-fuzz cost CI a second build of
+# the whole dependency graph. One seed, so every landing makes the same inputs: the debug
+# build's slowest policy input took 632 ms of the 2 s bound (a random seed's, 885 ms).
+fuzz-short:
+	$(CARGO) build --locked --workspace --tests --bins
+	for t in $(FUZZ_TARGETS); do (ulimit -v 2097152; target/debug/bx-fuzz $$t --secs 5 --seed 1) || exit 1; done
 
 stress:
 	BX_AUDIT_CRASH_ITERATIONS=5000 $(CARGO) test --locked -p bx-audit --test all crash -- --nocapture

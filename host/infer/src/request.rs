@@ -248,6 +248,10 @@ impl ChatRequest {
             "id_slot": c.id_slot,
             "cache_prompt": true,
             "timings_per_token": false,
+            // llama-server sends nothing while it reads a prompt unless asked for its
+            // progress (an event per batch): without it a long prompt on a slow CPU ran
+            // past the idle wait before the first token (docs/inference.md#waits).
+            "return_progress": true,
         });
         if let Some(map) = body.as_object_mut() {
             if let Some(t) = self.max_tokens {

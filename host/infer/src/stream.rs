@@ -65,6 +65,14 @@ pub enum StreamEvent {
     Usage(Usage),
     /// Server timings.
     Timings(Timings),
+    /// How much of the prompt the server has read (llama-server's `prompt_progress`,
+    /// sent after each batch when the request asks for it).
+    PromptProgress {
+        /// Prompt tokens read so far, those from the cache included.
+        processed: u64,
+        /// Prompt tokens in all.
+        total: u64,
+    },
 }
 
 /// The assembled reply.
@@ -165,8 +173,18 @@ struct WireChunk<'a> {
     usage: Option<WireUsage>,
     #[serde(default)]
     timings: Option<WireTimings>,
+    #[serde(default)]
+    prompt_progress: Option<WireProgress>,
     #[serde(borrow, default)]
     error: Option<&'a serde_json::value::RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireProgress {
+    #[serde(default)]
+    processed: u64,
+    #[serde(default)]
+    total: u64,
 }
 
 #[derive(serde::Deserialize)]
@@ -359,6 +377,9 @@ impl Assembler {
                 Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens };
             self.usage = Some(usage);
             out.push(StreamEvent::Usage(usage));
+        }
+        if let Some(p) = chunk.prompt_progress {
+            out.push(StreamEvent::PromptProgress { processed: p.processed, total: p.total });
         }
         if let Some(t) = chunk.timings {
             let timings = Timings {
@@ -591,6 +612,20 @@ mod tests {
 
     fn ev(event: &str, data: &str) -> SseEvent {
         SseEvent { event: event.into(), data: data.into() }
+    }
+
+    #[test]
+    fn prompt_progress_is_reported_and_changes_nothing_of_the_reply() {
+        // As llama-server 2026.10 sends it with `return_progress` (captured).
+        let chunk = r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"object":"chat.completion.chunk","prompt_progress":{"total":3034,"cache":0,"processed":2048,"time_ms":21621}}"#;
+        let mut asm = Assembler::new();
+        let events = asm.feed("", chunk).unwrap();
+        assert_eq!(events, vec![StreamEvent::PromptProgress { processed: 2048, total: 3034 }]);
+        asm.feed("", r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#).unwrap();
+        asm.feed("", r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#).unwrap();
+        let done = asm.finish().unwrap();
+        assert_eq!(done.content, "hi");
+        assert!(done.tool_calls.is_empty());
     }
 
     #[test]

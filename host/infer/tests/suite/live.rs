@@ -32,6 +32,33 @@ async fn client(server: &Server) -> Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_prompt_streams_its_progress_before_the_first_token() {
+    // The server reads a prompt in batches of 512 tokens (llama_server.py) and, asked
+    // for it, says how far it got after each: the idle wait sees events while a slow
+    // CPU reads a long prompt, where it saw silence.
+    let server = Server::start(1);
+    let c = client(&server).await;
+    let long = "The owner keeps notes in plain text files. ".repeat(150);
+    let mut progress: Vec<(u64, u64)> = Vec::new();
+    let mut content_before_progress_ended = false;
+    c.chat("p", &request(vec![user(&format!("{long}\nSay hi."))], 4), |e| match e {
+        StreamEvent::PromptProgress { processed, total } => progress.push((*processed, *total)),
+        StreamEvent::Content(_) => {
+            content_before_progress_ended |= progress.last().is_none_or(|(p, t)| p < t);
+        }
+        _ => {}
+    })
+    .await
+    .unwrap();
+    let total = progress.last().map(|(_, t)| *t).unwrap_or(0);
+    assert!(total > 1024, "a prompt of over 1,024 tokens: {progress:?}");
+    assert!(progress.len() >= 3, "an event per batch of 512: {progress:?}");
+    assert!(progress.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 == w[1].1), "{progress:?}");
+    assert_eq!(progress.last().unwrap().0, total, "the whole prompt read: {progress:?}");
+    assert!(!content_before_progress_ended, "text came before the prompt was read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_tokens_as_they_arrive_and_reuses_the_prompt_cache() {
     let server = Server::start(2);
     let c = client(&server).await;
