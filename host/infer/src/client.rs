@@ -176,6 +176,40 @@ pub struct Client {
 /// Largest number of slots accepted from `/props`: a bogus value cannot make the gate
 /// allocate without bound.
 const MAX_SLOTS: u64 = 256;
+/// The longest a probe of the server (`/health`, `/props`, `/slots`) may take, its body
+/// included: a server that accepted and never answered held `connect` for ever.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest body a probe reads (llama-server's `/props`, chat template included, is
+/// tens of KB): a server sending an endless body grew the client's memory without bound.
+const MAX_PROBE_BYTES: usize = 4 << 20;
+
+/// The start of an error answer's body: at most 4 KiB, read within [`PROBE_TIMEOUT`]
+/// (the rest is never read; a server's endless error body was read whole before).
+async fn error_text(mut r: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    let _ = tokio::time::timeout(PROBE_TIMEOUT, async {
+        while body.len() < 4096
+            && let Ok(Some(chunk)) = r.chunk().await
+        {
+            body.extend_from_slice(&chunk);
+        }
+    })
+    .await;
+    body.truncate(4096);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// A probe's body, read whole up to [`MAX_PROBE_BYTES`].
+async fn probe_body(mut r: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > MAX_PROBE_BYTES {
+            return Err(format!("the body is over {MAX_PROBE_BYTES} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
 
 /// Scales `d` by a factor between one half and one: clients that lost the same server
 /// at the same moment then do not retry in lockstep. Not for secrets: the seed is the
@@ -260,32 +294,33 @@ impl Client {
             .no_proxy()
             .build()
             .map_err(|e| InferError::Props(e.to_string()))?;
-        let props: Value =
-            retrying(
-                &cfg.retry,
-                cfg.connect_window,
-                &cfg.url,
-                async || true,
-                async || {
-                    let r = match http.get(format!("{}/props", cfg.url)).send().await {
-                        Ok(r) => r,
-                        Err(e) => return Try::Again(e.to_string()),
-                    };
-                    if r.status() == 503 {
-                        return Try::Again("server loading (503)".to_owned());
-                    }
-                    if !r.status().is_success() {
-                        return Try::Again(format!("/props answered {}", r.status()));
-                    }
-                    match r.bytes().await.map_err(|e| e.to_string()).and_then(|b| {
-                        serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string())
-                    }) {
-                        Ok(v) => Try::Done(v),
-                        Err(why) => Try::Again(why),
-                    }
-                },
-            )
-            .await?;
+        let props: Value = retrying(
+            &cfg.retry,
+            cfg.connect_window,
+            &cfg.url,
+            async || true,
+            async || {
+                let props = http.get(format!("{}/props", cfg.url)).timeout(PROBE_TIMEOUT);
+                let r = match props.send().await {
+                    Ok(r) => r,
+                    Err(e) => return Try::Again(e.to_string()),
+                };
+                if r.status() == 503 {
+                    return Try::Again("server loading (503)".to_owned());
+                }
+                if !r.status().is_success() {
+                    return Try::Again(format!("/props answered {}", r.status()));
+                }
+                match probe_body(r)
+                    .await
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
+                {
+                    Ok(v) => Try::Done(v),
+                    Err(why) => Try::Again(why),
+                }
+            },
+        )
+        .await?;
         let slots = props
             .get("total_slots")
             .and_then(Value::as_u64)
@@ -342,7 +377,7 @@ impl Client {
                     Ok(r) if r.status() == 503 => Try::Again("server loading (503)".to_owned()),
                     Ok(r) if !r.status().is_success() => {
                         let status = r.status().as_u16();
-                        let text = r.text().await.unwrap_or_default();
+                        let text = error_text(r).await;
                         let body = text.chars().take(1024).collect();
                         Try::Fail(InferError::Http { status, body })
                     }
@@ -525,7 +560,7 @@ impl Client {
             .await
             .ok()
             .filter(|r| r.status().is_success())?;
-        serde_json::from_slice(&r.bytes().await.ok()?).ok()
+        serde_json::from_slice(&probe_body(r).await.ok()?).ok()
     }
 
     /// Whether the server has the control endpoint: asked about a completion that does
@@ -548,7 +583,8 @@ impl Client {
     /// True when `/health` answers 200.
     async fn healthy(&self) -> bool {
         let url = format!("{}/health", self.cfg.url);
-        self.http.get(url).send().await.is_ok_and(|r| r.status().is_success())
+        let probe = self.http.get(url).timeout(PROBE_TIMEOUT);
+        probe.send().await.is_ok_and(|r| r.status().is_success())
     }
 
     /// Health, properties, slots, context, tool support, and one short completion with
@@ -559,9 +595,9 @@ impl Client {
         if !healthy {
             problems.push("/health did not answer ok".into());
         }
-        let context = match self.http.get(format!("{}/slots", self.cfg.url)).send().await {
-            Ok(r) => r
-                .bytes()
+        let slots = self.http.get(format!("{}/slots", self.cfg.url)).timeout(PROBE_TIMEOUT);
+        let context = match slots.send().await {
+            Ok(r) => probe_body(r)
                 .await
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Value>(&b).ok())

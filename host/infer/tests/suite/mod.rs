@@ -1,6 +1,7 @@
 //! The test harness: a real llama-server in a child process.
 
 mod fixtures;
+mod hostile;
 mod live;
 // Shared with the CLI's end-to-end tests, which include the same file.
 mod server;
