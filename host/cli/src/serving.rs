@@ -58,6 +58,11 @@ pub(crate) async fn serve_bounded(
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(HEADER_SECS))
+                // A client that closes its sending half after its request still gets
+                // the answer (hyper's default drops the connection at the end of input
+                // before answering), and one that closes it in the middle of a request
+                // ends that request at once.
+                .half_close(true)
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             match lifetime {
                 Some(life) => {

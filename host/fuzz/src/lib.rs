@@ -15,6 +15,8 @@ use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod http;
+
 /// One input taking more CPU time than this is a finding (a parser that is quadratic or
 /// hangs).
 pub const SLOW: Duration = Duration::from_secs(2);
@@ -35,8 +37,14 @@ pub struct Target {
     pub run: fn(&[u8], &Scratch),
 }
 
-/// A scratch directory for targets that read files (audit day files, transcripts).
+/// A scratch directory for targets that read files (audit day files, transcripts), and
+/// what a target keeps between inputs: the servers of `mcp_http`, and the CPU time an
+/// input cost outside this thread.
 pub struct Scratch {
+    /// Dropped first: the servers stop before their state directory goes.
+    served: std::sync::OnceLock<Result<http::Served, String>>,
+    /// CPU time spent outside this thread on the current input, in nanoseconds.
+    spent: std::sync::atomic::AtomicU64,
     dir: tempfile::TempDir,
 }
 
@@ -45,12 +53,30 @@ impl Scratch {
     pub fn new() -> anyhow::Result<Scratch> {
         let shm = Path::new("/dev/shm");
         let dir = if shm.is_dir() { tempfile::tempdir_in(shm)? } else { tempfile::tempdir()? };
-        Ok(Scratch { dir })
+        Ok(Scratch { served: std::sync::OnceLock::new(), spent: 0.into(), dir })
     }
 
     /// The directory.
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Counts `cpu`, spent by another process on the current input, in its cost.
+    pub fn spend(&self, cpu: Duration) {
+        let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
+        self.spent.fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The servers of `mcp_http`, started on first use; a failure to start is a panic
+    /// on every input (so the run stops on it, with the reason).
+    fn served(&self) -> &http::Served {
+        let served = self
+            .served
+            .get_or_init(|| http::Served::start(self.path()).map_err(|e| format!("{e:#}")));
+        match served {
+            Ok(s) => s,
+            Err(e) => panic!("mcp_http: the servers did not start: {e}"),
+        }
     }
 }
 
@@ -264,6 +290,55 @@ impl std::io::Read for Pipe<'_> {
         Ok(size)
     }
 }
+
+const HTTP: &[&[u8]] = &[
+    b"\r\n",
+    b"\r\n\r\n",
+    b"\n",
+    b"POST /mcp HTTP/1.1\r\n",
+    b"GET /mcp HTTP/1.1\r\n",
+    b"DELETE /mcp HTTP/1.1\r\n",
+    b"OPTIONS * HTTP/1.1\r\n",
+    b"HTTP/1.0",
+    b"HTTP/2.0",
+    b"Host: {HOST}\r\n",
+    b"Host: evil.example\r\n",
+    b"Host: 127.0.0.1\r\n",
+    b"Authorization: Bearer {TOKEN}\r\n",
+    b"Authorization: Bearer \r\n",
+    b"authorization: bearer {TOKEN}\r\n",
+    b"Mcp-Session-Id: {SESSION}\r\n",
+    b"Mcp-Protocol-Version: 2025-06-18\r\n",
+    b"Origin: http://evil.example\r\n",
+    b"Origin: null\r\n",
+    b"Content-Type: application/json\r\n",
+    b"Accept: application/json, text/event-stream\r\n",
+    b"Accept: text/event-stream\r\n",
+    b"Content-Length: 0\r\n",
+    b"Content-Length: 99999999\r\n",
+    b"Content-Length: -1\r\n",
+    b"Transfer-Encoding: chunked\r\n",
+    b"Expect: 100-continue\r\n",
+    b"Connection: close\r\n",
+    b"Connection: keep-alive\r\n",
+    b"Upgrade: h2c\r\n",
+    b"0\r\n\r\n",
+    b"ffffffffffffffff\r\n",
+    b"{TOKEN}",
+    b"{SESSION}",
+    b"\"jsonrpc\":\"2.0\"",
+    b"\"method\":\"tools/call\"",
+    b"\"method\":\"tools/list\"",
+    b"\"method\":\"initialize\"",
+    b"\"method\":\"notifications/cancelled\"",
+    b"\"method\":\"resources/list\"",
+    b"\"id\":null",
+    b"\"id\":1e999",
+    b"\"params\":{\"name\":\"fs.read\",\"arguments\":{\"path\":\"/etc/passwd\"}}",
+    b"[",
+    b"]",
+    b"\\u0000",
+];
 
 const INSTALLED: &[&[u8]] = &[
     b"{",
@@ -537,6 +612,13 @@ pub const TARGETS: &[Target] = &[
         },
     },
     Target {
+        name: "mcp_http",
+        seeds: &[("mcp-http", ".http")],
+        dictionary: HTTP,
+        // Raw requests to a real `bx mcp --http` (`http.rs` says what is a finding).
+        run: http::run,
+    },
+    Target {
         name: "mcp_lines",
         seeds: &[("mcp", ".jsonl")],
         dictionary: LINES,
@@ -703,11 +785,14 @@ fn thread_cpu() -> Option<Duration> {
 pub fn run_one(target: &Target, input: &[u8], scratch: &Scratch) -> Outcome {
     let started = Instant::now();
     let cpu = thread_cpu();
+    scratch.spent.store(0, std::sync::atomic::Ordering::Relaxed);
     match std::panic::catch_unwind(AssertUnwindSafe(|| (target.run)(input, scratch))) {
-        Ok(()) => Outcome::Fine(match (cpu, thread_cpu()) {
-            (Some(before), Some(after)) => after.saturating_sub(before),
-            _ => started.elapsed(),
-        }),
+        Ok(()) => Outcome::Fine(
+            match (cpu, thread_cpu()) {
+                (Some(before), Some(after)) => after.saturating_sub(before),
+                _ => started.elapsed(),
+            } + Duration::from_nanos(scratch.spent.load(std::sync::atomic::Ordering::Relaxed)),
+        ),
         Err(e) => Outcome::Panicked(
             e.downcast_ref::<String>()
                 .cloned()
