@@ -78,6 +78,50 @@ pub(crate) fn route(request: &str, tools: &[Cues]) -> Option<BTreeSet<String>> {
     (!chosen.is_empty()).then_some(chosen)
 }
 
+/// Words of a request that point at no file: [`STOP`] and the short ones of questions.
+const ASKING: &[&str] = &[
+    "and", "any", "anything", "are", "can", "does", "file", "files", "find", "folder", "for",
+    "give", "has", "have", "how", "list", "look", "many", "much", "read", "show", "some", "tell",
+    "the", "was", "were", "who", "why", "you",
+];
+
+/// Whether a request's word and a part of a file's name are the same word: equal (three
+/// letters or more), or the same in their first five letters (`grocery`, `groceries`).
+fn kin(word: &str, part: &str) -> bool {
+    let common = word.chars().zip(part.chars()).take_while(|(a, b)| a == b).count();
+    (word == part && word.chars().count() >= 3) || common >= 5
+}
+
+/// The entry of a listing that the owner's `request` points at: the one whose name (its
+/// last component, split into words) shares the most words with the request, files before
+/// folders at the same count, then the first listed. Hidden entries (`.local`) are passed
+/// over. `entries` are `(path, is a folder)`; `None` when the request points at none.
+pub(crate) fn pointed<'a>(
+    request: &str,
+    entries: &'a [(String, bool)],
+) -> Option<&'a (String, bool)> {
+    let asked: BTreeSet<String> = words_of(request)
+        .filter(|w| !STOP.contains(&w.as_str()) && !ASKING.contains(&w.as_str()))
+        .collect();
+    let mut best: Option<(usize, bool, &(String, bool))> = None;
+    for entry in entries {
+        let name = entry.0.rsplit('/').next().unwrap_or(&entry.0);
+        if name.starts_with('.') {
+            continue;
+        }
+        let parts: BTreeSet<String> = words_of(name).collect();
+        let score = asked.iter().filter(|w| parts.iter().any(|p| kin(w, p))).count();
+        let better = match best {
+            None => score > 0,
+            Some((s, dir, _)) => score > s || (score == s && dir && !entry.1),
+        };
+        if better {
+            best = Some((score, entry.1, entry));
+        }
+    }
+    best.map(|(_, _, entry)| entry)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +168,34 @@ mod tests {
         assert_eq!(names(&"List my inbox. ".repeat(100_000)), names("List my inbox."));
         // The same request, the same tools.
         assert_eq!(names("List my inbox."), names("List my inbox."));
+    }
+
+    #[test]
+    fn a_listing_entry_is_pointed_at_by_the_words_of_its_name() {
+        let entries: Vec<(String, bool)> = [
+            (".local", true),
+            ("contacts.json", false),
+            ("messages", true),
+            ("messages/inbox", true),
+            ("messages/outbox", true),
+            ("notes", true),
+            ("notes/groceries.md", false),
+            ("notes/ideas.md", false),
+        ]
+        .iter()
+        .map(|(p, d)| ((*p).to_owned(), *d))
+        .collect();
+        let at = |request: &str| pointed(request, &entries).map(|e| e.0.as_str());
+        assert_eq!(at("List my inbox."), Some("messages/inbox"));
+        assert_eq!(at("What is on my grocery list?"), Some("notes/groceries.md"));
+        assert_eq!(at("Which notes do I have?"), Some("notes"));
+        assert_eq!(at("Remind me of my ideas."), Some("notes/ideas.md"));
+        assert_eq!(at("Is anything waiting in my outbox?"), Some("messages/outbox"));
+        // Words of asking, and hidden entries, point at nothing.
+        assert_eq!(at("What files are in the folder?"), None);
+        assert_eq!(at("Show the local state"), None);
+        // A file before a folder at the same count.
+        let both = vec![("ideas".to_owned(), true), ("ideas.md".to_owned(), false)];
+        assert_eq!(pointed("my ideas", &both).map(|e| e.0.as_str()), Some("ideas.md"));
     }
 }

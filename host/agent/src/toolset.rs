@@ -4,7 +4,7 @@
 //! other MCP servers (an upstream, `NAME.TOOL`), which the gateway calls: both are
 //! decided, recorded and labelled on the one trust path.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bx_broker::{Label, Resource, parse_label};
@@ -257,27 +257,13 @@ impl Toolset {
     /// messages go between the system prompt and the session's history). The owner asks
     /// what a folder holds, and the model lists it and answers from the listing. Then the
     /// owner asks about a file without naming its path; the model reads a path it guessed, is told it
-    /// is not there, lists the folder with a tool of directories, reads the file it found
+    /// is not there with the hint every failed path call gets ([`Toolset::recovery`]), lists the folder with a tool of directories, reads the file it found
     /// there with a tool of files (each needing one path and nothing else), and answers
     /// from what it read. With no tool of
     /// directories, the owner names the path and the model reads it. Empty when no tool
     /// of files is installed. The same for a tool epoch.
     pub fn example(&self) -> Vec<Message> {
-        // Tools whose one required argument is a path they read: (definition, argument).
-        let readers: Vec<(&ToolDef, &str)> =
-            self.defs
-                .iter()
-                .filter_map(|def| {
-                    let tool = self.tools.get(&def.name)?;
-                    let required = def.parameters["required"].as_array()?;
-                    let [arg] = required.as_slice() else { return None };
-                    let arg = arg.as_str()?;
-                    let reads = tool.description().resources.iter().any(|r| {
-                        r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::PathRead)
-                    });
-                    reads.then_some((def, arg))
-                })
-                .collect();
+        let readers = self.readers();
         let of_dirs = |d: &ToolDef| d.description.to_lowercase().contains("director");
         let Some(&(reader, path)) = readers.iter().find(|(d, _)| !of_dirs(d)) else {
             return Vec::new();
@@ -292,12 +278,9 @@ impl Toolset {
             content: content.to_owned(),
         };
         let mut out = Vec::new();
-        match readers.iter().find(|(d, _)| of_dirs(d)) {
-            Some(&(lister, dir)) => {
-                let mut args = serde_json::json!({ dir: "." });
-                if lister.parameters["properties"].get("depth").is_some() {
-                    args["depth"] = 2.into();
-                }
+        let flight = "When is my flight to Rome?";
+        match self.finder() {
+            Some((lister, dir, args)) => {
                 // A folder listed and answered from, then a file found and read.
                 out.push(Message::User { content: "What is in my trips folder?".into() });
                 out.push(call(3, lister, serde_json::json!({ dir: "trips" })));
@@ -309,15 +292,20 @@ impl Toolset {
                     content: "rome.txt and oslo.txt are in your trips folder.".into(),
                     tool_calls: Vec::new(),
                 });
-                out.push(Message::User { content: "When is my flight to Rome?".into() });
-                // A guessed path first, and the way out of its error: list, then read.
+                out.push(Message::User { content: flight.into() });
+                // A guessed path first, and the way out of its error (the hint every
+                // failed path call gets): list, then read.
                 out.push(call(0, reader, serde_json::json!({ path: "rome.txt" })));
-                out.push(result(0, "error: rome.txt: not found"));
+                let hint = recovery_text(lister, &args);
+                out.push(result(0, &format!("error: rome.txt: not found\n{hint}")));
                 out.push(call(1, lister, args));
-                out.push(result(
-                    1,
-                    r#"{"entries":[{"path":"trips","kind":"dir"},{"path":"trips/rome.txt","kind":"file"},{"path":"trips/oslo.txt","kind":"file"}]}"#,
-                ));
+                // The listing, and the entry the owner's words point at.
+                let listing = r#"{"entries":[{"path":"trips","kind":"dir"},{"path":"trips/rome.txt","kind":"file"},{"path":"trips/oslo.txt","kind":"file"}]}"#;
+                let shown = match self.pointer(flight, &lister.name, listing) {
+                    Some(pointer) => format!("{listing}\n{pointer}"),
+                    None => listing.to_owned(),
+                };
+                out.push(result(1, &shown));
             }
             None => out.push(Message::User { content: "What does trips/rome.txt say?".into() }),
         }
@@ -328,6 +316,133 @@ impl Toolset {
             tool_calls: Vec::new(),
         });
         out
+    }
+
+    /// What a small model is told after a path tool's call fails (constrained mode):
+    /// the call that lists the whole folder, in its reply shape, to copy. Without it,
+    /// the 0.5B model sent the failed call again, unchanged, in most of the simple tasks
+    /// it failed (`docs/agent.md#small-models`). `None` with no tool of directories.
+    pub fn recovery(&self) -> Option<String> {
+        let (lister, _, args) = self.finder()?;
+        Some(recovery_text(lister, &args))
+    }
+
+    /// What a small model is told after a listing by the tool of directories: the entry
+    /// the owner's `request` points at (`crate::route::pointed`) and the call that reads
+    /// it (a file) or lists it (a folder), in its reply shape, to copy. After a listing,
+    /// the 0.5B model answered from the names, "your grocery list is in your home
+    /// directory", where the next step was to read `notes/groceries.md`. `None` when
+    /// `tool` is not that tool, `result` is not its listing, or the request points at no
+    /// entry. Only tools that read are named; the call goes through the broker as any.
+    pub fn pointer(&self, request: &str, tool: &str, result: &str) -> Option<String> {
+        let entries = self.listed(tool, result)?;
+        let (path, is_dir) = crate::route::pointed(request, &entries)?;
+        let (verb, call) = self.opener(path, *is_dir)?;
+        Some(format!("The owner's words point at {path}. To {verb} it: {call}"))
+    }
+
+    /// The entries of `result` as `(path, is a folder)`, when it is a listing by the tool
+    /// of directories (`tool`).
+    pub fn listed(&self, tool: &str, result: &str) -> Option<Vec<(String, bool)>> {
+        let (lister, _, _) = self.finder()?;
+        if lister.name != tool {
+            return None;
+        }
+        let listing: serde_json::Value = serde_json::from_str(result).ok()?;
+        Some(
+            listing["entries"]
+                .as_array()?
+                .iter()
+                .filter_map(|e| {
+                    Some((e["path"].as_str()?.to_owned(), e["kind"].as_str()? == "dir"))
+                })
+                .collect(),
+        )
+    }
+
+    /// The call that opens `path`, in the reply shape, and its verb: the tool of
+    /// directories for a folder, the tool of files for a file.
+    fn opener(&self, path: &str, is_dir: bool) -> Option<(&'static str, String)> {
+        let (lister, dir, _) = self.finder()?;
+        let readers = self.readers();
+        let of_dirs = |d: &ToolDef| d.description.to_lowercase().contains("director");
+        let (def, arg, verb) = if is_dir {
+            (lister, dir, "list")
+        } else {
+            let (reader, arg) = readers.iter().find(|(d, _)| !of_dirs(d))?;
+            (*reader, *arg, "read")
+        };
+        let call = bx_infer::ArgOrder::of(std::slice::from_ref(def))
+            .call(&def.name, &serde_json::json!({ arg: path }));
+        Some((verb, call))
+    }
+
+    /// What a small model is told after `call`, to a path tool, failed, given what the
+    /// turn's listings showed (`seen`: path to whether it is a folder): a folder given to
+    /// the tool of files, or a file given to the tool of directories, gets the call that
+    /// opens it (the 0.5B model listed a file it had just seen listed, was told it is not
+    /// a directory, and listed the whole folder again); any other failure gets
+    /// [`Toolset::recovery`].
+    pub fn recovery_after(&self, call: &ToolCall, seen: &HashMap<String, bool>) -> Option<String> {
+        let (lister, dir, _) = self.finder()?;
+        let readers = self.readers();
+        let arg = if call.name == lister.name {
+            Some(dir)
+        } else {
+            readers.iter().find(|(d, _)| d.name == call.name).map(|(_, a)| *a)
+        };
+        let path = arg.and_then(|a| call.arguments[a].as_str());
+        if let Some((path, &is_dir)) = path.and_then(|p| seen.get_key_value(p)) {
+            let wrong_tool = is_dir != (call.name == lister.name);
+            if wrong_tool && let Some((verb, open)) = self.opener(path, is_dir) {
+                let kind = if is_dir { "a folder" } else { "a file" };
+                return Some(format!("{path} is {kind}. To {verb} it: {open}"));
+            }
+        }
+        self.recovery()
+    }
+
+    /// Whether `name` is a tool with a path argument (one it reads or writes): the
+    /// tools whose failures get [`Toolset::recovery`].
+    pub fn takes_paths(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(|t| {
+            t.description().resources.iter().any(|r| {
+                matches!(
+                    r.kind,
+                    bx_runtime::ResourceKind::PathRead | bx_runtime::ResourceKind::PathWrite
+                )
+            })
+        })
+    }
+
+    /// The tool of directories among [`Toolset::readers`], its path argument, and the
+    /// arguments that list the whole folder two levels deep (when it takes a depth).
+    fn finder(&self) -> Option<(&ToolDef, &str, serde_json::Value)> {
+        let of_dirs = |d: &ToolDef| d.description.to_lowercase().contains("director");
+        let (lister, dir) = self.readers().into_iter().find(|(d, _)| of_dirs(d))?;
+        let mut args = serde_json::json!({ dir: "." });
+        if lister.parameters["properties"].get("depth").is_some() {
+            args["depth"] = 2.into();
+        }
+        Some((lister, dir, args))
+    }
+
+    /// Tools whose one required argument is a path they read: (definition, argument).
+    fn readers(&self) -> Vec<(&ToolDef, &str)> {
+        self.defs
+            .iter()
+            .filter_map(|def| {
+                let tool = self.tools.get(&def.name)?;
+                let required = def.parameters["required"].as_array()?;
+                let [arg] = required.as_slice() else { return None };
+                let arg = arg.as_str()?;
+                let reads =
+                    tool.description().resources.iter().any(|r| {
+                        r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::PathRead)
+                    });
+                reads.then_some((def, arg))
+            })
+            .collect()
     }
 
     /// What the router reads of each tool (`crate::route`), in the order of the
@@ -371,6 +486,12 @@ impl Toolset {
 fn unlabelled() -> (Label, Option<Label>, bool) {
     let label = |text| parse_label(text).unwrap_or(Label::TOP);
     (label(UNLABELLED_RESULT), Some(label(UNLABELLED_SINK)), true)
+}
+
+/// [`Toolset::recovery`]'s text: the call of `lister` with `args`, in the reply shape.
+fn recovery_text(lister: &ToolDef, args: &serde_json::Value) -> String {
+    let call = bx_infer::ArgOrder::of(std::slice::from_ref(lister)).call(&lister.name, args);
+    format!("To find where it is, list the whole folder: {call}")
 }
 
 /// What a path argument says of itself in constrained mode.

@@ -3,7 +3,7 @@
 //! without a call or a limit ends it. One turn per session at a time.
 
 use bx_telemetry::FutureExt as _;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::Arc;
@@ -115,6 +115,10 @@ impl Agent {
         } else {
             (baseline.system.clone(), Vec::new())
         };
+        // What a small model is told after a path tool's call fails.
+        // What the turn's listings showed, for a small model's failed calls: path to
+        // whether it is a folder.
+        let mut seen: HashMap<String, bool> = HashMap::new();
         let mut lead = vec![Message::System { content: system }];
         lead.extend(example);
         // The tools the first reply may call (docs/agent.md#small-models).
@@ -229,10 +233,34 @@ impl Agent {
                 let again = repeated.is_none() && refused.contains(&key);
                 answer_next |= !proposed.insert(key.clone());
                 let ending = repeated.is_some();
-                let ctx =
-                    CallContext { workspace: workspace.as_deref(), over_limit, again, ending };
+                let ctx = CallContext {
+                    workspace: workspace.as_deref(),
+                    over_limit,
+                    again,
+                    ending,
+                    recovery: if small && toolset.takes_paths(&call.name) {
+                        toolset.recovery_after(call, &seen)
+                    } else {
+                        None
+                    },
+                };
                 let (content, denied) =
                     self.call_tool(session, &toolset, call, ctx, events).await?;
+                let content = match workspace.as_deref().filter(|_| small) {
+                    Some(ws) => relative_paths(&content, ws),
+                    None => content,
+                };
+                // After a listing, a small model is shown the entry the owner's words
+                // point at, and the call that opens it.
+                if small && let Some(entries) = toolset.listed(&call.name, &content) {
+                    seen.extend(entries);
+                }
+                let pointer =
+                    if small { toolset.pointer(text, &call.name, &content) } else { None };
+                let content = match pointer {
+                    Some(pointer) => format!("{content}\n{pointer}"),
+                    None => content,
+                };
                 transcript.append(&[Message::Tool { tool_call_id: call.id.clone(), content }])?;
                 if again {
                     // The calls after it in this reply are still recorded, and refused.
@@ -344,12 +372,49 @@ impl Agent {
             let text = format!("{} (see docs/runbook.md#tool-limit)", finished.for_model);
             return Ok((text, false));
         }
+        if finished.status == bx_audit::CallStatus::Error
+            && let Some(hint) = &ctx.recovery
+        {
+            return Ok((format!("{}\n{hint}", finished.for_model), false));
+        }
         Ok((finished.for_model, false))
     }
 }
 
+/// `text` with the paths under `workspace` written relative to it, as a small model
+/// is told to write them (`docs/agent.md#small-models`): `WS/notes/a.md` becomes
+/// `notes/a.md`, and `WS` itself `.`, where it is followed by something that cannot
+/// continue a path name (`WS2` stays). With absolute paths in its results, the 0.5B
+/// model wrote them back whole into its answers, a listing of twenty of them in place
+/// of the three files asked for.
+fn relative_paths(text: &str, workspace: &Path) -> String {
+    let Some(ws) = workspace.to_str().map(|w| w.trim_end_matches('/')) else {
+        return text.to_owned();
+    };
+    if ws.is_empty() {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(ws) {
+        let after = &rest[at + ws.len()..];
+        out.push_str(&rest[..at]);
+        if let Some(tail) = after.strip_prefix('/') {
+            rest = tail;
+        } else if after.chars().next().is_none_or(|c| !(c.is_alphanumeric() || "._-".contains(c))) {
+            out.push('.');
+            rest = after;
+        } else {
+            out.push_str(ws);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// How one proposed call of a turn is to be taken.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct CallContext<'a> {
     /// The session's workspace.
     workspace: Option<&'a Path>,
@@ -359,4 +424,33 @@ struct CallContext<'a> {
     again: bool,
     /// An earlier call of this reply was such a repeat: refused, recorded.
     ending: bool,
+    /// What the model is told after the tool's error, when it is a path tool and the
+    /// model a small one ([`crate::Toolset::recovery`]).
+    recovery: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_under_the_workspace_are_shown_relative_to_it() {
+        let ws = Path::new("/h/o");
+        let listing = r#"{"entries":[{"path":"/h/o/notes/a.md"},{"path":"/h/o2/x"}]}"#;
+        assert_eq!(
+            relative_paths(listing, ws),
+            r#"{"entries":[{"path":"notes/a.md"},{"path":"/h/o2/x"}]}"#
+        );
+        assert_eq!(
+            relative_paths("error: /h/o/inbox: not found: /h/o/inbox", ws),
+            "error: inbox: not found: inbox"
+        );
+        assert_eq!(
+            relative_paths("no grant covers write /h/o for fs.edit", ws),
+            "no grant covers write . for fs.edit"
+        );
+        assert_eq!(relative_paths("/h/o", ws), ".");
+        assert_eq!(relative_paths("/h/o.bak and /h/o-x", ws), "/h/o.bak and /h/o-x");
+        assert_eq!(relative_paths("nothing here", Path::new("/")), "nothing here");
+    }
 }

@@ -20,8 +20,8 @@ pub use client::{Client, EndThinking, InferConfig, RetryPolicy, SelfTest, ToolMo
 pub use error::InferError;
 pub use gate::{SlotGate, SlotGuard};
 pub use request::{
-    ChatRequest, History, Message, ToolCall, ToolChoice, ToolDef, call_in_text, constrained_schema,
-    parse_constrained,
+    ArgOrder, ChatRequest, History, Message, ToolCall, ToolChoice, ToolDef, call_in_text,
+    constrained_schema, parse_constrained,
 };
 pub use stream::{
     Assembler, Completion, FinishReason, MAX_CALLS_PER_REPLY, StreamEvent, ThinkingCap, Timings,

@@ -132,8 +132,10 @@ impl History {
         self.lock().wire[usize::from(constrained)].1.len()
     }
 
-    /// Appends the wire form of every message, comma-separated, to `out`.
-    fn write_wire(&self, constrained: bool, out: &mut String) {
+    /// Appends the wire form of every message, comma-separated, to `out`. A message is
+    /// rendered once, with the `order` of its first request: the same bytes after, for
+    /// the prompt cache.
+    fn write_wire(&self, constrained: bool, order: &ArgOrder<'_>, out: &mut String) {
         let mut inner = self.lock();
         let HistoryInner { messages, wire } = &mut *inner;
         let (done, text) = &mut wire[usize::from(constrained)];
@@ -141,7 +143,7 @@ impl History {
             if !text.is_empty() {
                 text.push(',');
             }
-            text.push_str(&wire_message(m, constrained).to_string());
+            text.push_str(&wire_message(m, constrained, order).to_string());
         }
         *done = messages.len();
         out.push_str(text);
@@ -184,14 +186,14 @@ pub struct ChatRequest {
 /// the model sees its own words, and the bytes are the same on every request. (With its
 /// answers shown as plain text, a 0.5B model saw only calls in the reply's shape, and
 /// called the same tool again after each result instead of answering.)
-fn wire_message(m: &Message, constrained: bool) -> Value {
+fn wire_message(m: &Message, constrained: bool, order: &ArgOrder<'_>) -> Value {
     match m {
         Message::Assistant { content, tool_calls } if constrained && tool_calls.is_empty() => {
             json!({"role": "assistant", "content": json!({"tool": ANSWER, "with": content}).to_string()})
         }
         Message::Assistant { tool_calls, .. } if constrained && !tool_calls.is_empty() => {
             let calls: Vec<String> =
-                tool_calls.iter().map(|c| constrained_call(&c.name, &c.arguments)).collect();
+                tool_calls.iter().map(|c| order.call(&c.name, &c.arguments)).collect();
             json!({"role": "assistant", "content": calls.join("\n")})
         }
         Message::System { content } => json!({"role": "system", "content": content}),
@@ -301,19 +303,20 @@ impl ChatRequest {
         // bytes every time.
         let rest = body.to_string();
         let history_len = self.history.as_ref().map_or(0, |h| h.wire_len(c.constrained));
+        let order = ArgOrder::of(&self.tools);
         let mut out = String::with_capacity(rest.len() + history_len + 4096);
         out.push_str("{\"messages\":[");
         for (i, m) in self.messages.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            out.push_str(&wire_message(m, c.constrained).to_string());
+            out.push_str(&wire_message(m, c.constrained, &order).to_string());
         }
         if let Some(history) = &self.history {
             if !self.messages.is_empty() && !history.is_empty() {
                 out.push(',');
             }
-            history.write_wire(c.constrained, &mut out);
+            history.write_wire(c.constrained, &order, &mut out);
         }
         out.push(']');
         // `rest` is a non-empty object (it always holds "stream"): its fields follow.
@@ -355,9 +358,51 @@ pub fn constrained_schema(tools: &[ToolDef], required: bool) -> Value {
     json!({"oneOf": options})
 }
 
-/// A call as a constrained reply writes it (and as the model reads its own calls back).
-pub(crate) fn constrained_call(name: &str, arguments: &Value) -> String {
-    json!({"tool": name, "with": arguments}).to_string()
+/// The order in which a constrained reply's grammar writes each tool's arguments, so a
+/// call is shown back to the model as it could have written it. llama.cpp's grammar
+/// writes an object's required properties first, then its optional ones, each in the
+/// order the schema lists them (by name: serde_json sorts keys). Shown by name alone,
+/// a call to `fs.list` read `{"depth":2,"path":"."}`, which the grammar cannot write,
+/// and the 0.5B model, copying it, left the depth out.
+#[derive(Debug, Default)]
+pub struct ArgOrder<'a> {
+    required: std::collections::HashMap<&'a str, Vec<&'a str>>,
+}
+
+impl<'a> ArgOrder<'a> {
+    /// The order of `tools`' arguments; a tool not among them is shown by name alone.
+    pub fn of(tools: &'a [ToolDef]) -> ArgOrder<'a> {
+        let required = tools
+            .iter()
+            .map(|t| {
+                let names = t.parameters["required"]
+                    .as_array()
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                (t.name.as_str(), names)
+            })
+            .collect();
+        ArgOrder { required }
+    }
+
+    /// A call as a constrained reply writes it (and as the model reads its own calls
+    /// back): `{"tool":NAME,"with":{...}}`, the tool's required arguments first.
+    pub fn call(&self, name: &str, arguments: &Value) -> String {
+        let (Some(map), Some(required)) = (arguments.as_object(), self.required.get(name)) else {
+            return json!({"tool": name, "with": arguments}).to_string();
+        };
+        let is_required = |k: &&String| required.contains(&k.as_str());
+        let keys = map.keys().filter(is_required).chain(map.keys().filter(|k| !is_required(k)));
+        let mut out = format!("{{\"tool\":{},\"with\":{{", Value::from(name));
+        for (i, k) in keys.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&format!("{}:{}", Value::from(k.as_str()), map[k]));
+        }
+        out.push_str("}}");
+        out
+    }
 }
 
 /// Turns a constrained reply's content into the same values the native path produces:

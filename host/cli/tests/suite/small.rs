@@ -12,14 +12,26 @@ use super::*;
 
 /// A model that lists "." once per turn, then answers; every request body is kept.
 fn model(bodies: &Arc<Mutex<Vec<Value>>>) -> ScriptedModel {
+    model_calling(bodies, r#"{"tool":"fs.list","with":{"path":"."}}"#)
+}
+
+/// A model that replies `call` once per turn, then answers; every request body is kept.
+fn model_calling(bodies: &Arc<Mutex<Vec<Value>>>, call: &'static str) -> ScriptedModel {
+    model_making(bodies, &[call])
+}
+
+/// A model that replies `calls` in turn, one per request, then answers; every request
+/// body is kept.
+fn model_making(bodies: &Arc<Mutex<Vec<Value>>>, calls: &[&'static str]) -> ScriptedModel {
+    let calls = calls.to_vec();
     let seen = Arc::clone(bodies);
     ScriptedModel::start(Arc::new(move |r: &Request| {
         if r.is_self_test() {
             return Reply::Text("ok".into());
         }
         seen.lock().unwrap().push(r.body.clone());
-        if r.results_this_turn().is_empty() {
-            Reply::Text(r#"{"tool":"fs.list","with":{"path":"."}}"#.into())
+        if let Some(call) = calls.get(r.results_this_turn().len()) {
+            Reply::Text((*call).into())
         } else {
             Reply::Text(r#"{"tool":"answer","with":"one file"}"#.into())
         }
@@ -80,9 +92,26 @@ fn a_small_model_gets_the_short_prompt_and_the_worked_exchange_in_its_reply_shap
     assert!(shown[3].1.starts_with(r#"{"tool":"answer","with":"rome.txt and"#), "{shown:?}");
     assert_eq!(shown[4], ("user", "When is my flight to Rome?"));
     assert_eq!(shown[5], ("assistant", r#"{"tool":"fs.read","with":{"path":"rome.txt"}}"#));
+    // The error says which call lists the whole folder, in the words the grammar lets
+    // the model write (the required path before the depth), and the next reply is it.
+    let listing = r#"{"tool":"fs.list","with":{"path":".","depth":2}}"#;
     assert_eq!(shown[6].0, "tool");
-    assert_eq!(shown[7], ("assistant", r#"{"tool":"fs.list","with":{"depth":2,"path":"."}}"#));
-    assert_eq!(shown[9], ("assistant", r#"{"tool":"fs.read","with":{"path":"trips/rome.txt"}}"#));
+    assert_eq!(
+        shown[6].1,
+        format!(
+            "error: rome.txt: not found\nTo find where it is, list the whole folder: {listing}"
+        )
+    );
+    assert_eq!(shown[7], ("assistant", listing));
+    // The listing says which entry the owner's words point at, and the next reply reads it.
+    let read = r#"{"tool":"fs.read","with":{"path":"trips/rome.txt"}}"#;
+    assert!(
+        shown[8]
+            .1
+            .ends_with(&format!("\nThe owner's words point at trips/rome.txt. To read it: {read}")),
+        "{shown:?}"
+    );
+    assert_eq!(shown[9], ("assistant", read));
     assert!(shown[11].1.starts_with(r#"{"tool":"answer","with":"Your flight"#), "{shown:?}");
     assert_eq!(shown[12], ("user", "List my files."));
     assert_eq!(shown.len(), 13, "{shown:?}");
@@ -98,6 +127,91 @@ fn a_small_model_gets_the_short_prompt_and_the_worked_exchange_in_its_reply_shap
         second[first.len()]["content"],
         r#"{"tool":"fs.list","with":{"path":"."}}"#,
         "the model's own call, in its shape"
+    );
+}
+
+/// A path tool's failed call is shown to a small model with the call that lists the
+/// whole folder (what the 0.5B model did not find by itself: it sent the failed call
+/// again), and its own call comes back as the grammar let it write it, the required
+/// path before the optional depth. A call that works gets no such line; a listing gets
+/// the entry the owner's words point at.
+#[test]
+fn a_failed_path_call_is_shown_with_the_listing_to_make_next() {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let call = r#"{"tool":"fs.list","with":{"path":"nowhere","depth":2}}"#;
+    let failing = model_calling(&bodies, call);
+    let (state, ws) = setup(&failing, "tool_mode = \"constrained\"");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "failed", "List my inbox.", &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 2, "a call, then the answer");
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    let [.., asked, result] = messages.as_slice() else { panic!("{messages:?}") };
+    assert_eq!(asked["content"], call, "the model's own call, in the grammar's order");
+    let result = result["content"].as_str().unwrap();
+    assert!(result.starts_with("error: nowhere: not found"), "relative to the workspace: {result}");
+    assert!(!result.contains(ws.to_str().unwrap()), "{result}");
+    assert!(
+        result.ends_with(
+            r#"To find where it is, list the whole folder: {"tool":"fs.list","with":{"path":".","depth":2}}"#
+        ),
+        "{result}"
+    );
+    // The first test's call worked: its result has no such line.
+    drop(bodies);
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let working = model(&bodies);
+    let (state, ws) = setup(&working, "tool_mode = \"constrained\"");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let _daemon = Daemon::start(s);
+    std::fs::write(ws.join("groceries.md"), "eggs\n").unwrap();
+    let (code, events) =
+        say(s, "worked", "What is on my grocery list?", &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    let last = bodies[1]["messages"].as_array().unwrap().last().unwrap().clone();
+    let last = last["content"].as_str().unwrap();
+    assert!(!last.contains("To find where"), "{last}");
+    // A listing the owner's words point into: the entry, and the call that reads it.
+    assert!(
+        last.ends_with(
+            r#"The owner's words point at groceries.md. To read it: {"tool":"fs.read","with":{"path":"groceries.md"}}"#
+        ),
+        "{last}"
+    );
+}
+
+/// A file given to the tool of directories, just after a listing showed it is a file, is
+/// shown with the call that reads it, not with the listing of the whole folder (the 0.5B
+/// model listed a file it had just seen, and then the whole folder again).
+#[test]
+fn a_listed_file_given_to_the_listing_tool_is_shown_with_its_read() {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let calls = [
+        r#"{"tool":"fs.list","with":{"path":"."}}"#,
+        r#"{"tool":"fs.list","with":{"path":"a.txt"}}"#,
+    ];
+    let scripted = model_making(&bodies, &calls);
+    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "kinds", "List my files.", &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 3, "two calls, then the answer");
+    let last = bodies[2]["messages"].as_array().unwrap().last().unwrap().clone();
+    let last = last["content"].as_str().unwrap();
+    assert!(last.starts_with("error: a.txt"), "{last}");
+    assert!(
+        last.ends_with(
+            r#"a.txt is a file. To read it: {"tool":"fs.read","with":{"path":"a.txt"}}"#
+        ),
+        "{last}"
     );
 }
 
