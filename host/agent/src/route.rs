@@ -78,6 +78,29 @@ pub(crate) fn route(request: &str, tools: &[Cues]) -> Option<BTreeSet<String>> {
     (!chosen.is_empty()).then_some(chosen)
 }
 
+/// Whether `request` names a file or folder: a word with a `/` inside it
+/// (`vendor/fastcount`), a name with a short extension (`README.md`, `lib.rs`), or one of
+/// the names projects give files without one (`README`, `Makefile`). A small model's first
+/// reply to such a request must call a tool: asked "How do I run the tests? See the
+/// README.", the 0.5B model answered at once, with commands the README does not hold.
+pub(crate) fn names_a_path(request: &str) -> bool {
+    const BARE: &[&str] = &["readme", "makefile", "dockerfile", "license", "changelog"];
+    request.split_whitespace().any(|word| {
+        let word = word.trim_matches(|c: char| !c.is_alphanumeric() && c != '.' && c != '/');
+        let word = word.trim_end_matches('.');
+        let inner_slash = word.trim_matches('/').contains('/');
+        let extension = word.rsplit_once('.').is_some_and(|(stem, ext)| {
+            !stem.is_empty()
+                && (1..=4).contains(&ext.len())
+                && ext.chars().all(|c| c.is_ascii_alphanumeric())
+                && ext.chars().any(|c| c.is_ascii_alphabetic())
+        });
+        let url = word.contains("://");
+        let bare = BARE.contains(&word.to_lowercase().as_str());
+        !url && (inner_slash || extension || bare)
+    })
+}
+
 /// Words of a request that point at no file: [`STOP`] and the short ones of questions.
 const ASKING: &[&str] = &[
     "and", "any", "anything", "are", "can", "does", "file", "files", "find", "folder", "for",
@@ -168,6 +191,31 @@ mod tests {
         assert_eq!(names(&"List my inbox. ".repeat(100_000)), names("List my inbox."));
         // The same request, the same tools.
         assert_eq!(names("List my inbox."), names("List my inbox."));
+    }
+
+    #[test]
+    fn a_request_that_names_a_file_or_folder_is_told_from_one_that_does_not() {
+        for named in [
+            "How do I run the tests? See the README.",
+            "Show me vendor/fastcount/src/lib.rs.",
+            "What is the invoice in downloads/invoice.txt about?",
+            "read README.md and tell me what bx is",
+            "how many lines does Makefile have",
+            "What did Ana ask me? It is in messages/inbox/001-ana.txt.",
+        ] {
+            assert!(names_a_path(named), "{named}");
+        }
+        for not in [
+            "List my inbox.",
+            "What is Ana's email address?",
+            "Remind me of my ideas.",
+            "list the files here",
+            "What is on my todo list?",
+            "It costs 3.50 or 4.5.",
+            "What does https://example.org/pricing say?",
+        ] {
+            assert!(!names_a_path(not), "{not}");
+        }
     }
 
     #[test]

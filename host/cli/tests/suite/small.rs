@@ -12,12 +12,7 @@ use super::*;
 
 /// A model that lists "." once per turn, then answers; every request body is kept.
 fn model(bodies: &Arc<Mutex<Vec<Value>>>) -> ScriptedModel {
-    model_calling(bodies, r#"{"tool":"fs.list","with":{"path":"."}}"#)
-}
-
-/// A model that replies `call` once per turn, then answers; every request body is kept.
-fn model_calling(bodies: &Arc<Mutex<Vec<Value>>>, call: &'static str) -> ScriptedModel {
-    model_making(bodies, &[call])
+    model_making(bodies, &[r#"{"tool":"fs.list","with":{"path":"."}}"#])
 }
 
 /// A model that replies `calls` in turn, one per request, then answers; every request
@@ -61,6 +56,39 @@ fn setup(model: &ScriptedModel, inference: &str) -> (tempfile::TempDir, tempfile
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("a.txt"), "x\n").unwrap();
     (state, ws)
+}
+
+/// One turn of `request` against `calls` (replied in turn, then the answer) in
+/// constrained mode, with `files` in the workspace; every request body, and the
+/// workspace's path.
+fn small_turn(
+    calls: &[&'static str],
+    request: &str,
+    files: &[(&str, &str)],
+) -> (Vec<Value>, String) {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let scripted = model_making(&bodies, calls);
+    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    for (name, text) in files {
+        std::fs::write(ws.join(name), text).unwrap();
+    }
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap().clone();
+    (bodies, ws.to_str().unwrap().to_owned())
+}
+
+/// Fails, showing both, unless `text` ends with `tail`.
+fn assert_ends_with(text: &str, tail: &str) {
+    assert!(text.ends_with(tail), "{text:?}\ndoes not end with\n{tail:?}");
+}
+
+/// The content of the last message of a request body.
+fn last_content(body: &Value) -> String {
+    body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned()
 }
 
 #[test]
@@ -137,51 +165,31 @@ fn a_small_model_gets_the_short_prompt_and_the_worked_exchange_in_its_reply_shap
 /// the entry the owner's words point at.
 #[test]
 fn a_failed_path_call_is_shown_with_the_listing_to_make_next() {
-    let bodies = Arc::new(Mutex::new(Vec::new()));
     let call = r#"{"tool":"fs.list","with":{"path":"nowhere","depth":2}}"#;
-    let failing = model_calling(&bodies, call);
-    let (state, ws) = setup(&failing, "tool_mode = \"constrained\"");
-    let s = state.path();
-    let ws = std::fs::canonicalize(ws.path()).unwrap();
-    let _daemon = Daemon::start(s);
-    let (code, events) = say(s, "failed", "List my inbox.", &["--workspace", ws.to_str().unwrap()]);
-    assert_eq!(code, 0, "{events:?}");
-    let bodies = bodies.lock().unwrap();
+    let (bodies, ws) = small_turn(&[call], "List my inbox.", &[]);
     assert_eq!(bodies.len(), 2, "a call, then the answer");
     let messages = bodies[1]["messages"].as_array().unwrap();
-    let [.., asked, result] = messages.as_slice() else { panic!("{messages:?}") };
+    let [.., asked, _] = messages.as_slice() else { panic!("{messages:?}") };
     assert_eq!(asked["content"], call, "the model's own call, in the grammar's order");
-    let result = result["content"].as_str().unwrap();
+    let result = last_content(&bodies[1]);
     assert!(result.starts_with("error: nowhere: not found"), "relative to the workspace: {result}");
-    assert!(!result.contains(ws.to_str().unwrap()), "{result}");
-    assert!(
-        result.ends_with(
-            r#"To find where it is, list the whole folder: {"tool":"fs.list","with":{"path":".","depth":2}}"#
-        ),
-        "{result}"
+    assert!(!result.contains(&ws), "{result}");
+    assert_ends_with(
+        &result,
+        r#"To find where it is, list the whole folder: {"tool":"fs.list","with":{"path":".","depth":2}}"#,
     );
-    // The first test's call worked: its result has no such line.
-    drop(bodies);
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let working = model(&bodies);
-    let (state, ws) = setup(&working, "tool_mode = \"constrained\"");
-    let s = state.path();
-    let ws = std::fs::canonicalize(ws.path()).unwrap();
-    let _daemon = Daemon::start(s);
-    std::fs::write(ws.join("groceries.md"), "eggs\n").unwrap();
-    let (code, events) =
-        say(s, "worked", "What is on my grocery list?", &["--workspace", ws.to_str().unwrap()]);
-    assert_eq!(code, 0, "{events:?}");
-    let bodies = bodies.lock().unwrap();
-    let last = bodies[1]["messages"].as_array().unwrap().last().unwrap().clone();
-    let last = last["content"].as_str().unwrap();
+    // A call that works has no such line; a listing the owner's words point into names
+    // the entry, and the call that reads it.
+    let (bodies, _) = small_turn(
+        &[r#"{"tool":"fs.list","with":{"path":"."}}"#],
+        "What is on my grocery list?",
+        &[("groceries.md", "eggs\n")],
+    );
+    let last = last_content(&bodies[1]);
     assert!(!last.contains("To find where"), "{last}");
-    // A listing the owner's words point into: the entry, and the call that reads it.
-    assert!(
-        last.ends_with(
-            r#"The owner's words point at groceries.md. To read it: {"tool":"fs.read","with":{"path":"groceries.md"}}"#
-        ),
-        "{last}"
+    assert_ends_with(
+        &last,
+        r#"The owner's words point at groceries.md. To read it: {"tool":"fs.read","with":{"path":"groceries.md"}}"#,
     );
 }
 
@@ -190,29 +198,29 @@ fn a_failed_path_call_is_shown_with_the_listing_to_make_next() {
 /// model listed a file it had just seen, and then the whole folder again).
 #[test]
 fn a_listed_file_given_to_the_listing_tool_is_shown_with_its_read() {
-    let bodies = Arc::new(Mutex::new(Vec::new()));
     let calls = [
         r#"{"tool":"fs.list","with":{"path":"."}}"#,
         r#"{"tool":"fs.list","with":{"path":"a.txt"}}"#,
     ];
-    let scripted = model_making(&bodies, &calls);
-    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-    let s = state.path();
-    let ws = std::fs::canonicalize(ws.path()).unwrap();
-    let _daemon = Daemon::start(s);
-    let (code, events) = say(s, "kinds", "List my files.", &["--workspace", ws.to_str().unwrap()]);
-    assert_eq!(code, 0, "{events:?}");
-    let bodies = bodies.lock().unwrap();
+    let (bodies, _) = small_turn(&calls, "List my files.", &[]);
     assert_eq!(bodies.len(), 3, "two calls, then the answer");
-    let last = bodies[2]["messages"].as_array().unwrap().last().unwrap().clone();
-    let last = last["content"].as_str().unwrap();
+    let last = last_content(&bodies[2]);
     assert!(last.starts_with("error: a.txt"), "{last}");
-    assert!(
-        last.ends_with(
-            r#"a.txt is a file. To read it: {"tool":"fs.read","with":{"path":"a.txt"}}"#
-        ),
-        "{last}"
+    assert_ends_with(
+        &last,
+        r#"a.txt is a file. To read it: {"tool":"fs.read","with":{"path":"a.txt"}}"#,
     );
+}
+
+/// A request that names a file gets a call as its first reply (the grammar offers no
+/// answer then); the reply after the result may answer. A request that names none may
+/// answer at once (the first test: every tool and the answer).
+#[test]
+fn a_request_that_names_a_file_gets_a_call_first() {
+    let call = r#"{"tool":"fs.read","with":{"path":"a.txt"}}"#;
+    let (bodies, _) = small_turn(&[call], "What does a.txt say?", &[]);
+    assert_eq!(offered(&bodies[0]), ["fs.list", "fs.read", "fs.write"]);
+    assert_eq!(offered(&bodies[1]), ["fs.list", "fs.read", "fs.write", "answer"]);
 }
 
 #[test]
