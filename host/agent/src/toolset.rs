@@ -327,18 +327,20 @@ impl Toolset {
         Some(recovery_text(lister, &args))
     }
 
-    /// What a small model is told after a listing by the tool of directories: the entry
-    /// the owner's `request` points at (`crate::route::pointed`) and the call that reads
-    /// it (a file) or lists it (a folder), in its reply shape, to copy. After a listing,
-    /// the 0.5B model answered from the names, "your grocery list is in your home
-    /// directory", where the next step was to read `notes/groceries.md`. `None` when
+    /// What a small model is told after a listing by the tool of directories: the call
+    /// that reads (a file) or lists (a folder) the entry the owner's `request` points at
+    /// (`crate::route::pointed`), in its reply shape, to copy, as `{"next": CALL}`. After a
+    /// listing, the 0.5B model answered from the names, "your grocery list is in your home
+    /// directory", where the next step was to read `notes/groceries.md`. Written as a
+    /// sentence ("The owner's words point at …"), the hint became the model's answers'
+    /// first words, even where no entry was pointed at. `None` when
     /// `tool` is not that tool, `result` is not its listing, or the request points at no
     /// entry. Only tools that read are named; the call goes through the broker as any.
     pub fn pointer(&self, request: &str, tool: &str, result: &str) -> Option<String> {
         let entries = self.listed(tool, result)?;
         let (path, is_dir) = crate::route::pointed(request, &entries)?;
-        let (verb, call) = self.opener(path, *is_dir)?;
-        Some(format!("The owner's words point at {path}. To {verb} it: {call}"))
+        let (_, call) = self.opener(path, *is_dir)?;
+        Some(format!("{{\"next\":{call}}}"))
     }
 
     /// The entries of `result` as `(path, is a folder)`, when it is a listing by the tool

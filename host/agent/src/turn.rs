@@ -264,6 +264,14 @@ impl Agent {
                     Some(pointer) => format!("{content}\n{pointer}"),
                     None => content,
                 };
+                // After a long result, a small model is reminded of the question: with
+                // a README in front of it, the 0.5B model answered the worked exchange's.
+                let content = if small && content.len() > LONG_RESULT {
+                    let asked = bx_audit::bounded(text, 500);
+                    format!("{content}\nThe owner asked: {asked}")
+                } else {
+                    content
+                };
                 transcript.append(&[Message::Tool { tool_call_id: call.id.clone(), content }])?;
                 if again {
                     // The calls after it in this reply are still recorded, and refused.
@@ -383,6 +391,9 @@ impl Agent {
         Ok((finished.for_model, false))
     }
 }
+
+/// Bytes of a result past which a small model is reminded of the owner's question.
+const LONG_RESULT: usize = 4096;
 
 /// `text` with the paths under `workspace` written relative to it, as a small model
 /// is told to write them (`docs/agent.md#small-models`): `WS/notes/a.md` becomes

@@ -133,12 +133,7 @@ fn a_small_model_gets_the_short_prompt_and_the_worked_exchange_in_its_reply_shap
     assert_eq!(shown[7], ("assistant", listing));
     // The listing says which entry the owner's words point at, and the next reply reads it.
     let read = r#"{"tool":"fs.read","with":{"path":"trips/rome.txt"}}"#;
-    assert!(
-        shown[8]
-            .1
-            .ends_with(&format!("\nThe owner's words point at trips/rome.txt. To read it: {read}")),
-        "{shown:?}"
-    );
+    assert!(shown[8].1.ends_with(&format!("\n{{\"next\":{read}}}")), "{shown:?}");
     assert_eq!(shown[9], ("assistant", read));
     assert!(shown[11].1.starts_with(r#"{"tool":"answer","with":"Your flight"#), "{shown:?}");
     assert_eq!(shown[12], ("user", "List my files."));
@@ -187,10 +182,7 @@ fn a_failed_path_call_is_shown_with_the_listing_to_make_next() {
     );
     let last = last_content(&bodies[1]);
     assert!(!last.contains("To find where"), "{last}");
-    assert_ends_with(
-        &last,
-        r#"The owner's words point at groceries.md. To read it: {"tool":"fs.read","with":{"path":"groceries.md"}}"#,
-    );
+    assert_ends_with(&last, r#"{"next":{"tool":"fs.read","with":{"path":"groceries.md"}}}"#);
 }
 
 /// A file given to the tool of directories, just after a listing showed it is a file, is
