@@ -215,6 +215,23 @@ fn a_request_that_names_a_file_gets_a_call_first() {
     assert_eq!(offered(&bodies[1]), ["fs.list", "fs.read", "fs.write", "answer"]);
 }
 
+/// A result over 4 KiB is followed by the owner's question again (with a README in front
+/// of it, the 0.5B model answered the worked exchange's question); a short one is not.
+#[test]
+fn a_long_result_is_followed_by_the_question() {
+    let call = r#"{"tool":"fs.read","with":{"path":"long.txt"}}"#;
+    let long = "word ".repeat(1000);
+    let (bodies, _) = small_turn(&[call], "What does long.txt say?", &[("long.txt", &long)]);
+    assert_ends_with(&last_content(&bodies[1]), "\nThe owner asked: What does long.txt say?");
+    let call = r#"{"tool":"fs.read","with":{"path":"a.txt"}}"#;
+    let (bodies, _) = small_turn(&[call], "What does a.txt say?", &[]);
+    assert!(
+        !last_content(&bodies[1]).contains("The owner asked"),
+        "{:?}",
+        last_content(&bodies[1])
+    );
+}
+
 #[test]
 fn route_tools_narrows_only_the_first_reply_to_the_tools_the_words_point_at() {
     let bodies = Arc::new(Mutex::new(Vec::new()));
