@@ -289,7 +289,7 @@ impl Toolset {
                     r#"{"entries":[{"path":"trips/rome.txt","kind":"file"},{"path":"trips/oslo.txt","kind":"file"}]}"#,
                 ));
                 out.push(Message::Assistant {
-                    content: "rome.txt and oslo.txt are in your trips folder.".into(),
+                    content: "rome.txt and oslo.txt are in it.".into(),
                     tool_calls: Vec::new(),
                 });
                 out.push(Message::User { content: flight.into() });

@@ -117,7 +117,10 @@ fn a_small_model_gets_the_short_prompt_and_the_worked_exchange_in_its_reply_shap
     assert_eq!(shown[0], ("user", "What is in my trips folder?"));
     assert_eq!(shown[1], ("assistant", r#"{"tool":"fs.list","with":{"path":"trips"}}"#));
     assert_eq!(shown[2].0, "tool");
-    assert!(shown[3].1.starts_with(r#"{"tool":"answer","with":"rome.txt and"#), "{shown:?}");
+    assert!(
+        shown[3].1.starts_with(r#"{"tool":"answer","with":"rome.txt and oslo.txt are in it."#),
+        "{shown:?}"
+    );
     assert_eq!(shown[4], ("user", "When is my flight to Rome?"));
     assert_eq!(shown[5], ("assistant", r#"{"tool":"fs.read","with":{"path":"rome.txt"}}"#));
     // The error says which call lists the whole folder, in the words the grammar lets
