@@ -200,11 +200,11 @@ async fn error_text(mut r: reqwest::Response) -> String {
 }
 
 /// A probe's body, read whole up to [`MAX_PROBE_BYTES`].
-async fn probe_body(mut r: reqwest::Response) -> Result<Vec<u8>, String> {
+async fn probe_body(mut r: reqwest::Response) -> Result<Vec<u8>, InferError> {
     let mut body = Vec::new();
-    while let Some(chunk) = r.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = r.chunk().await.map_err(|e| InferError::ProbeBody(e.to_string()))? {
         if body.len() + chunk.len() > MAX_PROBE_BYTES {
-            return Err(format!("the body is over {MAX_PROBE_BYTES} bytes"));
+            return Err(InferError::ProbeTooLarge(MAX_PROBE_BYTES));
         }
         body.extend_from_slice(&chunk);
     }
@@ -311,10 +311,8 @@ impl Client {
                 if !r.status().is_success() {
                     return Try::Again(format!("/props answered {}", r.status()));
                 }
-                match probe_body(r)
-                    .await
-                    .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
-                {
+                let body = probe_body(r).await.map_err(|e| e.to_string());
+                match body.and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
                     Ok(v) => Try::Done(v),
                     Err(why) => Try::Again(why),
                 }

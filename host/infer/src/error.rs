@@ -48,6 +48,12 @@ pub enum InferError {
     /// `/props` said something the client cannot work with.
     #[error("server properties: {0}")]
     Props(String),
+    /// A probe's body (`/props`, `/slots`) was larger than the client reads.
+    #[error("a probe's body is over {0} bytes")]
+    ProbeTooLarge(usize),
+    /// A probe's body broke off or did not arrive within its deadline.
+    #[error("reading a probe's body: {0}")]
+    ProbeBody(String),
 }
 
 impl InferError {
