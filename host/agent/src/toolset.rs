@@ -263,9 +263,7 @@ impl Toolset {
     /// directories, the owner names the path and the model reads it. Empty when no tool
     /// of files is installed. The same for a tool epoch.
     pub fn example(&self) -> Vec<Message> {
-        let readers = self.readers();
-        let of_dirs = |d: &ToolDef| d.description.to_lowercase().contains("director");
-        let Some(&(reader, path)) = readers.iter().find(|(d, _)| !of_dirs(d)) else {
+        let Some((reader, path)) = self.reader() else {
             return Vec::new();
         };
         let call = |n: usize, def: &ToolDef, arguments: serde_json::Value| {
@@ -301,7 +299,8 @@ impl Toolset {
                 out.push(call(1, lister, args));
                 // The listing, and the entry the owner's words point at.
                 let listing = r#"{"entries":[{"path":"trips","kind":"dir"},{"path":"trips/rome.txt","kind":"file"},{"path":"trips/oslo.txt","kind":"file"}]}"#;
-                let shown = match self.pointer(flight, &lister.name, listing) {
+                let entries = self.listed(&lister.name, listing).unwrap_or_default();
+                let shown = match self.pointer(flight, &entries) {
                     Some(pointer) => format!("{listing}\n{pointer}"),
                     None => listing.to_owned(),
                 };
@@ -334,11 +333,9 @@ impl Toolset {
     /// directory", where the next step was to read `notes/groceries.md`. Written as a
     /// sentence ("The owner's words point at …"), the hint became the model's answers'
     /// first words, even where no entry was pointed at. `None` when
-    /// `tool` is not that tool, `result` is not its listing, or the request points at no
-    /// entry. Only tools that read are named; the call goes through the broker as any.
-    pub fn pointer(&self, request: &str, tool: &str, result: &str) -> Option<String> {
-        let entries = self.listed(tool, result)?;
-        let (path, is_dir) = crate::route::pointed(request, &entries)?;
+    /// the request points at no entry of the listing (`entries`, from [`Toolset::listed`]). Only tools that read are named; the call goes through the broker as any.
+    pub fn pointer(&self, request: &str, entries: &[(String, bool)]) -> Option<String> {
+        let (path, is_dir) = crate::route::pointed(request, entries)?;
         let (_, call) = self.opener(path, *is_dir)?;
         Some(format!("{{\"next\":{call}}}"))
     }
@@ -366,13 +363,11 @@ impl Toolset {
     /// directories for a folder, the tool of files for a file.
     fn opener(&self, path: &str, is_dir: bool) -> Option<(&'static str, String)> {
         let (lister, dir, _) = self.finder()?;
-        let readers = self.readers();
-        let of_dirs = |d: &ToolDef| d.description.to_lowercase().contains("director");
         let (def, arg, verb) = if is_dir {
             (lister, dir, "list")
         } else {
-            let (reader, arg) = readers.iter().find(|(d, _)| !of_dirs(d))?;
-            (*reader, *arg, "read")
+            let (reader, arg) = self.reader()?;
+            (reader, arg, "read")
         };
         let call = bx_infer::ArgOrder::of(std::slice::from_ref(def))
             .call(&def.name, &serde_json::json!({ arg: path }));
@@ -420,13 +415,18 @@ impl Toolset {
     /// The tool of directories among [`Toolset::readers`], its path argument, and the
     /// arguments that list the whole folder two levels deep (when it takes a depth).
     fn finder(&self) -> Option<(&ToolDef, &str, serde_json::Value)> {
-        let of_dirs = |d: &ToolDef| d.description.to_lowercase().contains("director");
         let (lister, dir) = self.readers().into_iter().find(|(d, _)| of_dirs(d))?;
         let mut args = serde_json::json!({ dir: "." });
         if lister.parameters["properties"].get("depth").is_some() {
             args["depth"] = 2.into();
         }
         Some((lister, dir, args))
+    }
+
+    /// The tool of files among [`Toolset::readers`] (the first that is not of
+    /// directories), and its path argument.
+    fn reader(&self) -> Option<(&ToolDef, &str)> {
+        self.readers().into_iter().find(|(d, _)| !of_dirs(d))
     }
 
     /// Tools whose one required argument is a path they read: (definition, argument).
@@ -488,6 +488,12 @@ impl Toolset {
 fn unlabelled() -> (Label, Option<Label>, bool) {
     let label = |text| parse_label(text).unwrap_or(Label::TOP);
     (label(UNLABELLED_RESULT), Some(label(UNLABELLED_SINK)), true)
+}
+
+/// Whether `def` is a tool of directories (its description says so), among the tools
+/// that read one path.
+fn of_dirs(def: &ToolDef) -> bool {
+    def.description.to_lowercase().contains("director")
 }
 
 /// [`Toolset::recovery`]'s text: the call of `lister` with `args`, in the reply shape.

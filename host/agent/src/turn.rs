@@ -255,11 +255,11 @@ impl Agent {
                 };
                 // After a listing, a small model is shown the entry the owner's words
                 // point at, and the call that opens it.
-                if small && let Some(entries) = toolset.listed(&call.name, &content) {
-                    seen.extend(entries);
-                }
-                let pointer =
-                    if small { toolset.pointer(text, &call.name, &content) } else { None };
+                // The listing is read once: for the pointer, and for what later failures
+                // of this turn are told.
+                let listed = if small { toolset.listed(&call.name, &content) } else { None };
+                let pointer = listed.as_deref().and_then(|e| toolset.pointer(text, e));
+                seen.extend(listed.unwrap_or_default());
                 let content = match pointer {
                     Some(pointer) => format!("{content}\n{pointer}"),
                     None => content,

@@ -42,7 +42,7 @@ pub struct Target {
 /// input cost outside this thread.
 pub struct Scratch {
     /// Dropped first: the servers stop before their state directory goes.
-    served: std::sync::OnceLock<Result<http::Served, String>>,
+    served: std::sync::OnceLock<anyhow::Result<http::Served>>,
     /// CPU time spent outside this thread on the current input, in nanoseconds.
     spent: std::sync::atomic::AtomicU64,
     dir: tempfile::TempDir,
@@ -70,12 +70,10 @@ impl Scratch {
     /// The servers of `mcp_http`, started on first use; a failure to start is a panic
     /// on every input (so the run stops on it, with the reason).
     fn served(&self) -> &http::Served {
-        let served = self
-            .served
-            .get_or_init(|| http::Served::start(self.path()).map_err(|e| format!("{e:#}")));
+        let served = self.served.get_or_init(|| http::Served::start(self.path()));
         match served {
             Ok(s) => s,
-            Err(e) => panic!("mcp_http: the servers did not start: {e}"),
+            Err(e) => panic!("mcp_http: the servers did not start: {e:#}"),
         }
     }
 }
