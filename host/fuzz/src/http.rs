@@ -31,6 +31,8 @@ use crate::Scratch;
 /// The longest wait for an answer to end (the server's own longest wait for a client is
 /// 10 s, for a request's head).
 pub const ANSWER_SECS: u64 = 20;
+/// How long `bx serve` and `bx mcp --http` have to say they are ready.
+const START_SECS: u64 = 60;
 /// How long a stream of events is read before it is left open.
 const STREAM_SECS: u64 = 1;
 /// The most of an answer that is read.
@@ -94,21 +96,31 @@ fn bx(bx: &Path, state: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-/// Waits for a line of `child`'s stderr holding `marker`, then drains the rest in a
-/// thread; the line.
+/// Waits up to [`START_SECS`] for a line of `child`'s stderr holding `marker` (the rest
+/// is drained in a thread); the line. A server that never says it is ready is an error,
+/// not a wait for ever.
 fn line_with(child: &mut Child, marker: &str, what: &str) -> anyhow::Result<String> {
     let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("{what}: no stderr"))?;
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let line = loop {
-        match lines.next() {
-            Some(Ok(line)) if line.contains(marker) => break line,
-            Some(Ok(_)) => {}
-            Some(Err(e)) => anyhow::bail!("{what}: reading its output: {e}"),
-            None => anyhow::bail!("{what} ended before it said {marker:?}"),
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Ok(line)
+    let (tx, rx) = std::sync::mpsc::channel();
+    let marker_owned = marker.to_owned();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let found = loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains(&marker_owned) => break Ok(line),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => break Err(format!("reading its output: {e}")),
+                None => break Err("it ended".to_owned()),
+            }
+        };
+        let _ = tx.send(found);
+        for _ in lines {}
+    });
+    match rx.recv_timeout(Duration::from_secs(START_SECS)) {
+        Ok(Ok(line)) => Ok(line),
+        Ok(Err(why)) => anyhow::bail!("{what}: {why} before it said {marker:?}"),
+        Err(_) => anyhow::bail!("{what} did not say {marker:?} within {START_SECS} s"),
+    }
 }
 
 impl Served {
@@ -392,6 +404,24 @@ mod tests {
             .send(&served.post(r#"{"jsonrpc":"2.0","id":9,"method":"tools/list"}"#, Some(&session)))
             .unwrap();
         assert!(String::from_utf8_lossy(&list).contains(r#""tools":[]"#), "{}", head_of(&list));
+    }
+
+    /// A server that ends, or says other things, before it says it is ready is an error
+    /// that names it; one that says it is found.
+    #[test]
+    fn a_server_is_ready_only_when_it_says_so() {
+        let spawn = |script: &str| {
+            Command::new("sh").args(["-c", script]).stderr(Stdio::piped()).spawn().unwrap()
+        };
+        let mut ended = spawn("echo starting >&2");
+        let err = line_with(&mut ended, "listening on", "bx serve").unwrap_err().to_string();
+        assert!(err.contains("bx serve: it ended before it said"), "{err}");
+        let mut ready = spawn("echo starting >&2; echo 'bx serve: listening on x' >&2");
+        assert_eq!(
+            line_with(&mut ready, "listening on", "bx serve").unwrap(),
+            "bx serve: listening on x"
+        );
+        let _ = (ended.wait(), ready.wait());
     }
 
     /// The checks of `run` fail on what they are there to find: a placeholder the
