@@ -364,13 +364,17 @@ impl Client {
             &self.cfg.url,
             async || self.healthy().await,
             async || {
-                let sent = self
+                // The answer's head must come within the idle wait too: a server that
+                // accepted the request and sent nothing held the turn to its deadline.
+                let send = self
                     .http
                     .post(format!("{}/v1/chat/completions", self.cfg.url))
                     .header("content-type", "application/json")
                     .body(body.clone())
-                    .send()
-                    .await;
+                    .send();
+                let Ok(sent) = tokio::time::timeout(self.cfg.idle_timeout, send).await else {
+                    return Try::Fail(InferError::IdleTimeout(self.cfg.idle_timeout));
+                };
                 match sent {
                     Ok(r) if r.status() == 503 => Try::Again("server loading (503)".to_owned()),
                     Ok(r) if !r.status().is_success() => {

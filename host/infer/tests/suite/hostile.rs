@@ -111,3 +111,20 @@ async fn an_endless_error_body_is_cut_and_the_request_ends() {
     assert_eq!(status, 500);
     assert!(!body.is_empty() && body.chars().count() <= 1024, "{} chars", body.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_request_that_gets_no_answer_ends_by_the_idle_wait() {
+    // /props and /health answer; the chat request is accepted and never answered.
+    let url = serve(|line| if line.starts_with("POST") { Answer::Silent } else { Answer::Props });
+    let mut cfg = config(&url);
+    cfg.idle_timeout = Duration::from_secs(2);
+    let client = Client::connect(cfg).await.unwrap();
+    let req = ChatRequest {
+        messages: vec![Message::User { content: "hi".into() }],
+        ..ChatRequest::default()
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(40), client.chat("s", &req, |_| {}))
+        .await
+        .expect("a chat request waited for its answer's head with no deadline");
+    assert!(matches!(outcome, Err(InferError::IdleTimeout(_))), "{:?}", outcome.map(|_| ()));
+}
