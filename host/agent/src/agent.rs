@@ -233,7 +233,7 @@ impl Agent {
         let mut owner = self.connected(events);
         let settled =
             self.trust.settle(proposal, overlay, refusal, &mut owner, &self.parts.runtime).await?;
-        Ok(call::output_of(&id, &settled))
+        Ok(call::output_of(&id, settled))
     }
 
     /// The owner as this daemon reaches them, through `events`' client.

@@ -927,14 +927,32 @@ pub struct Finished {
     pub label: Label,
     /// The session's taint after it.
     pub taint: Label,
-    /// What the model is told: the output, or what went wrong.
-    pub for_model: String,
+    /// What went wrong, when the call has no output (see [`Finished::for_model`]).
+    failure: String,
     /// Bytes of output.
     pub bytes: u64,
     /// The runtime's report, or why the call stopped.
     pub outcome: Result<CallReport, RunError>,
     /// The secrets put into its requests, and what the leak guard found.
     pub secrets: SecretActivity,
+}
+
+impl Finished {
+    /// What the model is told: the output, or what went wrong.
+    pub fn for_model(&self) -> &str {
+        match &self.outcome {
+            Ok(CallReport { result: Ok(Output::Json(t) | Output::Text(t)), .. }) => t,
+            _ => &self.failure,
+        }
+    }
+
+    /// [`Finished::for_model`], taken.
+    pub fn into_for_model(self) -> String {
+        match self.outcome {
+            Ok(CallReport { result: Ok(Output::Json(t) | Output::Text(t)), .. }) => t,
+            _ => self.failure,
+        }
+    }
 }
 
 impl Allowed<'_> {
@@ -1051,11 +1069,13 @@ fn finish(
     activity: SecretActivity,
 ) -> Result<Finished, AgentError> {
     let trust = r.trust;
-    let (status, label, for_model, output) = match &outcome {
+    // `failure` is empty when there is an output: the output itself is what the model
+    // is told, not a copy of it (a result can be megabytes).
+    let (status, label, failure, output) = match &outcome {
         Ok(report) => {
             let (status, text, output) = match &report.result {
                 Ok(Output::Json(t) | Output::Text(t)) => {
-                    (bx_audit::CallStatus::Ok, t.clone(), Some(t.as_str()))
+                    (bx_audit::CallStatus::Ok, String::new(), Some(t.as_str()))
                 }
                 Err(e) => (bx_audit::CallStatus::Error, call_error_text(e), None),
             };
@@ -1111,7 +1131,7 @@ fn finish(
     let taint = in_place(|| trust.ledger.observe(&r.session, &r.call, label, &reached, &urls))?;
     let (output_sha256, output_bytes, error) = match output {
         Some(t) => (Some(sha256_hex(t.as_bytes())), Some(t.len() as u64), None),
-        None => (None, None, Some(bounded(&for_model, MAX_FIELD_BYTES))),
+        None => (None, None, Some(bounded(&failure, MAX_FIELD_BYTES))),
     };
     let record = Entry::Result(bx_audit::Outcome {
         session: r.session.clone(),
@@ -1148,7 +1168,7 @@ fn finish(
     trust.secrets.note_uses(&activity.used, &now);
     trust.secrets.quarantine(&activity.leaks, &now);
     let bytes = output.map_or(0, |t| t.len() as u64);
-    Ok(Finished { status, label, taint, for_model, bytes, outcome, secrets: activity })
+    Ok(Finished { status, label, taint, failure, bytes, outcome, secrets: activity })
 }
 
 /// The arguments of a call made by hand, as JSON: `(value, refusal)`, where text that
@@ -1173,8 +1193,9 @@ pub fn parse_args(text: &str) -> (Value, Option<String>) {
     }
 }
 
-/// How a settled call ended, as the end of a one-shot run reports it.
-pub fn output_of(call: &str, settled: &Result<Finished, Refused>) -> bx_protocol::Body {
+/// How a settled call ended, as the end of a one-shot run reports it. It takes the call
+/// whole, so that its output moves into the message rather than being copied.
+pub fn output_of(call: &str, settled: Result<Finished, Refused>) -> bx_protocol::Body {
     use bx_protocol::RunOutcome as O;
     let finished = match settled {
         Ok(finished) => finished,
@@ -1183,22 +1204,22 @@ pub fn output_of(call: &str, settled: &Result<Finished, Refused>) -> bx_protocol
                 call: call.to_owned(),
                 outcome: if refused.unavailable { O::Unavailable } else { O::Refused },
                 label: String::new(),
-                text: refused.reason.clone(),
+                text: refused.reason,
                 stderr: String::new(),
             };
         }
     };
     let label = finished.label.to_string();
-    let (outcome, text, stderr) = match &finished.outcome {
+    let (outcome, text, stderr) = match finished.outcome {
         Ok(report) => {
             let stderr = String::from_utf8_lossy(&report.stderr).into_owned();
-            let (outcome, text) = match &report.result {
-                Ok(Output::Json(t)) => (O::Json, t.clone()),
-                Ok(Output::Text(t)) => (O::Text, t.clone()),
-                Err(CallError::Denied(m)) => (O::HostDenied, m.clone()),
-                Err(CallError::InvalidArgs(m)) => (O::InvalidArgs, m.clone()),
-                Err(CallError::Failed(m)) => (O::Failed, m.clone()),
-                Err(CallError::OutputTooLarge(m)) => (O::OutputTooLarge, m.clone()),
+            let (outcome, text) = match report.result {
+                Ok(Output::Json(t)) => (O::Json, t),
+                Ok(Output::Text(t)) => (O::Text, t),
+                Err(CallError::Denied(m)) => (O::HostDenied, m),
+                Err(CallError::InvalidArgs(m)) => (O::InvalidArgs, m),
+                Err(CallError::Failed(m)) => (O::Failed, m),
+                Err(CallError::OutputTooLarge(m)) => (O::OutputTooLarge, m),
             };
             (outcome, text, stderr)
         }

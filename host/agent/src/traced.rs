@@ -130,7 +130,7 @@ impl CallSpan {
             match settled {
                 Some(Ok(f)) => {
                     span.set_attribute(KeyValue::new(attr::BX_LABEL, f.label.to_string()));
-                    if let Some(text) = bx_telemetry::content(&f.for_model, &f.label.to_string()) {
+                    if let Some(text) = bx_telemetry::content(f.for_model(), &f.label.to_string()) {
                         span.set_attribute(KeyValue::new(attr::GEN_AI_TOOL_CALL_RESULT, text));
                     }
                     if f.status != bx_audit::CallStatus::Ok {

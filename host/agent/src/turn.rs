@@ -380,15 +380,15 @@ impl Agent {
         };
         if let Err(RunError::Limit { .. }) = &finished.outcome {
             // A limit hit is the owner's business too: the runbook says what to change.
-            let text = format!("{} (see docs/runbook.md#tool-limit)", finished.for_model);
+            let text = format!("{} (see docs/runbook.md#tool-limit)", finished.for_model());
             return Ok((text, false));
         }
         if finished.status == bx_audit::CallStatus::Error
             && let Some(hint) = &ctx.recovery
         {
-            return Ok((format!("{}\n{hint}", finished.for_model), false));
+            return Ok((format!("{}\n{hint}", finished.for_model()), false));
         }
-        Ok((finished.for_model, false))
+        Ok((finished.into_for_model(), false))
     }
 }
 

@@ -515,8 +515,14 @@ pub const TARGETS: &[Target] = &[
         seeds: &[("wire", ".json")],
         dictionary: JSON,
         // A fixture is one envelope; as a frame it gets its 4-byte length (see `seed`).
+        // What is read is written back as the same message (a JSON result as the
+        // envelope's `output` included).
         run: |bytes, _| {
-            let _ = bx_protocol::decode(bytes);
+            if let Ok(envelope) = bx_protocol::decode(bytes)
+                && let Ok(frame) = bx_protocol::encode(&envelope)
+            {
+                assert_eq!(bx_protocol::decode(&frame).ok(), Some(envelope), "written back");
+            }
             let mut stream = Cursor::new(bytes);
             while let Ok(Some(_)) = bx_protocol::read_frame(&mut stream) {}
         },

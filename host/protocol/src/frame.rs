@@ -70,7 +70,17 @@ pub fn hello(token: &str) -> Result<Vec<u8>, FrameError> {
 
 /// Encodes one envelope as a frame.
 pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, FrameError> {
-    let mut out = vec![0; HEAD_BYTES];
+    // Room for a large tool output at once, rather than doubling up to it. Only a large
+    // one: the daemon bounds what it queues for a client by frames' lengths, so a small
+    // frame must not hold much more memory than its length.
+    let room = match &envelope.msg {
+        crate::Body::ToolOutput { text, call, label, stderr, .. } if text.len() >= 64 << 10 => {
+            HEAD_BYTES + 256 + call.len() + label.len() + stderr.len() + text.len()
+        }
+        _ => HEAD_BYTES,
+    };
+    let mut out = Vec::with_capacity(room.min(HEAD_BYTES + MAX_FRAME_BYTES));
+    out.resize(HEAD_BYTES, 0);
     serde_json::to_writer(&mut out, envelope).map_err(FrameError::Bad)?;
     let len = out.len() - HEAD_BYTES;
     if len > MAX_FRAME_BYTES {

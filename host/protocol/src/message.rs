@@ -6,8 +6,14 @@ use serde::{Deserialize, Serialize};
 pub const VERSION: u32 = 1;
 
 /// One message on the socket.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// On the wire, a `tool_output` whose outcome is `json` carries its text as the
+/// envelope's `output`, the JSON as it is, with the message's `text` empty: a result
+/// of a megabyte is then copied into the frame and out of it, not escaped into a JSON
+/// string and unescaped again (docs/wire.md). Every other message, and a `json` text
+/// that is not one JSON value, goes as its fields say.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "Wire")]
 pub struct Envelope {
     /// Protocol version ([`VERSION`]).
     pub v: u32,
@@ -16,6 +22,74 @@ pub struct Envelope {
     pub id: u64,
     /// What the message says.
     pub msg: Body,
+}
+
+/// An envelope as the wire has it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    v: u32,
+    id: u64,
+    msg: Body,
+    #[serde(default)]
+    output: Option<Box<serde_json::value::RawValue>>,
+}
+
+/// The same, borrowed, to write.
+#[derive(Serialize)]
+struct WireOut<'a> {
+    v: u32,
+    id: u64,
+    msg: &'a Body,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a serde_json::value::RawValue>,
+}
+
+impl TryFrom<Wire> for Envelope {
+    type Error = &'static str;
+
+    fn try_from(wire: Wire) -> Result<Envelope, &'static str> {
+        let Wire { v, id, mut msg, output } = wire;
+        if let Some(output) = output {
+            match &mut msg {
+                Body::ToolOutput { outcome: RunOutcome::Json, text, .. } if text.is_empty() => {
+                    *text = String::from(Box::<str>::from(output));
+                }
+                _ => {
+                    return Err(
+                        "`output` belongs only to a tool_output of outcome json, whose text is then empty",
+                    );
+                }
+            }
+        }
+        Ok(Envelope { v, id, msg })
+    }
+}
+
+impl Serialize for Envelope {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Envelope { v, id, msg } = self;
+        if let Body::ToolOutput { call, outcome: RunOutcome::Json, label, text, stderr } = msg
+            && let Some(raw) = one_value(text)
+        {
+            let msg = Body::ToolOutput {
+                call: call.clone(),
+                outcome: RunOutcome::Json,
+                label: label.clone(),
+                text: String::new(),
+                stderr: stderr.clone(),
+            };
+            return WireOut { v: *v, id: *id, msg: &msg, output: Some(raw) }.serialize(s);
+        }
+        WireOut { v: *v, id: *id, msg, output: None }.serialize(s)
+    }
+}
+
+/// `text` as a raw JSON value, when it is exactly one (no space around it, which the
+/// raw form would drop).
+fn one_value(text: &str) -> Option<&serde_json::value::RawValue> {
+    let raw: &serde_json::value::RawValue = serde_json::from_str(text).ok()?;
+    (raw.get().len() == text.len()).then_some(raw)
 }
 
 /// How the owner answers an approval.

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use bx_protocol::{
-    Body, Envelope, ErrorCode, FrameCodec, FrameError, MAX_FRAME_BYTES, decode, encode, read_frame,
+    Body, Envelope, ErrorCode, FrameCodec, FrameError, MAX_FRAME_BYTES, RunOutcome, decode, encode,
+    read_frame,
 };
 use bytes::BytesMut;
 use futures_util::StreamExt as _;
@@ -39,9 +40,11 @@ fn every_fixture_round_trips_byte_for_byte_and_every_type_has_one() {
         let line = text.strip_suffix('\n').unwrap_or(text);
         let env: Envelope =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}.json: {e}"));
+        // `TYPE.json`, or `TYPE.FORM.json` for another form of the same type.
+        let of_type = name.split('.').next().unwrap();
         assert_eq!(
             env.msg.type_name(),
-            name,
+            of_type,
             "{name}.json holds a {} message",
             env.msg.type_name()
         );
@@ -52,13 +55,63 @@ fn every_fixture_round_trips_byte_for_byte_and_every_type_has_one() {
         );
         // And through a frame.
         assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
-        seen.insert(name.clone());
+        seen.insert(of_type.to_owned());
     }
     let types: BTreeSet<String> = Body::TYPES.iter().map(|t| (*t).to_owned()).collect();
     let missing: Vec<_> = types.difference(&seen).collect();
     assert!(missing.is_empty(), "types without a fixture in fixtures/wire: {missing:?}");
     let stray: Vec<_> = seen.difference(&types).collect();
     assert!(stray.is_empty(), "fixtures without a type: {stray:?}");
+}
+
+/// A `json` result goes as the envelope's `output`, as it is (not escaped into `text`),
+/// and is read back as the message's text; any other text goes in `text`.
+#[test]
+fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
+    let out = |outcome, text: &str| Envelope {
+        v: 1,
+        id: 9,
+        msg: Body::ToolOutput {
+            call: "c".into(),
+            outcome,
+            label: "private/trusted".into(),
+            text: text.into(),
+            stderr: String::new(),
+        },
+    };
+    let json = r#"{"a":"line\n\"quoted\"","b":[1,2.5,null]}"#;
+    let wire =
+        String::from_utf8(encode(&out(RunOutcome::Json, json)).unwrap()[4..].to_vec()).unwrap();
+    assert!(wire.ends_with(&format!(r#""text":"","stderr":""}},"output":{json}}}"#)), "{wire}");
+    assert_eq!(
+        decode(&encode(&out(RunOutcome::Json, json)).unwrap()).unwrap(),
+        out(RunOutcome::Json, json)
+    );
+    // Not one JSON value (two, space around one, none), or another outcome: in `text`.
+    for (outcome, text) in [
+        (RunOutcome::Json, "1 2"),
+        (RunOutcome::Json, " 1"),
+        (RunOutcome::Json, ""),
+        (RunOutcome::Json, "{\"a\":"),
+        (RunOutcome::Text, "[1]"),
+    ] {
+        let env = out(outcome, text);
+        let bytes = encode(&env).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("\"output\""), "{text:?}");
+        assert_eq!(decode(&bytes).unwrap(), env);
+    }
+    // `output` anywhere else, or beside a text, is refused.
+    for bad in [
+        r#"{"v":1,"id":1,"msg":{"type":"ok"},"output":1}"#,
+        r#"{"v":1,"id":1,"msg":{"type":"tool_output","call":"c","outcome":"text","label":"","text":"","stderr":""},"output":1}"#,
+        r#"{"v":1,"id":1,"msg":{"type":"tool_output","call":"c","outcome":"json","label":"","text":"2","stderr":""},"output":1}"#,
+        r#"{"v":1,"id":1,"msg":{"type":"tool_output","call":"c","outcome":"json","label":"","text":"","stderr":""},"output":}"#,
+    ] {
+        assert!(
+            matches!(decode(&frame(bad.as_bytes())), Err(FrameError::Bad(_))),
+            "accepted {bad}"
+        );
+    }
 }
 
 fn frame(body: &[u8]) -> Vec<u8> {

@@ -73,7 +73,8 @@ impl Conversions {
 
     /// Converts `args` for every function that has a JSON form; the values that convert
     /// are rendered back (whole, and a `result`'s arm) as results are. Returns how many
-    /// converted. Errors are expected; only a panic is a finding.
+    /// converted. Errors are expected; only a panic is a finding, and the text a call's
+    /// results are written as differing from their JSON value is one.
     pub fn run(&self, args: &serde_json::Value) -> usize {
         let mut converted = 0;
         for f in self.0.iter().filter(|f| f.schema.is_ok()) {
@@ -81,7 +82,14 @@ impl Conversions {
                 converted += 1;
                 let _ = wit_json::vals_to_json(&vals);
                 for v in &vals {
-                    let _ = wit_json::split_result(v);
+                    let one = std::slice::from_ref(v);
+                    let by_value = match wit_json::split_result(v) {
+                        Some(Ok(ok)) => Ok(ok.to_string()),
+                        Some(Err(serde_json::Value::String(message))) => Err(message),
+                        Some(Err(other)) => Err(other.to_string()),
+                        None => Ok(wit_json::vals_to_json(one).to_string()),
+                    };
+                    assert_eq!(wit_json::render(one), by_value, "results written as text");
                 }
             }
         }

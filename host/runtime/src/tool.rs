@@ -662,19 +662,10 @@ impl Runtime {
             Ok(Err(e)) => return Err(self.classify(e, store)),
             Err(_) => return Err(self.past_deadline()),
         };
-        let rendered = match results.as_slice() {
-            [one] => match wit_json::split_result(one) {
-                Some(Ok(ok)) => Ok(ok),
-                Some(Err(err)) => Err(err),
-                None => Ok(wit_json::vals_to_json(&results)),
-            },
-            _ => Ok(wit_json::vals_to_json(&results)),
-        };
-        Ok(match rendered {
-            Ok(value) => Ok(Output::Json(value.to_string())),
+        Ok(match wit_json::render(&results) {
+            Ok(json) => Ok(Output::Json(json)),
             // A string error is the tool's own message; anything else is shown as JSON.
-            Err(serde_json::Value::String(message)) => Err(CallError::Failed(message)),
-            Err(other) => Err(CallError::Failed(other.to_string())),
+            Err(message) => Err(CallError::Failed(message)),
         })
     }
 

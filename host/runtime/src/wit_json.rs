@@ -34,7 +34,7 @@ mod schema;
 mod tests;
 
 pub use convert::ArgError;
-pub(crate) use convert::{args_to_vals, split_result, vals_to_json};
+pub(crate) use convert::{args_to_vals, render, split_result, vals_to_json};
 pub(crate) use docs::{function_docs, world_of};
 pub(crate) use schema::{args_schema, result_schema};
 

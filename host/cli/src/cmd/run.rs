@@ -464,7 +464,7 @@ fn here(
             // Nobody sees a result that is not on the log.
             Err(e) => return unavailable(e),
         };
-    match call::output_of(&call_id, &settled) {
+    match call::output_of(&call_id, settled) {
         Body::ToolOutput { outcome, text, stderr, .. } => Ok(print(outcome, &text, &stderr)),
         _ => Ok(EXIT_ERROR),
     }

@@ -1,7 +1,8 @@
 //! JSON arguments to component values, checked by the schema's rules with errors that say
 //! where (a JSON pointer) and what; and component values back to JSON.
 
-use serde_json::{Map, Number, Value};
+use serde::ser::{Serialize, SerializeMap as _, Serializer};
+use serde_json::{Map, Value};
 use wasmtime::component::Val;
 use wasmtime::component::types::{Type, Variant};
 
@@ -389,70 +390,126 @@ fn expected(ty: &Type) -> String {
 /// The JSON of a function's results: `null` for none, the one result's JSON for one (a
 /// function has at most one), an array for several.
 pub(crate) fn vals_to_json(results: &[Val]) -> Value {
+    // Serializing into a `Value` fails only for a map key that is not a string, and
+    // every key written here is one (a field, a case, `ok`, `err`).
+    serde_json::to_value(Results(results)).unwrap_or(Value::Null)
+}
+
+/// A call's results as the text that goes back: a single `result`'s `ok` arm as its JSON
+/// (`null` for an arm without a payload), and its `err` arm as the call's failure, a
+/// string as itself and anything else as its JSON; any other results as
+/// [`vals_to_json`] gives them. Written straight from the values, each string escaped
+/// once, with no [`Value`] between (a 1 MiB result was copied twice and escaped
+/// through a formatter before).
+pub(crate) fn render(results: &[Val]) -> Result<String, String> {
     match results {
-        [] => Value::Null,
-        [one] => to_json(one),
-        many => Value::Array(many.iter().map(to_json).collect()),
+        [Val::Result(Ok(payload))] => Ok(text(&Payload(payload.as_deref()))),
+        [Val::Result(Err(Some(payload)))] => match &**payload {
+            Val::String(message) => Err(message.clone()),
+            other => Err(text(&AsJson(other))),
+        },
+        [Val::Result(Err(None))] => Err("null".to_owned()),
+        _ => Ok(text(&Results(results))),
     }
 }
 
 /// A `result` value split into its arm's JSON (`null` for an arm without a payload), so
 /// that the caller can make an `err` the call's failure. `None` for any other value.
 pub(crate) fn split_result(value: &Val) -> Option<Result<Value, Value>> {
+    let json =
+        |payload: Option<&Val>| serde_json::to_value(Payload(payload)).unwrap_or(Value::Null);
     match value {
-        Val::Result(Ok(payload)) => Some(Ok(payload_json(payload.as_deref()))),
-        Val::Result(Err(payload)) => Some(Err(payload_json(payload.as_deref()))),
+        Val::Result(Ok(payload)) => Some(Ok(json(payload.as_deref()))),
+        Val::Result(Err(payload)) => Some(Err(json(payload.as_deref()))),
         _ => None,
     }
 }
 
-fn payload_json(payload: Option<&Val>) -> Value {
-    payload.map_or(Value::Null, to_json)
+/// `value`'s JSON text. Writing into a `String` fails only for a map key that is not a
+/// string (none here: see [`vals_to_json`]).
+fn text(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
 }
 
-/// One value's JSON. A NaN or infinite float is `null` (JSON has neither); a value of a
-/// type with no JSON form (never in a function offered as a tool) is `null` too.
-fn to_json(value: &Val) -> Value {
-    match value {
-        Val::Bool(b) => Value::Bool(*b),
-        Val::S8(n) => Value::from(*n),
-        Val::U8(n) => Value::from(*n),
-        Val::S16(n) => Value::from(*n),
-        Val::U16(n) => Value::from(*n),
-        Val::S32(n) => Value::from(*n),
-        Val::U32(n) => Value::from(*n),
-        Val::S64(n) => Value::from(*n),
-        Val::U64(n) => Value::from(*n),
-        // Through the shortest decimal that reads back as the same f32: `0.1`, not
-        // `0.10000000149011612`, and `0.1` read back as an f32 is the value given.
-        Val::Float32(x) => {
-            x.to_string().parse().ok().and_then(Number::from_f64).map_or(Value::Null, Value::Number)
+/// A function's results, as [`vals_to_json`] says.
+struct Results<'a>(&'a [Val]);
+
+impl Serialize for Results<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            [] => s.serialize_unit(),
+            [one] => AsJson(one).serialize(s),
+            many => s.collect_seq(many.iter().map(AsJson)),
         }
-        Val::Float64(x) => Number::from_f64(*x).map_or(Value::Null, Value::Number),
-        Val::Char(c) => Value::String(c.to_string()),
-        Val::String(s) => Value::String(s.clone()),
-        Val::List(items) | Val::Tuple(items) => Value::Array(items.iter().map(to_json).collect()),
-        Val::Record(fields) => {
-            Value::Object(fields.iter().map(|(name, v)| (name.clone(), to_json(v))).collect())
-        }
-        Val::Variant(case, None) | Val::Enum(case) => Value::String(case.clone()),
-        Val::Variant(case, Some(payload)) => single(case, to_json(payload)),
-        Val::Option(None) => Value::Null,
-        Val::Option(Some(v)) => to_json(v),
-        Val::Result(Ok(payload)) => single("ok", payload_json(payload.as_deref())),
-        Val::Result(Err(payload)) => single("err", payload_json(payload.as_deref())),
-        Val::Flags(names) => Value::Array(names.iter().cloned().map(Value::String).collect()),
-        Val::Map(_)
-        | Val::FixedLengthList(_)
-        | Val::Resource(_)
-        | Val::Future(_)
-        | Val::Stream(_)
-        | Val::ErrorContext(_) => Value::Null,
     }
 }
 
-fn single(key: &str, value: Value) -> Value {
-    let mut object = Map::new();
-    object.insert(key.to_owned(), value);
-    Value::Object(object)
+/// A `result` arm's payload: its JSON, or `null` for none.
+struct Payload<'a>(Option<&'a Val>);
+
+impl Serialize for Payload<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(v) => AsJson(v).serialize(s),
+            None => s.serialize_unit(),
+        }
+    }
+}
+
+/// One value's JSON by the table in [`super`]. A NaN or infinite float is `null` (JSON
+/// has neither); a value of a type with no JSON form (never in a function offered as a
+/// tool) is `null` too. A record's fields are written in the order of their names, as
+/// the keys of a [`Value`] object are.
+struct AsJson<'a>(&'a Val);
+
+impl Serialize for AsJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Val::Bool(b) => s.serialize_bool(*b),
+            Val::S8(n) => s.serialize_i8(*n),
+            Val::U8(n) => s.serialize_u8(*n),
+            Val::S16(n) => s.serialize_i16(*n),
+            Val::U16(n) => s.serialize_u16(*n),
+            Val::S32(n) => s.serialize_i32(*n),
+            Val::U32(n) => s.serialize_u32(*n),
+            Val::S64(n) => s.serialize_i64(*n),
+            Val::U64(n) => s.serialize_u64(*n),
+            // Through the shortest decimal that reads back as the same f32: `0.1`, not
+            // `0.10000000149011612`, and `0.1` read back as an f32 is the value given.
+            Val::Float32(x) => match x.to_string().parse::<f64>() {
+                Ok(x) if x.is_finite() => s.serialize_f64(x),
+                _ => s.serialize_unit(),
+            },
+            Val::Float64(x) if x.is_finite() => s.serialize_f64(*x),
+            Val::Char(c) => s.serialize_char(*c),
+            Val::String(text) => s.serialize_str(text),
+            Val::List(items) | Val::Tuple(items) => s.collect_seq(items.iter().map(AsJson)),
+            Val::Record(fields) => {
+                let mut fields: Vec<&(String, Val)> = fields.iter().collect();
+                fields.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                s.collect_map(fields.into_iter().map(|(name, v)| (name, AsJson(v))))
+            }
+            Val::Variant(case, None) | Val::Enum(case) => s.serialize_str(case),
+            Val::Variant(case, Some(payload)) => single(s, case, AsJson(payload)),
+            Val::Option(None) => s.serialize_unit(),
+            Val::Option(Some(v)) => AsJson(v).serialize(s),
+            Val::Result(Ok(payload)) => single(s, "ok", Payload(payload.as_deref())),
+            Val::Result(Err(payload)) => single(s, "err", Payload(payload.as_deref())),
+            Val::Flags(names) => s.collect_seq(names),
+            Val::Float64(_)
+            | Val::Map(_)
+            | Val::FixedLengthList(_)
+            | Val::Resource(_)
+            | Val::Future(_)
+            | Val::Stream(_)
+            | Val::ErrorContext(_) => s.serialize_unit(),
+        }
+    }
+}
+
+/// An object of one key.
+fn single<S: Serializer>(s: S, key: &str, value: impl Serialize) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(Some(1))?;
+    map.serialize_entry(key, &value)?;
+    map.end()
 }

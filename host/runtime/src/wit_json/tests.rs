@@ -341,6 +341,10 @@ fn the_schema_accepts_exactly_what_converts() {
             match converted {
                 Ok(vals) => {
                     accepted += 1;
+                    // The text a call's results are written as is their JSON value's.
+                    if !matches!(vals.as_slice(), [Val::Result(_)]) {
+                        assert_eq!(render(&vals), Ok(vals_to_json(&vals).to_string()), "{name}");
+                    }
                     let back = json!({"v": vals_to_json(&vals)});
                     assert_eq!(
                         args_to_vals(&back, &f.params).as_ref(),
@@ -405,6 +409,31 @@ fn writes_results_and_splits_result_values() {
     assert_eq!(split_result(&err), Some(Err(json!("not-found"))));
     assert_eq!(split_result(&Val::Result(Ok(None))), Some(Ok(Value::Null)));
     assert_eq!(split_result(&Val::String("x".into())), None);
+}
+
+#[test]
+fn renders_results_as_text_straight_from_the_values() {
+    let ok = |v: Val| Val::Result(Ok(Some(Box::new(v))));
+    let err = |v: Val| Val::Result(Err(Some(Box::new(v))));
+    // The `ok` arm's JSON, each string escaped once.
+    assert_eq!(render(&[ok(Val::String("a\"b\n".into()))]), Ok(r#""a\"b\n""#.to_owned()));
+    assert_eq!(render(&[Val::Result(Ok(None))]), Ok("null".to_owned()));
+    // A record's fields in the order of their names, as a JSON object's keys.
+    let record = Val::Record(vec![
+        ("y".into(), Val::Float32(0.1)),
+        ("x".into(), Val::Float64(f64::NAN)),
+        ("w".into(), Val::Char('🦀')),
+    ]);
+    assert_eq!(render(&[ok(record.clone())]), Ok(r#"{"w":"🦀","x":null,"y":0.1}"#.to_owned()));
+    assert_eq!(render(&[record.clone()]), Ok(vals_to_json(&[record]).to_string()));
+    // The `err` arm is the failure: a string as itself, anything else as its JSON.
+    assert_eq!(render(&[err(Val::String("no such file".into()))]), Err("no such file".to_owned()));
+    assert_eq!(render(&[err(Val::Enum("not-found".into()))]), Err(r#""not-found""#.to_owned()));
+    assert_eq!(render(&[Val::Result(Err(None))]), Err("null".to_owned()));
+    // Not one `result`: the results' JSON.
+    assert_eq!(render(&[]), Ok("null".to_owned()));
+    let two = [Val::U64(u64::MAX), Val::Flags(vec!["exec".into()])];
+    assert_eq!(render(&two), Ok(format!("[{},[\"exec\"]]", u64::MAX)));
 }
 
 #[test]
