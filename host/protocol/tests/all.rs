@@ -100,6 +100,16 @@ fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
         assert!(!String::from_utf8_lossy(&bytes).contains("\"output\""), "{text:?}");
         assert_eq!(decode(&bytes).unwrap(), env);
     }
+    // Nested far past serde_json's depth for values: checked and read without recursion
+    // (no overflow), and carried as it is.
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let env = out(RunOutcome::Json, &deep);
+    assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
+    let unclosed = format!(
+        r#"{{"v":1,"id":1,"msg":{{"type":"tool_output","call":"c","outcome":"json","label":"","text":"","stderr":""}},"output":{}}}"#,
+        "[".repeat(100_000)
+    );
+    assert!(matches!(decode(&frame(unclosed.as_bytes())), Err(FrameError::Bad(_))));
     // `output` anywhere else, or beside a text, is refused.
     for bad in [
         r#"{"v":1,"id":1,"msg":{"type":"ok"},"output":1}"#,

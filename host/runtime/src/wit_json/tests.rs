@@ -425,7 +425,7 @@ fn renders_results_as_text_straight_from_the_values() {
         ("w".into(), Val::Char('🦀')),
     ]);
     assert_eq!(render(&[ok(record.clone())]), Ok(r#"{"w":"🦀","x":null,"y":0.1}"#.to_owned()));
-    assert_eq!(render(&[record.clone()]), Ok(vals_to_json(&[record]).to_string()));
+    assert_eq!(render(std::slice::from_ref(&record)), Ok(vals_to_json(&[record]).to_string()));
     // The `err` arm is the failure: a string as itself, anything else as its JSON.
     assert_eq!(render(&[err(Val::String("no such file".into()))]), Err("no such file".to_owned()));
     assert_eq!(render(&[err(Val::Enum("not-found".into()))]), Err(r#""not-found""#.to_owned()));
