@@ -101,6 +101,39 @@ pub(crate) fn names_a_path(request: &str) -> bool {
     })
 }
 
+/// Whether `request` asks after something the model can only know by looking: a
+/// question (it ends with `?` or begins with a question word) or a request about the
+/// owner's things (`my`), or one that begins with a verb of looking (`list`, `search`,
+/// `remind`), with at least one word that is not a question's own ([`ASKING`], [`STOP`]).
+/// A small model's first reply to it must call a tool: asked "Remind me of my ideas." or
+/// "How is the project deployed?", the 0.5B model answered at once, from nothing. "Who
+/// are you?", "what can you do" and "hello" may still be answered at once.
+pub(crate) fn asks_after_something(request: &str) -> bool {
+    const QUESTION: &[&str] = &[
+        "what", "which", "where", "when", "who", "whom", "whose", "why", "how", "is", "are",
+        "does", "do", "did", "can", "could", "should", "will",
+    ];
+    const LOOKING: &[&str] =
+        &["list", "search", "find", "show", "read", "remind", "count", "check", "look", "open"];
+    const SMALL_TALK: &[&str] = &[
+        "you", "your", "yourself", "me", "do", "hello", "hi", "thanks", "thank", "please", "is",
+        "a", "an", "i",
+    ];
+    let words: Vec<String> = words_of(request).collect();
+    let Some(first) = words.first() else { return false };
+    let question = request.trim_end().ends_with('?') || QUESTION.contains(&first.as_str());
+    let mine = words.iter().any(|w| w == "my" || w == "mine");
+    let looking = LOOKING.contains(&first.as_str());
+    let about_something = words.iter().any(|w| {
+        !STOP.contains(&w.as_str())
+            && !ASKING.contains(&w.as_str())
+            && !QUESTION.contains(&w.as_str())
+            && !SMALL_TALK.contains(&w.as_str())
+            && w != "my"
+    });
+    (question || mine || looking) && about_something
+}
+
 /// Words of a request that point at no file: [`STOP`] and the short ones of questions.
 const ASKING: &[&str] = &[
     "and", "any", "anything", "are", "can", "does", "file", "files", "find", "folder", "for",
@@ -215,6 +248,24 @@ mod tests {
             "What does https://example.org/pricing say?",
         ] {
             assert!(!names_a_path(not), "{not}");
+        }
+    }
+
+    #[test]
+    fn a_request_that_asks_after_something_is_told_from_small_talk() {
+        for asking in [
+            "Remind me of my ideas.",
+            "How is the project deployed?",
+            "What is Ana's email address?",
+            "List my inbox.",
+            "Search my notes for the research topic.",
+            "list the files here",
+            "Which notes do I have?",
+        ] {
+            assert!(asks_after_something(asking), "{asking}");
+        }
+        for not in ["hello", "Who are you?", "what can you do", "thanks!", "", "Hi, how are you?"] {
+            assert!(!asks_after_something(not), "{not}");
         }
     }
 

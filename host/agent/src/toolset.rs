@@ -314,7 +314,47 @@ impl Toolset {
             content: "Your flight to Rome is on 3 May at 9:40 (trips/rome.txt).".into(),
             tool_calls: Vec::new(),
         });
+        // A count computed by the tool that runs code, over the file it names.
+        if let Some((coder, code, reads)) = self.coder() {
+            out.push(Message::User { content: "How many lines does trips/oslo.txt have?".into() });
+            let args = serde_json::json!({
+                code: "len(open('trips/oslo.txt').read().splitlines())",
+                reads: ["trips/oslo.txt"],
+            });
+            out.push(call(4, coder, args));
+            // What a standard component's string result looks like: its JSON.
+            out.push(result(4, "\"4\""));
+            out.push(Message::Assistant {
+                content: "trips/oslo.txt has 4 lines.".into(),
+                tool_calls: Vec::new(),
+            });
+        }
         out
+    }
+
+    /// The tool that runs code over files: a required text argument that names no
+    /// resource (its code) and a list argument of paths it reads, as py.run's `code`
+    /// and `reads`. Found by what the tool declares, not by its name.
+    fn coder(&self) -> Option<(&ToolDef, &str, &str)> {
+        let is_list = |schema: &serde_json::Value| {
+            schema["type"] == "array"
+                || schema["anyOf"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|s| s["type"] == "array"))
+        };
+        self.defs.iter().find_map(|def| {
+            let tool = self.tools.get(&def.name)?;
+            let resources = &tool.description().resources;
+            let props = &def.parameters["properties"];
+            let reads = resources.iter().find(|r| {
+                matches!(r.kind, bx_runtime::ResourceKind::PathRead) && is_list(&props[&r.arg])
+            })?;
+            let code = def.parameters["required"].as_array()?.iter().find_map(|a| {
+                let a = a.as_str()?;
+                (props[a]["type"] == "string" && !resources.iter().any(|r| r.arg == a)).then_some(a)
+            })?;
+            Some((def, code, reads.arg.as_str()))
+        })
     }
 
     /// What a small model is told after a path tool's call fails (constrained mode):

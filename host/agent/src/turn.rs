@@ -148,10 +148,12 @@ impl Agent {
                     limits.max_tokens
                 )));
             }
-            // A small model's first reply to a request that names a file or folder is a
-            // call (docs/agent.md#small-models); other turns may answer at once.
-            let names_a_path = small && crate::route::names_a_path(text);
-            let required = first && (require_tool || names_a_path) && !defs.is_empty();
+            // A small model's first reply to a request that names a file or folder, or
+            // asks after something, is a call (docs/agent.md#small-models); other turns
+            // may answer at once.
+            let must_look = small
+                && (crate::route::names_a_path(text) || crate::route::asks_after_something(text));
+            let required = first && (require_tool || must_look) && !defs.is_empty();
             let choice = if answer_next {
                 Some(ToolChoice::None)
             } else {
