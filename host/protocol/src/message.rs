@@ -31,8 +31,16 @@ struct Wire {
     v: u32,
     id: u64,
     msg: Body,
-    #[serde(default)]
+    // `null` is a value here (a result of `null`), not an absent field.
+    #[serde(default, deserialize_with = "present")]
     output: Option<Box<serde_json::value::RawValue>>,
+}
+
+/// A field that is there, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Box<serde_json::value::RawValue>>, D::Error> {
+    Box::<serde_json::value::RawValue>::deserialize(d).map(Some)
 }
 
 /// The same, borrowed, to write.

@@ -87,6 +87,13 @@ fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
         decode(&encode(&out(RunOutcome::Json, json)).unwrap()).unwrap(),
         out(RunOutcome::Json, json)
     );
+    // Every value, `null` included (a result of `null` is one, not an absent `output`).
+    for value in ["null", "true", "0", "\"\"", "[]", "{}", "-0", "1e400", "\"\\ud800\""] {
+        let env = out(RunOutcome::Json, value);
+        let bytes = encode(&env).unwrap();
+        assert!(String::from_utf8_lossy(&bytes).contains(&format!(",\"output\":{value}}}")));
+        assert_eq!(decode(&bytes).unwrap(), env, "{value}");
+    }
     // Not one JSON value (two, space around one, none), or another outcome: in `text`.
     for (outcome, text) in [
         (RunOutcome::Json, "1 2"),
@@ -113,6 +120,7 @@ fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
     // `output` anywhere else, or beside a text, is refused.
     for bad in [
         r#"{"v":1,"id":1,"msg":{"type":"ok"},"output":1}"#,
+        r#"{"v":1,"id":1,"msg":{"type":"ok"},"output":null}"#,
         r#"{"v":1,"id":1,"msg":{"type":"tool_output","call":"c","outcome":"text","label":"","text":"","stderr":""},"output":1}"#,
         r#"{"v":1,"id":1,"msg":{"type":"tool_output","call":"c","outcome":"json","label":"","text":"2","stderr":""},"output":1}"#,
         r#"{"v":1,"id":1,"msg":{"type":"tool_output","call":"c","outcome":"json","label":"","text":"","stderr":""},"output":}"#,

@@ -404,11 +404,14 @@ pub(crate) fn vals_to_json(results: &[Val]) -> Value {
 pub(crate) fn render(results: &[Val]) -> Result<String, String> {
     match results {
         [Val::Result(Ok(payload))] => Ok(text(&Payload(payload.as_deref()))),
-        [Val::Result(Err(Some(payload)))] => match &**payload {
-            Val::String(message) => Err(message.clone()),
-            other => Err(text(&AsJson(other))),
-        },
-        [Val::Result(Err(None))] => Err("null".to_owned()),
+        // An error is small; its JSON value says whether it is a string (an enum case,
+        // a char and a payload-less variant are strings too).
+        [Val::Result(Err(payload))] => {
+            match serde_json::to_value(Payload(payload.as_deref())).unwrap_or(Value::Null) {
+                Value::String(message) => Err(message),
+                other => Err(other.to_string()),
+            }
+        }
         _ => Ok(text(&Results(results))),
     }
 }

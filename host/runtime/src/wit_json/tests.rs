@@ -428,7 +428,12 @@ fn renders_results_as_text_straight_from_the_values() {
     assert_eq!(render(std::slice::from_ref(&record)), Ok(vals_to_json(&[record]).to_string()));
     // The `err` arm is the failure: a string as itself, anything else as its JSON.
     assert_eq!(render(&[err(Val::String("no such file".into()))]), Err("no such file".to_owned()));
-    assert_eq!(render(&[err(Val::Enum("not-found".into()))]), Err(r#""not-found""#.to_owned()));
+    // An enum case, a char, a payload-less variant: strings too, given as themselves.
+    assert_eq!(render(&[err(Val::Enum("not-found".into()))]), Err("not-found".to_owned()));
+    assert_eq!(render(&[err(Val::Char('x'))]), Err("x".to_owned()));
+    let missing = Val::Option(Some(Box::new(Val::Variant("missing".into(), None))));
+    assert_eq!(render(&[err(missing)]), Err("missing".to_owned()));
+    assert_eq!(render(&[err(Val::U8(7))]), Err("7".to_owned()));
     assert_eq!(render(&[Val::Result(Err(None))]), Err("null".to_owned()));
     // Not one `result`: the results' JSON.
     assert_eq!(render(&[]), Ok("null".to_owned()));
