@@ -30,6 +30,9 @@ fn serve(answer: fn(&str) -> Answer) -> String {
     url
 }
 
+/// One request per connection: each answer says `connection: close`, or the client
+/// could send its next request on a connection this has just dropped (it failed the chat
+/// request as unreachable, now and then, under load).
 fn answer_one(stream: TcpStream, answer: fn(&str) -> Answer) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut line = String::new();
@@ -52,12 +55,15 @@ fn answer_one(stream: TcpStream, answer: fn(&str) -> Answer) {
             let body = r#"{"total_slots":1,"chat_template_caps":{}}"#;
             let _ = write!(
                 out,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()
             );
         }
         Answer::Endless(status) => {
-            let _ = write!(out, "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\r\n");
+            let _ = write!(
+                out,
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+            );
             let block = vec![b'a'; 64 << 10];
             while out.write_all(&block).is_ok() {}
         }
