@@ -49,7 +49,23 @@ struct Out {
 
 impl Out {
     fn send(&self, id: u64, msg: Body) {
-        let Ok(frame) = bx_protocol::encode(&Envelope { v: VERSION, id, msg }) else { return };
+        let frame = match bx_protocol::encode(&Envelope { v: VERSION, id, msg }) {
+            Ok(frame) => frame,
+            // A reply too large for a frame (a tool's text output escapes to several
+            // times its size) ends its request with an error that says so: dropped
+            // silently, it left the client waiting for it with no deadline.
+            Err(e) => {
+                let why = error(
+                    ErrorCode::Internal,
+                    format!("the reply could not be sent: {e}"),
+                    "docs/runbook.md#reply-too-large",
+                );
+                let Ok(frame) = bx_protocol::encode(&Envelope { v: VERSION, id, msg: why }) else {
+                    return;
+                };
+                frame
+            }
+        };
         let len = frame.len();
         if self.overflow.load(Ordering::Relaxed)
             || self.queued.fetch_add(len, Ordering::AcqRel) + len > MAX_QUEUED_BYTES
@@ -534,6 +550,35 @@ fn grants(agent: &Agent, session: String) -> Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reply too large for a frame ends its request with an error naming why, with
+    /// the request's id; it used to be dropped, and the client waited for ever.
+    #[test]
+    fn a_reply_too_large_for_a_frame_is_answered_with_an_error() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let out = Out {
+            tx,
+            queued: Arc::new(AtomicUsize::new(0)),
+            overflow: Arc::new(AtomicBool::new(false)),
+            closed: Arc::new(Notify::new()),
+        };
+        // Control characters escape to six bytes each: 1 MiB of them is 6 MiB of frame.
+        let text = "\u{1}".repeat(1 << 20);
+        let msg = Body::ToolOutput {
+            call: "c".into(),
+            outcome: bx_protocol::RunOutcome::Text,
+            label: String::new(),
+            text,
+            stderr: String::new(),
+        };
+        out.send(7, msg);
+        let frame = rx.try_recv().unwrap();
+        let env = bx_protocol::decode(&frame).unwrap();
+        assert_eq!(env.id, 7);
+        let Body::Error { message, runbook, .. } = env.msg else { panic!("{:?}", env.msg) };
+        assert!(message.contains("over the 4194304-byte limit"), "{message}");
+        assert_eq!(runbook, "docs/runbook.md#reply-too-large");
+    }
 
     #[tokio::test]
     async fn a_panic_in_a_request_is_its_error_with_the_runbook_entry() {
