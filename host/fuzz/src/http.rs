@@ -109,8 +109,8 @@ fn line_with(child: &mut Child, marker: &str, what: &str) -> anyhow::Result<Stri
             match lines.next() {
                 Some(Ok(line)) if line.contains(&marker_owned) => break Ok(line),
                 Some(Ok(_)) => {}
-                Some(Err(e)) => break Err(format!("reading its output: {e}")),
-                None => break Err("it ended".to_owned()),
+                Some(Err(e)) => break Err(anyhow::anyhow!("reading its output: {e}")),
+                None => break Err(anyhow::anyhow!("it ended")),
             }
         };
         let _ = tx.send(found);

@@ -53,21 +53,23 @@ struct WireOut<'a> {
     output: Option<&'a serde_json::value::RawValue>,
 }
 
-impl TryFrom<Wire> for Envelope {
-    type Error = &'static str;
+/// An envelope's `output` where none belongs: beside a message other than a `json`
+/// tool output, or beside a text of its own.
+#[derive(Debug, thiserror::Error)]
+#[error("`output` belongs only to a tool_output of outcome json, whose text is then empty")]
+pub struct StrayOutput;
 
-    fn try_from(wire: Wire) -> Result<Envelope, &'static str> {
+impl TryFrom<Wire> for Envelope {
+    type Error = StrayOutput;
+
+    fn try_from(wire: Wire) -> Result<Envelope, StrayOutput> {
         let Wire { v, id, mut msg, output } = wire;
         if let Some(output) = output {
             match &mut msg {
                 Body::ToolOutput { outcome: RunOutcome::Json, text, .. } if text.is_empty() => {
                     *text = String::from(Box::<str>::from(output));
                 }
-                _ => {
-                    return Err(
-                        "`output` belongs only to a tool_output of outcome json, whose text is then empty",
-                    );
-                }
+                _ => return Err(StrayOutput),
             }
         }
         Ok(Envelope { v, id, msg })

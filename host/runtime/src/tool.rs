@@ -662,11 +662,7 @@ impl Runtime {
             Ok(Err(e)) => return Err(self.classify(e, store)),
             Err(_) => return Err(self.past_deadline()),
         };
-        Ok(match wit_json::render(&results) {
-            Ok(json) => Ok(Output::Json(json)),
-            // A string error is the tool's own message; anything else is shown as JSON.
-            Err(message) => Err(CallError::Failed(message)),
-        })
+        Ok(wit_json::render(&results))
     }
 
     /// [`Runtime::call_with`] for callers outside an async runtime (see [`block_on`]).

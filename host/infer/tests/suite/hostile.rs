@@ -70,6 +70,18 @@ fn answer_one(stream: TcpStream, answer: fn(&str) -> Answer) {
     }
 }
 
+/// One chat request ("hi") through a client of `cfg`, failing with `stuck` past 40 s.
+async fn chat_once(cfg: InferConfig, stuck: &str) -> Result<bx_infer::Completion, InferError> {
+    let client = Client::connect(cfg).await.unwrap();
+    let req = ChatRequest {
+        messages: vec![Message::User { content: "hi".into() }],
+        ..ChatRequest::default()
+    };
+    tokio::time::timeout(Duration::from_secs(40), client.chat("s", &req, |_| {}))
+        .await
+        .expect(stuck)
+}
+
 fn config(url: &str) -> InferConfig {
     let mut cfg = InferConfig::new(url);
     cfg.connect_window = Duration::from_millis(200);
@@ -103,14 +115,7 @@ async fn an_endless_error_body_is_cut_and_the_request_ends() {
     // /props and /health answer; the chat request gets a 500 whose body never ends.
     let url =
         serve(|line| if line.starts_with("POST") { Answer::Endless(500) } else { Answer::Props });
-    let client = Client::connect(config(&url)).await.unwrap();
-    let req = ChatRequest {
-        messages: vec![Message::User { content: "hi".into() }],
-        ..ChatRequest::default()
-    };
-    let outcome = tokio::time::timeout(Duration::from_secs(40), client.chat("s", &req, |_| {}))
-        .await
-        .expect("an error body was read for ever");
+    let outcome = chat_once(config(&url), "an error body was read for ever").await;
     let Err(InferError::Http { status, body }) = outcome else {
         panic!("{:?}", outcome.map(|_| ()))
     };
@@ -124,13 +129,7 @@ async fn a_chat_request_that_gets_no_answer_ends_by_the_idle_wait() {
     let url = serve(|line| if line.starts_with("POST") { Answer::Silent } else { Answer::Props });
     let mut cfg = config(&url);
     cfg.idle_timeout = Duration::from_secs(2);
-    let client = Client::connect(cfg).await.unwrap();
-    let req = ChatRequest {
-        messages: vec![Message::User { content: "hi".into() }],
-        ..ChatRequest::default()
-    };
-    let outcome = tokio::time::timeout(Duration::from_secs(40), client.chat("s", &req, |_| {}))
-        .await
-        .expect("a chat request waited for its answer's head with no deadline");
+    let outcome =
+        chat_once(cfg, "a chat request waited for its answer's head with no deadline").await;
     assert!(matches!(outcome, Err(InferError::IdleTimeout(_))), "{:?}", outcome.map(|_| ()));
 }

@@ -4,6 +4,8 @@
 use serde::ser::{Serialize, SerializeMap as _, Serializer};
 use serde_json::{Map, Value};
 use wasmtime::component::Val;
+
+use crate::{CallError, Output};
 use wasmtime::component::types::{Type, Variant};
 
 use super::MAX_DEPTH;
@@ -395,24 +397,23 @@ pub(crate) fn vals_to_json(results: &[Val]) -> Value {
     serde_json::to_value(Results(results)).unwrap_or(Value::Null)
 }
 
-/// A call's results as the text that goes back: a single `result`'s `ok` arm as its JSON
-/// (`null` for an arm without a payload), and its `err` arm as the call's failure, a
-/// string as itself and anything else as its JSON; any other results as
-/// [`vals_to_json`] gives them. Written straight from the values, each string escaped
-/// once, with no [`Value`] between (a 1 MiB result was copied twice and escaped
-/// through a formatter before).
-pub(crate) fn render(results: &[Val]) -> Result<String, String> {
+/// A call's results as what goes back: a single `result`'s `ok` arm as JSON (`null` for
+/// an arm without a payload), and its `err` arm as the call's failure, a string as
+/// itself and anything else as its JSON; any other results as [`vals_to_json`] gives
+/// them. Written straight from the values, each string escaped once, with no [`Value`]
+/// between (a 1 MiB result was copied twice and escaped through a formatter before).
+pub(crate) fn render(results: &[Val]) -> Result<Output, CallError> {
     match results {
-        [Val::Result(Ok(payload))] => Ok(text(&Payload(payload.as_deref()))),
+        [Val::Result(Ok(payload))] => Ok(Output::Json(text(&Payload(payload.as_deref())))),
         // An error is small; its JSON value says whether it is a string (an enum case,
         // a char and a payload-less variant are strings too).
-        [Val::Result(Err(payload))] => {
+        [Val::Result(Err(payload))] => Err(CallError::Failed(
             match serde_json::to_value(Payload(payload.as_deref())).unwrap_or(Value::Null) {
-                Value::String(message) => Err(message),
-                other => Err(other.to_string()),
-            }
-        }
-        _ => Ok(text(&Results(results))),
+                Value::String(message) => message,
+                other => other.to_string(),
+            },
+        )),
+        _ => Ok(Output::Json(text(&Results(results)))),
     }
 }
 

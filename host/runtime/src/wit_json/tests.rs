@@ -7,6 +7,7 @@ use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::*;
+use crate::{CallError, Output};
 
 mod build;
 
@@ -343,7 +344,7 @@ fn the_schema_accepts_exactly_what_converts() {
                     accepted += 1;
                     // The text a call's results are written as is their JSON value's.
                     if !matches!(vals.as_slice(), [Val::Result(_)]) {
-                        assert_eq!(render(&vals), Ok(vals_to_json(&vals).to_string()), "{name}");
+                        assert_eq!(rendered(&vals), Ok(vals_to_json(&vals).to_string()), "{name}");
                     }
                     let back = json!({"v": vals_to_json(&vals)});
                     assert_eq!(
@@ -411,34 +412,47 @@ fn writes_results_and_splits_result_values() {
     assert_eq!(split_result(&Val::String("x".into())), None);
 }
 
+/// [`render`]'s output or failure, as text.
+fn rendered(results: &[Val]) -> Result<String, String> {
+    match render(results) {
+        Ok(Output::Json(text)) => Ok(text),
+        Ok(Output::Text(text)) => Ok(format!("text: {text}")),
+        Err(CallError::Failed(m)) => Err(m),
+        Err(other) => Err(format!("{other:?}")),
+    }
+}
+
 #[test]
 fn renders_results_as_text_straight_from_the_values() {
     let ok = |v: Val| Val::Result(Ok(Some(Box::new(v))));
     let err = |v: Val| Val::Result(Err(Some(Box::new(v))));
     // The `ok` arm's JSON, each string escaped once.
-    assert_eq!(render(&[ok(Val::String("a\"b\n".into()))]), Ok(r#""a\"b\n""#.to_owned()));
-    assert_eq!(render(&[Val::Result(Ok(None))]), Ok("null".to_owned()));
+    assert_eq!(rendered(&[ok(Val::String("a\"b\n".into()))]), Ok(r#""a\"b\n""#.to_owned()));
+    assert_eq!(rendered(&[Val::Result(Ok(None))]), Ok("null".to_owned()));
     // A record's fields in the order of their names, as a JSON object's keys.
     let record = Val::Record(vec![
         ("y".into(), Val::Float32(0.1)),
         ("x".into(), Val::Float64(f64::NAN)),
         ("w".into(), Val::Char('🦀')),
     ]);
-    assert_eq!(render(&[ok(record.clone())]), Ok(r#"{"w":"🦀","x":null,"y":0.1}"#.to_owned()));
-    assert_eq!(render(std::slice::from_ref(&record)), Ok(vals_to_json(&[record]).to_string()));
+    assert_eq!(rendered(&[ok(record.clone())]), Ok(r#"{"w":"🦀","x":null,"y":0.1}"#.to_owned()));
+    assert_eq!(rendered(std::slice::from_ref(&record)), Ok(vals_to_json(&[record]).to_string()));
     // The `err` arm is the failure: a string as itself, anything else as its JSON.
-    assert_eq!(render(&[err(Val::String("no such file".into()))]), Err("no such file".to_owned()));
+    assert_eq!(
+        rendered(&[err(Val::String("no such file".into()))]),
+        Err("no such file".to_owned())
+    );
     // An enum case, a char, a payload-less variant: strings too, given as themselves.
-    assert_eq!(render(&[err(Val::Enum("not-found".into()))]), Err("not-found".to_owned()));
-    assert_eq!(render(&[err(Val::Char('x'))]), Err("x".to_owned()));
+    assert_eq!(rendered(&[err(Val::Enum("not-found".into()))]), Err("not-found".to_owned()));
+    assert_eq!(rendered(&[err(Val::Char('x'))]), Err("x".to_owned()));
     let missing = Val::Option(Some(Box::new(Val::Variant("missing".into(), None))));
-    assert_eq!(render(&[err(missing)]), Err("missing".to_owned()));
-    assert_eq!(render(&[err(Val::U8(7))]), Err("7".to_owned()));
-    assert_eq!(render(&[Val::Result(Err(None))]), Err("null".to_owned()));
+    assert_eq!(rendered(&[err(missing)]), Err("missing".to_owned()));
+    assert_eq!(rendered(&[err(Val::U8(7))]), Err("7".to_owned()));
+    assert_eq!(rendered(&[Val::Result(Err(None))]), Err("null".to_owned()));
     // Not one `result`: the results' JSON.
-    assert_eq!(render(&[]), Ok("null".to_owned()));
+    assert_eq!(rendered(&[]), Ok("null".to_owned()));
     let two = [Val::U64(u64::MAX), Val::Flags(vec!["exec".into()])];
-    assert_eq!(render(&two), Ok(format!("[{},[\"exec\"]]", u64::MAX)));
+    assert_eq!(rendered(&two), Ok(format!("[{},[\"exec\"]]", u64::MAX)));
 }
 
 #[test]
