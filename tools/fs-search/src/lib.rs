@@ -1,4 +1,7 @@
-//! `fs.search`: a regex over the files under a directory, like `grep -rn`, bounded.
+//! `fs.search`: a regex over the files under a directory, like `grep -rn`, bounded. A
+//! pattern with no upper-case letter matches either case, as ripgrep's `--smart-case`:
+//! asked to search notes "for what was decided", a small model searched `decided` and
+//! missed `Decided: ship v2 on Friday.`
 
 use bx_tool_sdk::{CallError, Output, ResourceKind, Tool, fs, host_error};
 
@@ -78,8 +81,8 @@ impl Walk {
 
 impl Tool for Search {
     const NAME: &'static str = "fs.search";
-    const SUMMARY: &'static str = "Search files under a directory (or one file) for a regular expression; prints path:line:text like grep -rn.";
-    const SCHEMA: &'static str = r#"{"type":"object","properties":{"path":{"type":"string","description":"absolute path of a directory or file"},"pattern":{"type":"string","description":"regular expression (Rust regex syntax)"},"max_results":{"type":"integer","minimum":1,"maximum":1000}},"required":["path","pattern"],"additionalProperties":false}"#;
+    const SUMMARY: &'static str = "Search files under a directory (or one file) for a regular expression (all lower case matches either case); prints path:line:text like grep -rn.";
+    const SCHEMA: &'static str = r#"{"type":"object","properties":{"path":{"type":"string","description":"absolute path of a directory or file"},"pattern":{"type":"string","description":"regular expression (Rust regex syntax); all lower case matches either case"},"max_results":{"type":"integer","minimum":1,"maximum":1000}},"required":["path","pattern"],"additionalProperties":false}"#;
     const RESOURCES: &'static [(&'static str, ResourceKind)] = &[("path", ResourceKind::PathRead)];
 
     fn run(args: &str) -> Result<Output, CallError> {
@@ -88,6 +91,7 @@ impl Tool for Search {
             return Err(CallError::InvalidArgs(format!("max_results must be 1..={MAX_RESULTS}")));
         }
         let regex = regex::RegexBuilder::new(&args.pattern)
+            .case_insensitive(!has_upper_case(&args.pattern))
             .size_limit(1 << 20)
             .build()
             .map_err(|e| CallError::InvalidArgs(format!("pattern: {e}")))?;
@@ -111,4 +115,20 @@ impl Tool for Search {
     }
 }
 
+/// Whether `pattern` has an upper-case letter of its own: one not escaped, so `\S` and
+/// `\W` (classes) do not count, and `\p{Lu}` does (its braces are taken as written, which
+/// errs towards matching case, as written).
+fn has_upper_case(pattern: &str) -> bool {
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            chars.next();
+        } else if c.is_uppercase() {
+            return true;
+        }
+    }
+    false
+}
+
 bx_tool_sdk::tool!(Search);
+

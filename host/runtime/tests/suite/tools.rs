@@ -196,6 +196,28 @@ fn fs_search_prints_path_line_text_and_bounds_results() {
     assert!(bad.contains("pattern"), "{bad}");
 }
 
+/// A pattern with no upper-case letter of its own matches either case (ripgrep's
+/// `--smart-case`); one with an upper-case letter, or a class escape such as `\S`, matches
+/// as written.
+#[test]
+fn fs_search_matches_either_case_only_for_a_lower_case_pattern() {
+    let d = dir_with(&[("notes.md", "Meeting.\nDecided: ship v2.\ndecided twice\nSHIP\n")]);
+    let allow = || AllowList::new().read(&s(d.path())).unwrap();
+    let root = s(d.path());
+    // The numbers of the lines that `pattern` matched.
+    let lines = |pattern: &str| {
+        let out = ok_text(call(tool("fs_search"), allow(), json!({"path": root, "pattern": pattern})));
+        out.lines().map(|l| l.split(':').nth(1).unwrap().parse::<u32>().unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(lines("decided"), [2, 3]);
+    assert_eq!(lines("Decided"), [2]);
+    assert_eq!(lines("ship"), [2, 4]);
+    assert_eq!(lines("SHIP"), [4]);
+    // Escaped letters are not the pattern's own: `\s` and `\S` are classes.
+    assert_eq!(lines(r"^\S+ ship"), [2]);
+    assert_eq!(lines(r"\bship\b"), [2, 4]);
+}
+
 #[test]
 fn fs_edit_replaces_exactly_one_occurrence() {
     let d = dir_with(&[("f.txt", "alpha\nbeta\ngamma beta\n")]);
