@@ -320,12 +320,22 @@ fn status(answer: &[u8]) -> Option<u16> {
     parts.next()?.parse().ok()
 }
 
-/// Whether the head of `request` (up to its first blank line) has a header line named
-/// `name`, as any HTTP parser would read it: at the start of a line, before a colon.
+/// The header lines of `request`'s head, up to its first blank line. A line ends at
+/// `\n`, with or without a `\r` before it, as hyper's parser reads it: a head that ends
+/// at `\r\n\n` ends there, and what follows is not its header (the first hour of
+/// `mcp_http` stopped on an `Origin` line after such an end, in the next request).
+fn head_lines(request: &[u8]) -> impl Iterator<Item = &[u8]> {
+    request
+        .split(|&b| b == b'\n')
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+}
+
+/// Whether the head of `request` has a header line named `name`, as any HTTP parser
+/// would read it: at the start of a line, before a colon.
 fn has_header(request: &[u8], name: &str) -> bool {
-    let end = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(request.len());
-    request[..end].split(|&b| b == b'\n').skip(1).any(|line| {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+    head_lines(request).any(|line| {
         line.len() > name.len()
             && line[..name.len()].eq_ignore_ascii_case(name.as_bytes())
             && line[name.len()] == b':'
@@ -348,7 +358,9 @@ pub fn run(bytes: &[u8], scratch: &Scratch) {
     }
     let code = status(&answer);
     let ok = code.is_some_and(|c| (200..300).contains(&c));
-    let carries_token = request.windows(served.token.len()).any(|w| w == served.token.as_bytes());
+    // In the head: a token in a body, or in a request after this one, is not this one's.
+    let carries_token = head_lines(&request)
+        .any(|l| l.windows(served.token.len()).any(|w| w == served.token.as_bytes()));
     assert!(!ok || carries_token, "a request without the token was answered {}", head_of(&answer));
     assert!(
         !ok || !has_header(&request, "origin"),
@@ -433,6 +445,10 @@ mod tests {
         assert!(has_header(b"POST / HTTP/1.1\r\nOrIgIn:x\r\n\r\n", "origin"));
         assert!(!has_header(b"POST / HTTP/1.1\r\n\r\nOrigin: x\r\n", "origin"));
         assert!(!has_header(b"POST / HTTP/1.1\r\nX-Origin: x\r\n\r\n", "origin"));
+        // A head ends at a blank line however its lines end.
+        assert!(!has_header(b"POST / HTTP/1.1\r\nA: b\r\n\nOrigin: x\r\n\r\n", "origin"));
+        assert!(!has_header(b"POST / HTTP/1.1\nA: b\n\nOrigin: x\n\n", "origin"));
+        assert!(has_header(b"POST / HTTP/1.1\nA: b\nOrigin: x\n\n", "origin"));
         assert_eq!(status(b"HTTP/1.1 401 Unauthorized\r\n\r\n"), Some(401));
         assert_eq!(status(b"garbage"), None);
         let answer = b"HTTP/1.1 200 OK\r\nmcp-session-id: abc\r\n\r\n";
