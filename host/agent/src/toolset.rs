@@ -253,6 +253,26 @@ impl Toolset {
         defs
     }
 
+    /// [`Toolset::constrained_defs`] as a small model in constrained mode is offered
+    /// them: less each optional argument that is an open map (an object whose keys the
+    /// model would invent, such as http.fetch's `headers`). The grammar cannot bound a
+    /// map's size (llama-server ignores `maxProperties`), and asked what a page says, the
+    /// 0.5B model wrote browser headers until its 512 tokens ran out. A tool still gets
+    /// a call its own schema accepts: the argument is optional.
+    pub fn small_defs(&self) -> Vec<ToolDef> {
+        let mut defs = self.constrained_defs();
+        for def in &mut defs {
+            let required: Vec<String> = def.parameters["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .unwrap_or_default();
+            if let Some(props) = def.parameters["properties"].as_object_mut() {
+                props.retain(|name, schema| required.contains(name) || !is_open_map(schema));
+            }
+        }
+        defs
+    }
+
     /// One worked exchange for constrained mode, in the model's own reply shape (the
     /// messages go between the system prompt and the session's history). The owner asks
     /// what a folder holds, and the model lists it and answers from the listing. Then the
@@ -545,6 +565,14 @@ fn recovery_text(lister: &ToolDef, args: &serde_json::Value) -> String {
 /// What a path argument says of itself in constrained mode.
 const PATH_HELP: &str =
     "relative to the owner's folder, as the owner writes it (\".\" is the folder)";
+
+/// Whether `schema` is an open map: an object whose properties are not listed, only
+/// what each value must be (`additionalProperties`), or nothing at all.
+fn is_open_map(schema: &serde_json::Value) -> bool {
+    schema["type"] == "object"
+        && schema["properties"].as_object().is_none_or(serde_json::Map::is_empty)
+        && schema["additionalProperties"] != false
+}
 
 /// What the model is told of the tools `defs` in constrained mode, where the server sees
 /// no tools array (only the reply's grammar; how to reply is in

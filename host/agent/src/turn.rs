@@ -109,7 +109,8 @@ impl Agent {
         transcript.append(&self.redacted(Message::User { content: text.to_owned() }))?;
         let limits = &self.parts.limits;
         // In constrained mode the server sees no tools array: the system prompt lists them.
-        let defs = toolset.constrained_defs();
+        let defs =
+            if client.constrained() { toolset.small_defs() } else { toolset.constrained_defs() };
         let (system, example) = if small {
             (format!("{}\n\n{}", baseline.system, crate::prompt_text(&defs)), toolset.example())
         } else {

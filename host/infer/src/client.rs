@@ -182,6 +182,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest body a probe reads (llama-server's `/props`, chat template included, is
 /// tens of KB): a server sending an endless body grew the client's memory without bound.
 const MAX_PROBE_BYTES: usize = 4 << 20;
+/// The characters of the start and of the end of a constrained reply cut off by the
+/// token limit that its error shows.
+const CUT_SHOWN: (usize, usize) = (60, 100);
 
 /// The start of an error answer's body: at most 4 KiB, read within [`PROBE_TIMEOUT`]
 /// (the rest is never read; a server's endless error body was read whole before).
@@ -462,9 +465,10 @@ impl Client {
         completion.slot_wait = slot_wait;
         if constrained {
             if completion.finish == FinishReason::Length {
-                return Err(InferError::Truncated(
-                    "the constrained reply was cut off by the token limit".into(),
-                ));
+                return Err(InferError::Truncated(format!(
+                    "the constrained reply was cut off by the token limit: {}",
+                    cut_reply(&completion.content)
+                )));
             }
             let (text, calls) = parse_constrained(&completion.content, &req.tools, 0)?;
             if !text.is_empty() {
@@ -642,9 +646,38 @@ impl Client {
     }
 }
 
+/// What a constrained reply cut off by the token limit was: its start (which tool) and
+/// its end (what ran on: a string, a map's keys), in Rust's escapes, as it is the
+/// model's text on its way to a terminal. Asked what a page says, the 0.5B model wrote
+/// `"headers":{"User-Agent":…,"Accept-Language":…` until its tokens ran out.
+fn cut_reply(content: &str) -> String {
+    let chars = content.chars().count();
+    let (head, tail) = CUT_SHOWN;
+    if chars <= head + tail {
+        return format!("{content:?}");
+    }
+    let start: String = content.chars().take(head).collect();
+    let end: String = content.chars().skip(chars - tail).collect();
+    format!("it began {start:?} and ended {end:?}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cut_reply_is_shown_by_its_start_and_end_escaped() {
+        let headers = r#""Accept-Language":"en-US","#.repeat(40);
+        let reply =
+            format!("{{\"tool\":\"http.fetch\",\"with\":{{\"headers\":{{{headers}\u{1b}[2J");
+        let shown = cut_reply(&reply);
+        assert!(shown.starts_with(r#"it began "{\"tool\":\"http.fetch\""#), "{shown}");
+        assert!(shown.ends_with(r#"en-US\",\u{1b}[2J""#), "{shown}");
+        assert!(!shown.contains('\u{1b}'), "the escape is written out: {shown}");
+        assert!(shown.chars().count() < 2 * (CUT_SHOWN.0 + CUT_SHOWN.1), "{shown}");
+        // A short reply is shown whole.
+        assert_eq!(cut_reply("{\"tool\":"), r#""{\"tool\":""#);
+    }
 
     #[test]
     fn jitter_varies_and_stays_between_half_and_whole() {

@@ -310,3 +310,43 @@ fn route_tools_narrows_only_the_first_reply_to_the_tools_the_words_point_at() {
     // The prompt is the same either way: only the grammar narrows.
     assert_eq!(bodies[0]["messages"][0], bodies[2]["messages"][0]);
 }
+
+/// A small model in constrained mode is offered no optional argument that is an open map
+/// (http.fetch's `headers`): asked what a page says, the 0.5B model wrote browser headers
+/// until its tokens ran out, and the grammar cannot bound a map's size. The prompt does
+/// not name it either. A model in native mode is offered the tool's whole schema.
+#[test]
+fn a_small_model_is_offered_no_optional_open_map() {
+    let args_of = |mode: &str| {
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let scripted = model_making(&bodies, &[]);
+        let (state, ws) = setup(&scripted, mode);
+        let s = state.path();
+        install(s, "http_fetch");
+        let ws = std::fs::canonicalize(ws.path()).unwrap();
+        let _daemon = Daemon::start(s);
+        let (code, events) = say(s, "small", "hello", &["--workspace", ws.to_str().unwrap()]);
+        assert_eq!(code, 0, "{events:?}");
+        bodies.lock().unwrap()[0].clone()
+    };
+    let keys = |schema: &Value| -> Vec<String> {
+        schema["properties"].as_object().unwrap().keys().cloned().collect()
+    };
+    let small = args_of("tool_mode = \"constrained\"");
+    let options = small["response_format"]["json_schema"]["schema"]["oneOf"].as_array().unwrap();
+    let fetch = options
+        .iter()
+        .find(|o| o["properties"]["tool"]["const"] == "http.fetch")
+        .unwrap_or_else(|| panic!("http.fetch is offered: {small}"));
+    assert_eq!(keys(&fetch["properties"]["with"]), ["body", "method", "url"]);
+    let system = small["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains(" Arguments: body?, method?, url (http or https URL)."), "{system}");
+    let native = args_of("");
+    let fetch = native["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "http.fetch")
+        .unwrap_or_else(|| panic!("http.fetch is offered: {native}"));
+    assert_eq!(keys(&fetch["function"]["parameters"]), ["body", "headers", "method", "url"]);
+}

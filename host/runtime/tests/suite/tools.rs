@@ -206,8 +206,11 @@ fn fs_search_matches_either_case_only_for_a_lower_case_pattern() {
     let root = s(d.path());
     // The numbers of the lines that `pattern` matched.
     let lines = |pattern: &str| {
-        let out = ok_text(call(tool("fs_search"), allow(), json!({"path": root, "pattern": pattern})));
-        out.lines().map(|l| l.split(':').nth(1).unwrap().parse::<u32>().unwrap()).collect::<Vec<_>>()
+        let out =
+            ok_text(call(tool("fs_search"), allow(), json!({"path": root, "pattern": pattern})));
+        out.lines()
+            .map(|l| l.split(':').nth(1).unwrap().parse::<u32>().unwrap())
+            .collect::<Vec<_>>()
     };
     assert_eq!(lines("decided"), [2, 3]);
     assert_eq!(lines("Decided"), [2]);
