@@ -607,6 +607,9 @@ pub struct Refused {
     /// True when the refusal is a fail-closed state (no valid policy), not a decision
     /// about this call: every call is refused until the owner acts.
     pub unavailable: bool,
+    /// True when the call asked, and the owner (or the owner's reviewer) answered no:
+    /// the refusal is theirs, not the policy's.
+    pub answered: bool,
 }
 
 /// A call that waits for the owner's answer.
@@ -771,6 +774,7 @@ impl<'t> Requested<'t> {
                         Decision::Deny(reason) => Decided::Refused(Refused {
                             reason: with_note(reason.message),
                             unavailable: false,
+                            answered: false,
                         }),
                     };
                     return Ok((decided, taint));
@@ -787,7 +791,10 @@ impl<'t> Requested<'t> {
             &bx_broker::Bearing::None,
             false,
         )?;
-        Ok((Decided::Refused(Refused { reason: with_note(reason), unavailable }), taint))
+        Ok((
+            Decided::Refused(Refused { reason: with_note(reason), unavailable, answered: false }),
+            taint,
+        ))
     }
 }
 
@@ -897,12 +904,17 @@ impl<'t> Asking<'t> {
                     }
                     _ => why.message,
                 };
-                Err(Refused { reason: bounded(&message, MAX_REASON_BYTES), unavailable: false })
+                Err(Refused {
+                    reason: bounded(&message, MAX_REASON_BYTES),
+                    unavailable: false,
+                    answered: true,
+                })
             }
             // The broker's redecide never asks twice; were it to, nothing runs.
             Decision::Ask(_) => Err(Refused {
                 reason: "the call still asks after the owner's answer".into(),
                 unavailable: false,
+                answered: true,
             }),
         })
     }

@@ -366,6 +366,8 @@ impl Agent {
             args: &call.arguments,
             workspace: ctx.workspace,
         };
+        // Refused by bx itself (a repeat, the turn's end, its limit), not by the policy.
+        let by_bx = refusal.is_some();
         let mut owner = self.connected(events);
         let settled = self
             .trust
@@ -374,10 +376,21 @@ impl Agent {
         let finished = match settled {
             Ok(finished) => finished,
             Err(refused) => {
-                let text = format!(
+                let mut text = format!(
                     "refused: {}. The call did not run; do not repeat it unchanged.",
                     refused.reason
                 );
+                // A small model's path call the policy refused gets the same hint as
+                // one that failed: asked to change a line "in my ideas", the 0.5B model
+                // wrote to `ideas`, which no grant covers, and answered with the refusal
+                // where `notes/ideas.md` was granted. The hint is the same whatever the
+                // path, so it tells nothing of what is there; the policy decides again.
+                // Not after the owner's no, nor while no policy holds: neither is about
+                // where the file is.
+                let by_policy = !by_bx && !refused.answered && !refused.unavailable;
+                if by_policy && let Some(hint) = &ctx.recovery {
+                    text = format!("{text}\n{hint}");
+                }
                 return Ok((text, true));
             }
         };

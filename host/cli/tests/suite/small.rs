@@ -350,3 +350,58 @@ fn a_small_model_is_offered_no_optional_open_map() {
         .unwrap_or_else(|| panic!("http.fetch is offered: {native}"));
     assert_eq!(keys(&fetch["function"]["parameters"]), ["body", "headers", "method", "url"]);
 }
+
+/// A path call the policy refuses is shown with the same listing to make next as one that
+/// failed (asked to change a line "in my ideas", the 0.5B model wrote to `ideas`, which
+/// no grant covers, and answered with the refusal's words).
+#[test]
+fn a_refused_path_call_is_shown_with_the_listing_to_make_next() {
+    let call = r#"{"tool":"fs.write","with":{"content":"x","path":"/etc/bx-nowhere"}}"#;
+    let (bodies, _) = small_turn(&[call], "Write x to the file.", &[]);
+    assert_eq!(bodies.len(), 2, "a call, then the answer");
+    let result = last_content(&bodies[1]);
+    assert!(result.starts_with("refused: "), "{result}");
+    assert!(!std::path::Path::new("/etc/bx-nowhere").exists());
+    assert_ends_with(
+        &result,
+        r#"do not repeat it unchanged.
+To find where it is, list the whole folder: {"tool":"fs.list","with":{"path":".","depth":2}}"#,
+    );
+}
+
+/// The owner's no (here the owner's reviewer's) is not about where a file is: the
+/// refusal is shown without the listing to make next.
+#[test]
+fn a_path_call_the_owner_refuses_gets_no_listing_hint() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let scripted = model_making(&bodies, &[r#"{"tool":"fs.read","with":{"path":"a.txt"}}"#]);
+    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let policy = format!(
+        "[[grant]]\ntool = \"fs.read\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"ask\"\nwhen_tainted = \"ask\"\n",
+        ws.display()
+    );
+    std::fs::write(s.join("policy.toml"), policy).unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let review = bin.path().join("review");
+    std::fs::write(
+        &review,
+        "#!/bin/sh\ncat > /dev/null\necho '{\"answer\": \"refuse\", \"reason\": \"not today\"}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&review, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut config = std::fs::read_to_string(s.join("config.toml")).unwrap();
+    config.push_str(&format!("\n[approvals]\nreviewer = [\"{}\"]\n", review.display()));
+    std::fs::write(s.join("config.toml"), config).unwrap();
+    let _daemon = Daemon::start(s);
+    let (code, events) =
+        say(s, "small", "What does a.txt say?", &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 2, "a call, then the answer");
+    let result = last_content(&bodies[1]);
+    assert!(result.starts_with("refused: refused by the owner's reviewer"), "{result}");
+    assert_ends_with(&result, "do not repeat it unchanged.");
+}
