@@ -604,12 +604,36 @@ pub const MAX_REASON_BYTES: usize = 2 << 10;
 pub struct Refused {
     /// Why.
     pub reason: String,
-    /// True when the refusal is a fail-closed state (no valid policy), not a decision
+    /// Who or what refused it.
+    pub by: RefusedBy,
+}
+
+impl Refused {
+    /// Whether the refusal is a fail-closed state (no valid policy), not a decision
     /// about this call: every call is refused until the owner acts.
-    pub unavailable: bool,
-    /// True when the call asked, and the owner (or the owner's reviewer) answered no:
-    /// the refusal is theirs, not the policy's.
-    pub answered: bool,
+    pub fn unavailable(&self) -> bool {
+        self.by == RefusedBy::Unavailable
+    }
+}
+
+/// Who or what refused a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// The loop, before the broker: a refused call proposed again, the turn's end, or
+    /// its limit of calls.
+    Loop,
+    /// No tool of that name is installed.
+    NoSuchTool,
+    /// The arguments do not name what the tool reaches (a path, a URL) as it declares.
+    Arguments,
+    /// No valid policy: every call is refused until the owner acts.
+    Unavailable,
+    /// The policy's limits on calls (per session, per tool).
+    Limit,
+    /// The policy: no grant covers the call, or a rule denies it.
+    Policy,
+    /// The call asked, and the owner (or the owner's reviewer) answered no.
+    Owner,
 }
 
 /// A call that waits for the owner's answer.
@@ -690,21 +714,20 @@ impl<'t> Requested<'t> {
                 None => reason,
             }
         };
-        let mut unavailable = false;
-        let reason = match (self.tool, &self.resources) {
-            _ if refusal.is_some() => refusal.unwrap_or_default(),
-            (None, _) => format!("no tool named {:?} is installed", bounded(&self.name, 200)),
-            (Some(_), Err(why)) => why.to_string(),
+        let (reason, by) = match (self.tool, &self.resources) {
+            _ if refusal.is_some() => (refusal.unwrap_or_default(), RefusedBy::Loop),
+            (None, _) => (
+                format!("no tool named {:?} is installed", bounded(&self.name, 200)),
+                RefusedBy::NoSuchTool,
+            ),
+            (Some(_), Err(why)) => (why.to_string(), RefusedBy::Arguments),
             (Some(tool), Ok(resources)) => match trust.policy_with(overlay) {
-                Err(why) => {
-                    unavailable = true;
-                    why
-                }
+                Err(why) => (why, RefusedBy::Unavailable),
                 Ok(policy)
                     if let Err(limited) =
                         trust.within_limits(&policy, &self.session, &self.name) =>
                 {
-                    limited.to_string()
+                    (limited.to_string(), RefusedBy::Limit)
                 }
                 Ok(policy) => {
                     let request = CallRequest {
@@ -773,8 +796,7 @@ impl<'t> Requested<'t> {
                         }),
                         Decision::Deny(reason) => Decided::Refused(Refused {
                             reason: with_note(reason.message),
-                            unavailable: false,
-                            answered: false,
+                            by: RefusedBy::Policy,
                         }),
                     };
                     return Ok((decided, taint));
@@ -791,10 +813,7 @@ impl<'t> Requested<'t> {
             &bx_broker::Bearing::None,
             false,
         )?;
-        Ok((
-            Decided::Refused(Refused { reason: with_note(reason), unavailable, answered: false }),
-            taint,
-        ))
+        Ok((Decided::Refused(Refused { reason: with_note(reason), by }), taint))
     }
 }
 
@@ -904,17 +923,12 @@ impl<'t> Asking<'t> {
                     }
                     _ => why.message,
                 };
-                Err(Refused {
-                    reason: bounded(&message, MAX_REASON_BYTES),
-                    unavailable: false,
-                    answered: true,
-                })
+                Err(Refused { reason: bounded(&message, MAX_REASON_BYTES), by: RefusedBy::Owner })
             }
             // The broker's redecide never asks twice; were it to, nothing runs.
             Decision::Ask(_) => Err(Refused {
                 reason: "the call still asks after the owner's answer".into(),
-                unavailable: false,
-                answered: true,
+                by: RefusedBy::Owner,
             }),
         })
     }
@@ -1214,7 +1228,7 @@ pub fn output_of(call: &str, settled: Result<Finished, Refused>) -> bx_protocol:
         Err(refused) => {
             return bx_protocol::Body::ToolOutput {
                 call: call.to_owned(),
-                outcome: if refused.unavailable { O::Unavailable } else { O::Refused },
+                outcome: if refused.unavailable() { O::Unavailable } else { O::Refused },
                 label: String::new(),
                 text: refused.reason,
                 stderr: String::new(),

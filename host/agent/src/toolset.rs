@@ -386,6 +386,13 @@ impl Toolset {
         Some(recovery_text(lister, &args))
     }
 
+    /// [`Toolset::recovery`]'s call as the loop keys calls: the tool's name and its
+    /// arguments' JSON text.
+    pub fn recovery_key(&self) -> Option<(String, String)> {
+        let (lister, _, args) = self.finder()?;
+        Some((lister.name.clone(), args.to_string()))
+    }
+
     /// What a small model is told after a listing by the tool of directories: the call
     /// that reads (a file) or lists (a folder) the entry the owner's `request` points at
     /// (`crate::route::pointed`), in its reply shape, to copy, as `{"next": CALL}`. After a
@@ -566,12 +573,26 @@ fn recovery_text(lister: &ToolDef, args: &serde_json::Value) -> String {
 const PATH_HELP: &str =
     "relative to the owner's folder, as the owner writes it (\".\" is the folder)";
 
-/// Whether `schema` is an open map: an object whose properties are not listed, only
-/// what each value must be (`additionalProperties`), or nothing at all.
+/// Whether `schema` may be an open map: an object whose keys are not all listed, either
+/// because it lists none (only what each value must be, `additionalProperties`, or
+/// nothing at all) or because it takes keys by pattern (`patternProperties`). An object
+/// among the types of a list (`["object", "null"]`), and an open map as one of the
+/// alternatives of `anyOf` or `oneOf` (pydantic's `Optional[dict]`), count.
 fn is_open_map(schema: &serde_json::Value) -> bool {
-    schema["type"] == "object"
-        && schema["properties"].as_object().is_none_or(serde_json::Map::is_empty)
-        && schema["additionalProperties"] != false
+    let alternatives = ["anyOf", "oneOf"].iter().filter_map(|k| schema[*k].as_array()).flatten();
+    if alternatives.into_iter().any(is_open_map) {
+        return true;
+    }
+    let typed = &schema["type"];
+    let object = typed == "object"
+        || typed.as_array().is_some_and(|t| t.iter().any(|t| t == "object"))
+        || (typed.is_null()
+            && (schema["additionalProperties"].is_object()
+                || schema.get("patternProperties").is_some()));
+    let listed = schema["properties"].as_object().is_some_and(|p| !p.is_empty());
+    object
+        && (schema.get("patternProperties").is_some()
+            || (!listed && schema["additionalProperties"] != false))
 }
 
 /// What the model is told of the tools `defs` in constrained mode, where the server sees
@@ -612,6 +633,31 @@ pub fn prompt_text(defs: &[ToolDef]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_open_map_is_told_from_an_object_of_listed_keys() {
+        use serde_json::json;
+        for open in [
+            json!({"type": "object", "additionalProperties": {"type": "string"}}),
+            json!({"type": "object"}),
+            json!({"type": ["object", "null"]}),
+            json!({"anyOf": [{"type": "object", "additionalProperties": true}, {"type": "null"}]}),
+            json!({"oneOf": [{"type": "string"}, {"type": "object"}]}),
+            json!({"additionalProperties": {"type": "integer"}}),
+            json!({"type": "object", "properties": {"a": {}}, "patternProperties": {"^x": {}}, "additionalProperties": false}),
+        ] {
+            assert!(super::is_open_map(&open), "{open}");
+        }
+        for closed in [
+            json!({"type": "string"}),
+            json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+            json!({"type": "object", "additionalProperties": false}),
+            json!({"anyOf": [{"type": "string"}, {"type": "null"}]}),
+            json!({"type": "array", "items": {"type": "object"}}),
+        ] {
+            assert!(!super::is_open_map(&closed), "{closed}");
+        }
+    }
+
     use super::*;
 
     #[test]

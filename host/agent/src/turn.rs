@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use crate::agent::{Agent, Events};
 use crate::approvals::now_ms;
 use crate::baseline::Baseline;
-use crate::call::Overlay;
+use crate::call::{Overlay, RefusedBy};
 use crate::error::AgentError;
 use crate::kept::TurnTranscript;
 use crate::settle::Proposal;
@@ -249,6 +249,16 @@ impl Agent {
                     } else {
                         None
                     },
+                    // The same line whatever the path; never the call just refused, nor
+                    // one refused before in the turn: copied, it would end the turn.
+                    refusal_hint: if small && toolset.takes_paths(&call.name) {
+                        toolset
+                            .recovery_key()
+                            .filter(|hint| *hint != key && !refused.contains(hint))
+                            .and_then(|_| toolset.recovery())
+                    } else {
+                        None
+                    },
                 };
                 let (content, denied) =
                     self.call_tool(session, &toolset, call, ctx, events).await?;
@@ -366,8 +376,6 @@ impl Agent {
             args: &call.arguments,
             workspace: ctx.workspace,
         };
-        // Refused by bx itself (a repeat, the turn's end, its limit), not by the policy.
-        let by_bx = refusal.is_some();
         let mut owner = self.connected(events);
         let settled = self
             .trust
@@ -380,15 +388,17 @@ impl Agent {
                     "refused: {}. The call did not run; do not repeat it unchanged.",
                     refused.reason
                 );
-                // A small model's path call the policy refused gets the same hint as
-                // one that failed: asked to change a line "in my ideas", the 0.5B model
-                // wrote to `ideas`, which no grant covers, and answered with the refusal
-                // where `notes/ideas.md` was granted. The hint is the same whatever the
-                // path, so it tells nothing of what is there; the policy decides again.
-                // Not after the owner's no, nor while no policy holds: neither is about
-                // where the file is.
-                let by_policy = !by_bx && !refused.answered && !refused.unavailable;
-                if by_policy && let Some(hint) = &ctx.recovery {
+                // A small model's path call the policy refused gets the line that lists
+                // the whole folder: asked to change a line "in my ideas", the 0.5B model
+                // wrote to `ideas`, which no grant covers, and answered with the
+                // refusal's words where `notes/ideas.md` was granted. The line is the
+                // same whatever the path, so it tells nothing of what is there, and the
+                // policy decides the next call as any. Not after the owner's no, nor
+                // for the loop's own refusals or a bad argument: none is about where a
+                // file is.
+                if refused.by == RefusedBy::Policy
+                    && let Some(hint) = &ctx.refusal_hint
+                {
                     text = format!("{text}\n{hint}");
                 }
                 return Ok((text, true));
@@ -455,8 +465,11 @@ struct CallContext<'a> {
     /// An earlier call of this reply was such a repeat: refused, recorded.
     ending: bool,
     /// What the model is told after the tool's error, when it is a path tool and the
-    /// model a small one ([`crate::Toolset::recovery`]).
+    /// model a small one ([`crate::Toolset::recovery_after`]).
     recovery: Option<String>,
+    /// What the model is told after the policy refused the call, when it is a path tool
+    /// and the model a small one ([`crate::Toolset::recovery`]).
+    refusal_hint: Option<String>,
 }
 
 #[cfg(test)]

@@ -324,10 +324,12 @@ fn status(answer: &[u8]) -> Option<u16> {
 /// `\n`, with or without a `\r` before it, as hyper's parser reads it: a head that ends
 /// at `\r\n\n` ends there, and what follows is not its header (the first hour of
 /// `mcp_http` stopped on an `Origin` line after such an end, in the next request).
+/// Blank lines before the request line are skipped, as httparse skips them.
 fn head_lines(request: &[u8]) -> impl Iterator<Item = &[u8]> {
     request
         .split(|&b| b == b'\n')
         .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .skip_while(|line| line.is_empty())
         .skip(1)
         .take_while(|line| !line.is_empty())
 }
@@ -358,9 +360,12 @@ pub fn run(bytes: &[u8], scratch: &Scratch) {
     }
     let code = status(&answer);
     let ok = code.is_some_and(|c| (200..300).contains(&c));
-    // In the head: a token in a body, or in a request after this one, is not this one's.
-    let carries_token = head_lines(&request)
-        .any(|l| l.windows(served.token.len()).any(|w| w == served.token.as_bytes()));
+    // In the head's Authorization: a token in a body, in the request line, or in a
+    // request after this one, is not this one's.
+    let carries_token = head_lines(&request).any(|l| {
+        let named = l.len() > 14 && l[..14].eq_ignore_ascii_case(b"authorization:");
+        named && l.windows(served.token.len()).any(|w| w == served.token.as_bytes())
+    });
     assert!(!ok || carries_token, "a request without the token was answered {}", head_of(&answer));
     assert!(
         !ok || !has_header(&request, "origin"),
@@ -449,6 +454,9 @@ mod tests {
         assert!(!has_header(b"POST / HTTP/1.1\r\nA: b\r\n\nOrigin: x\r\n\r\n", "origin"));
         assert!(!has_header(b"POST / HTTP/1.1\nA: b\n\nOrigin: x\n\n", "origin"));
         assert!(has_header(b"POST / HTTP/1.1\nA: b\nOrigin: x\n\n", "origin"));
+        // Blank lines before the request line are skipped, as httparse does.
+        assert!(has_header(b"\r\n\r\nPOST / HTTP/1.1\r\nOrigin: x\r\n\r\n", "origin"));
+        assert!(!has_header(b"\r\nOrigin: x\r\n\r\n", "origin"), "a request line");
         assert_eq!(status(b"HTTP/1.1 401 Unauthorized\r\n\r\n"), Some(401));
         assert_eq!(status(b"garbage"), None);
         let answer = b"HTTP/1.1 200 OK\r\nmcp-session-id: abc\r\n\r\n";

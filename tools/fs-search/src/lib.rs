@@ -117,7 +117,8 @@ impl Tool for Search {
 
 /// Whether `pattern` has an upper-case letter of its own: one not escaped, so `\S` and
 /// `\W` (classes) do not count, and `\p{Lu}` does (its braces are taken as written, which
-/// errs towards matching case, as written).
+/// errs towards matching case, as written). A letter written as a code (`\x41`) is not
+/// seen: ripgrep, which reads the parsed pattern, would match its case.
 fn has_upper_case(pattern: &str) -> bool {
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
@@ -131,4 +132,3 @@ fn has_upper_case(pattern: &str) -> bool {
 }
 
 bx_tool_sdk::tool!(Search);
-

@@ -405,3 +405,25 @@ fn a_path_call_the_owner_refuses_gets_no_listing_hint() {
     assert!(result.starts_with("refused: refused by the owner's reviewer"), "{result}");
     assert_ends_with(&result, "do not repeat it unchanged.");
 }
+
+/// The listing a refusal points to is never the call just refused: copied, it would be
+/// refused again and end the turn. With no grant at all, the listing of the whole folder
+/// is refused with no such line.
+#[test]
+fn a_refused_listing_does_not_point_to_itself() {
+    let call = r#"{"tool":"fs.list","with":{"path":".","depth":2}}"#;
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let scripted = model_making(&bodies, &[call]);
+    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+    let s = state.path();
+    std::fs::write(s.join("policy.toml"), "").unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "small", "List my files.", &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 2, "a call, then the answer");
+    let result = last_content(&bodies[1]);
+    assert!(result.starts_with("refused: no grant covers"), "{result}");
+    assert_ends_with(&result, "do not repeat it unchanged.");
+}
