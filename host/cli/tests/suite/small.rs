@@ -369,6 +369,22 @@ To find where it is, list the whole folder: {"tool":"fs.list","with":{"path":"."
     );
 }
 
+/// Says `request` in `ws` with the daemon of state `s`, where the scripted model makes
+/// one call and then answers: what the model was shown of the call.
+fn the_one_result(
+    s: &std::path::Path,
+    ws: &std::path::Path,
+    bodies: &Arc<Mutex<Vec<Value>>>,
+    request: &str,
+) -> String {
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 2, "a call, then the answer");
+    last_content(&bodies[1])
+}
+
 /// The owner's no (here the owner's reviewer's) is not about where a file is: the
 /// refusal is shown without the listing to make next.
 #[test]
@@ -395,13 +411,7 @@ fn a_path_call_the_owner_refuses_gets_no_listing_hint() {
     let mut config = std::fs::read_to_string(s.join("config.toml")).unwrap();
     config.push_str(&format!("\n[approvals]\nreviewer = [\"{}\"]\n", review.display()));
     std::fs::write(s.join("config.toml"), config).unwrap();
-    let _daemon = Daemon::start(s);
-    let (code, events) =
-        say(s, "small", "What does a.txt say?", &["--workspace", ws.to_str().unwrap()]);
-    assert_eq!(code, 0, "{events:?}");
-    let bodies = bodies.lock().unwrap();
-    assert_eq!(bodies.len(), 2, "a call, then the answer");
-    let result = last_content(&bodies[1]);
+    let result = the_one_result(s, &ws, &bodies, "What does a.txt say?");
     assert!(result.starts_with("refused: refused by the owner's reviewer"), "{result}");
     assert_ends_with(&result, "do not repeat it unchanged.");
 }
@@ -418,12 +428,7 @@ fn a_refused_listing_does_not_point_to_itself() {
     let s = state.path();
     std::fs::write(s.join("policy.toml"), "").unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
-    let _daemon = Daemon::start(s);
-    let (code, events) = say(s, "small", "List my files.", &["--workspace", ws.to_str().unwrap()]);
-    assert_eq!(code, 0, "{events:?}");
-    let bodies = bodies.lock().unwrap();
-    assert_eq!(bodies.len(), 2, "a call, then the answer");
-    let result = last_content(&bodies[1]);
+    let result = the_one_result(s, &ws, &bodies, "List my files.");
     assert!(result.starts_with("refused: no grant covers"), "{result}");
     assert_ends_with(&result, "do not repeat it unchanged.");
 }
