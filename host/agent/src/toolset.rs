@@ -573,6 +573,25 @@ fn recovery_text(lister: &ToolDef, args: &serde_json::Value) -> String {
 const PATH_HELP: &str =
     "relative to the owner's folder, as the owner writes it (\".\" is the folder)";
 
+/// A listing of the tool of directories without its entries' sizes (`,"size":N`). In
+/// JSON text that sequence can only be a key: inside a string its quote would be escaped.
+pub(crate) fn without_sizes(listing: &str) -> String {
+    const KEY: &str = ",\"size\":";
+    let mut out = String::with_capacity(listing.len());
+    let mut rest = listing;
+    while let Some(at) = rest.find(KEY) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + KEY.len()..];
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            out.push_str(KEY);
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Whether `schema` may be an open map: an object whose keys are not all listed, either
 /// because it lists none (only what each value must be, `additionalProperties`, or
 /// nothing at all) or because it takes keys by pattern (`patternProperties`). An object
@@ -633,6 +652,16 @@ pub fn prompt_text(defs: &[ToolDef]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_listing_is_shown_without_its_sizes() {
+        let listing = r#"{"entries":[{"path":"a.md","kind":"file","size":60},{"path":"b,\"size\":7","kind":"dir","size":4096}],"truncated":false}"#;
+        assert_eq!(
+            super::without_sizes(listing),
+            r#"{"entries":[{"path":"a.md","kind":"file"},{"path":"b,\"size\":7","kind":"dir"}],"truncated":false}"#
+        );
+        assert_eq!(super::without_sizes(r#"{"x":1,"size":"big"}"#), r#"{"x":1,"size":"big"}"#);
+    }
+
     #[test]
     fn an_open_map_is_told_from_an_object_of_listed_keys() {
         use serde_json::json;

@@ -272,6 +272,13 @@ impl Agent {
                 // of this turn are told.
                 let listed = if small { toolset.listed(&call.name, &content) } else { None };
                 let pointer = listed.as_deref().and_then(|e| toolset.pointer(text, e));
+                // A listing is shown without its sizes: the 0.5B model read a size in
+                // bytes as a count of lines ("Cargo.toml has 60 lines.").
+                let content = if listed.is_some() {
+                    crate::toolset::without_sizes(&content)
+                } else {
+                    content
+                };
                 seen.extend(listed.unwrap_or_default());
                 let content = match pointer {
                     Some(pointer) => format!("{content}\n{pointer}"),

@@ -432,3 +432,14 @@ fn a_refused_listing_does_not_point_to_itself() {
     assert!(result.starts_with("refused: no grant covers"), "{result}");
     assert_ends_with(&result, "do not repeat it unchanged.");
 }
+
+/// A listing is shown to a small model without its sizes (it read a size in bytes as a
+/// count of lines: "Cargo.toml has 60 lines."); the transcript keeps what it was shown.
+#[test]
+fn a_listing_is_shown_without_its_sizes() {
+    let (bodies, _) =
+        small_turn(&[r#"{"tool":"fs.list","with":{"path":"."}}"#], "List my files.", &[]);
+    let shown = last_content(&bodies[1]);
+    assert!(shown.contains(r#"{"path":"a.txt","kind":"file"}"#), "{shown}");
+    assert!(!shown.contains("\"size\""), "{shown}");
+}
