@@ -291,6 +291,18 @@ pub fn overlaid(policy: &Policy, overlay: &Overlay) -> Result<Policy, bx_broker:
     Ok(allow.policy().clone())
 }
 
+/// Why a call has no policy to be decided by: none is in force, or the call's overlay
+/// (`bx tool run --allow-*`) cannot be laid on it. Either refuses the call.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyUnusable {
+    /// No policy is in force.
+    #[error(transparent)]
+    None(#[from] NoPolicy),
+    /// The overlay names what no grant can hold.
+    #[error(transparent)]
+    Overlay(#[from] bx_broker::AllowError),
+}
+
 /// Why no policy is in force, so that every call is refused
 /// (`docs/runbook.md#policy-invalid`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -454,12 +466,12 @@ impl Trust {
         file.refresh().clone()
     }
 
-    fn policy_with(&self, overlay: &Overlay) -> Result<Arc<Policy>, String> {
-        let policy = self.policy().map_err(|e| e.to_string())?;
+    fn policy_with(&self, overlay: &Overlay) -> Result<Arc<Policy>, PolicyUnusable> {
+        let policy = self.policy()?;
         if overlay.is_empty() {
             return Ok(policy);
         }
-        overlaid(&policy, overlay).map(Arc::new).map_err(|e| e.to_string())
+        Ok(Arc::new(overlaid(&policy, overlay)?))
     }
 
     /// A proposed call: its request goes on the log before anything is decided, whatever
@@ -722,7 +734,7 @@ impl<'t> Requested<'t> {
             ),
             (Some(_), Err(why)) => (why.to_string(), RefusedBy::Arguments),
             (Some(tool), Ok(resources)) => match trust.policy_with(overlay) {
-                Err(why) => (why, RefusedBy::Unavailable),
+                Err(why) => (why.to_string(), RefusedBy::Unavailable),
                 Ok(policy)
                     if let Err(limited) =
                         trust.within_limits(&policy, &self.session, &self.name) =>
@@ -861,7 +873,7 @@ impl<'t> Asking<'t> {
                 let policy = policy.for_workspace(r.workspace.as_deref());
                 bx_broker::redecide(&policy, taint, &self.ask, answer)
             }
-            Err(why) => Decision::Deny(DenyReason { message: why }),
+            Err(why) => Decision::Deny(DenyReason { message: why.to_string() }),
         };
         let (name, reason) = match answer {
             Answer::Approve | Answer::Scoped(bx_broker::ScopedAnswer { approve: true, .. }) => {

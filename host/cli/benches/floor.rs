@@ -120,19 +120,22 @@ impl Bare {
     }
 
     /// Calls export `name` with the string `path`; its `result<T, string>` as JSON text.
-    async fn call(&self, name: &str, path: &str) -> Result<String, String> {
+    async fn call(&self, name: &str, path: &str) -> anyhow::Result<String> {
         let mut wasi = WasiCtx::builder();
         wasi.preopened_dir(&self.dir, self.dir.to_str().unwrap(), FsPerms::ReadOnly).unwrap();
         let wasi = wasi.build();
         let ctx =
             Ctx { wasi, http: WasiHttpCtx::new(), hooks: NoHttp, table: ResourceTable::new() };
         let mut store = Store::new(&self.engine, ctx);
-        let instance = self.pre.instantiate_async(&mut store).await.map_err(|e| e.to_string())?;
-        let func = instance.get_func(&mut store, name).ok_or("no such export")?;
+        // wasmtime's error is not a std one: carried as its text, causes included.
+        let wasmtime = |e: wasmtime::Error| anyhow::anyhow!("{e:#}");
+        let instance = self.pre.instantiate_async(&mut store).await.map_err(wasmtime)?;
+        let func =
+            instance.get_func(&mut store, name).ok_or_else(|| anyhow::anyhow!("no such export"))?;
         let mut results = [Val::Bool(false)];
         func.call_async(&mut store, &[Val::String(path.to_owned())], &mut results)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(wasmtime)?;
         let json = |v: &Val| match v {
             Val::String(s) => serde_json::Value::String(s.clone()),
             Val::List(items) => serde_json::Value::Array(
@@ -151,8 +154,9 @@ impl Bare {
                 serde_json::Value::String(s) => s,
                 other => other.to_string(),
             }),
-            Val::Result(Err(Some(v))) => Err(json(v).to_string()),
-            other => Err(format!("unexpected result {other:?}")),
+            // The component's own error, as the client reads it.
+            Val::Result(Err(Some(v))) => Err(anyhow::anyhow!("{}", json(v))),
+            other => Err(anyhow::anyhow!("unexpected result {other:?}")),
         }
     }
 }
@@ -188,7 +192,7 @@ impl ServerHandler for Bare {
                 self.record(&text);
                 CallToolResult::success(vec![ContentBlock::text(text)])
             }
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e)]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("{e:#}"))]),
         };
         Ok(CallToolResponse::Complete(result))
     }

@@ -50,7 +50,7 @@ pub fn function_docs(wasm: &[u8]) -> std::collections::BTreeMap<String, String> 
 /// (what `bx tool publish` writes into an artifact's config); an error says why the bytes
 /// are not a component.
 pub fn world_of(wasm: &[u8]) -> Result<WorldCheck, RunError> {
-    let (imports, exports) = wit_json::world_of(wasm).map_err(RunError::Invalid)?;
+    let (imports, exports) = wit_json::world_of(wasm)?;
     Ok(WorldCheck { imports, exports })
 }
 /// The WIT-to-JSON conversion of a component's exported functions, for `bx-fuzz`: each

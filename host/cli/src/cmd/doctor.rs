@@ -317,14 +317,35 @@ fn telemetry(state: &StateDir, answering: bool) {
     }
 }
 
-fn runnable(path: &std::path::Path) -> Result<(), String> {
+/// Why a program the config names cannot be run.
+#[derive(Debug)]
+enum NotRunnable {
+    /// It cannot be looked at (missing, or a directory on the way is not readable).
+    Unreadable(std::io::Error),
+    /// It is a directory, a device, a socket.
+    NotAFile,
+    /// No execute bit is set.
+    NotExecutable,
+}
+
+impl std::fmt::Display for NotRunnable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotRunnable::Unreadable(e) => write!(f, "{e}"),
+            NotRunnable::NotAFile => f.write_str("not a regular file"),
+            NotRunnable::NotExecutable => f.write_str("not executable"),
+        }
+    }
+}
+
+fn runnable(path: &std::path::Path) -> Result<(), NotRunnable> {
     use std::os::unix::fs::PermissionsExt as _;
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let meta = std::fs::metadata(path).map_err(NotRunnable::Unreadable)?;
     if !meta.is_file() {
-        return Err("not a regular file".into());
+        return Err(NotRunnable::NotAFile);
     }
     if meta.permissions().mode() & 0o111 == 0 {
-        return Err("not executable".into());
+        return Err(NotRunnable::NotExecutable);
     }
     Ok(())
 }

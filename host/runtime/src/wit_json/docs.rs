@@ -46,11 +46,14 @@ pub(crate) fn function_docs(wasm: &[u8]) -> BTreeMap<String, String> {
 /// A component's imports and exports by name (interfaces as `ns:pkg/iface@version`,
 /// functions by name), read by wit-parser's decoder without compiling anything; an error
 /// says why the bytes are not a component.
-pub(crate) fn world_of(wasm: &[u8]) -> Result<(Vec<String>, Vec<String>), String> {
+pub(crate) fn world_of(wasm: &[u8]) -> Result<(Vec<String>, Vec<String>), crate::RunError> {
+    use crate::RunError::Invalid;
     let (resolve, world) = match decode(wasm) {
         Ok(DecodedWasm::Component(resolve, world)) => (resolve, world),
-        Ok(DecodedWasm::WitPackage(..)) => return Err("a WIT package, not a component".into()),
-        Err(e) => return Err(format!("not a WebAssembly component: {e}")),
+        Ok(DecodedWasm::WitPackage(..)) => {
+            return Err(Invalid("a WIT package, not a component".into()));
+        }
+        Err(e) => return Err(Invalid(format!("not a WebAssembly component: {e}"))),
     };
     let world = &resolve.worlds[world];
     let named = |key: &WorldKey, item: &WorldItem| match item {
