@@ -178,6 +178,28 @@ pub(crate) fn pointed<'a>(
     best.map(|(_, _, entry)| entry)
 }
 
+/// The first name the owner's `request` gives, in lower case: a word of letters that
+/// begins with a capital and goes on in lower case, and is not the first of its sentence
+/// ("Luis" of "What is Luis's phone number?"; not `README` or `TODOs`, which the 0.5B
+/// model then searched for as `todos` and found nothing). It is what a search should look
+/// for when no entry of a listing is named after it; a lower-case pattern matches either
+/// case in the tool that searches (fs.search is smart-case).
+pub(crate) fn a_name(request: &str) -> Option<String> {
+    let mut sentence_start = true;
+    for raw in request.split_whitespace() {
+        let word = raw.trim_start_matches(|c: char| !c.is_alphanumeric());
+        let word = word.split(|c: char| !c.is_alphabetic()).next().unwrap_or("");
+        let mut letters = word.chars();
+        let capital = letters.next().is_some_and(char::is_uppercase)
+            && letters.next().is_some_and(char::is_lowercase);
+        if capital && !sentence_start && !raw.contains("://") {
+            return Some(word.to_lowercase());
+        }
+        sentence_start = raw.ends_with(['.', '?', '!', ':']);
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +288,23 @@ mod tests {
         }
         for not in ["hello", "Who are you?", "what can you do", "thanks!", "", "Hi, how are you?"] {
             assert!(!asks_after_something(not), "{not}");
+        }
+    }
+
+    #[test]
+    fn a_name_is_the_first_capitalised_word_past_a_sentence_start() {
+        for (request, name) in [
+            ("What is Luis's phone number? It is in docs.", Some("luis")),
+            ("What is Ana's email address?", Some("ana")),
+            ("When does Ana arrive? Ask Luis.", Some("ana")),
+            ("Read the README and tell me what bx is.", None),
+            ("Find the TODOs in the sources.", None),
+            ("Remind me of my ideas.", None),
+            ("What is new in the latest release? http://Example.org/Changelog", None),
+            ("How do I run the tests? See the README, Bob.", Some("bob")),
+            ("", None),
+        ] {
+            assert_eq!(a_name(request).as_deref(), name, "{request}");
         }
     }
 

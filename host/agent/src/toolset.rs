@@ -407,6 +407,53 @@ impl Toolset {
         Some(format!("{{\"next\":{call}}}"))
     }
 
+    /// What a small model is told after a listing (the call `listing`, by the tool of
+    /// directories) that points at no entry, when the owner's `request` gives a name
+    /// (`crate::route::a_name`): the call that searches the listed folder for it, to copy,
+    /// as `{"next": CALL}`. Asked "What is Luis's phone number? It is in docs.", the 0.5B
+    /// model listed `docs`, saw no file named after Luis (he is in `contacts.txt`), and
+    /// answered from the names. `None` without a tool that searches
+    /// ([`Toolset::searcher`]) or a name.
+    pub fn search_pointer(&self, request: &str, listing: &ToolCall) -> Option<String> {
+        let name = crate::route::a_name(request)?;
+        let (lister, dir, _) = self.finder()?;
+        if listing.name != lister.name {
+            return None;
+        }
+        let folder = listing.arguments[dir].as_str().unwrap_or(".");
+        let (searcher, path, pattern) = self.searcher()?;
+        let call = bx_infer::ArgOrder::of(std::slice::from_ref(searcher))
+            .call(&searcher.name, &serde_json::json!({ path: folder, pattern: name }));
+        Some(format!("{{\"next\":{call}}}"))
+    }
+
+    /// The tool that searches a folder: two required arguments, a path it reads and a
+    /// string (the pattern), the tool's description naming a search. Its definition,
+    /// path argument and pattern argument.
+    fn searcher(&self) -> Option<(&ToolDef, &str, &str)> {
+        self.defs.iter().find_map(|def| {
+            let tool = self.tools.get(&def.name)?;
+            if !def.description.to_lowercase().contains("search") {
+                return None;
+            }
+            let required = def.parameters["required"].as_array()?;
+            let [a, b] = required.as_slice() else { return None };
+            let (a, b) = (a.as_str()?, b.as_str()?);
+            let reads = |arg: &str| {
+                tool.description()
+                    .resources
+                    .iter()
+                    .any(|r| r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::PathRead))
+            };
+            let string = |arg: &str| def.parameters["properties"][arg]["type"] == "string";
+            match (reads(a), reads(b)) {
+                (true, false) if string(b) => Some((def, a, b)),
+                (false, true) if string(a) => Some((def, b, a)),
+                _ => None,
+            }
+        })
+    }
+
     /// The entries of `result` as `(path, is a folder)`, when it is a listing by the tool
     /// of directories (`tool`).
     pub fn listed(&self, tool: &str, result: &str) -> Option<Vec<(String, bool)>> {

@@ -271,7 +271,10 @@ impl Agent {
                 // The listing is read once: for the pointer, and for what later failures
                 // of this turn are told.
                 let listed = if small { toolset.listed(&call.name, &content) } else { None };
-                let pointer = listed.as_deref().and_then(|e| toolset.pointer(text, e));
+                // One that points at none is shown the search for a name the owner gave.
+                let pointer = listed.as_deref().and_then(|e| {
+                    toolset.pointer(text, e).or_else(|| toolset.search_pointer(text, call))
+                });
                 // A listing is shown without its sizes: the 0.5B model read a size in
                 // bytes as a count of lines ("Cargo.toml has 60 lines.").
                 let content = if listed.is_some() {

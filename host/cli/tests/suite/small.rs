@@ -443,3 +443,28 @@ fn a_listing_is_shown_without_its_sizes() {
     assert!(shown.contains(r#"{"path":"a.txt","kind":"file"}"#), "{shown}");
     assert!(!shown.contains("\"size\""), "{shown}");
 }
+
+/// A listing that points at no entry, for a request that gives a name, is shown with the
+/// call that searches the listed folder for it (asked for Luis's phone number, the 0.5B
+/// model listed `docs`, saw no file named after him, and answered from the names). A
+/// request that gives no name gets no such line.
+#[test]
+fn a_listing_that_points_at_no_entry_is_shown_with_the_search_for_a_name() {
+    let list = r#"{"tool":"fs.list","with":{"path":"."}}"#;
+    let ask = |request: &str| {
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let scripted = model_making(&bodies, &[list]);
+        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+        install(state.path(), "fs_search");
+        let ws = std::fs::canonicalize(ws.path()).unwrap();
+        std::fs::write(ws.join("contacts.txt"), "Luis Ortega, +34 600 333 444\n").unwrap();
+        the_one_result(state.path(), &ws, &bodies, request)
+    };
+    let shown = ask("What is Luis's phone number?");
+    assert_ends_with(
+        &shown,
+        r#"{"next":{"tool":"fs.search","with":{"path":".","pattern":"luis"}}}"#,
+    );
+    let shown = ask("What is his phone number?");
+    assert!(!shown.contains("next"), "{shown}");
+}
