@@ -185,13 +185,16 @@ pub(crate) fn pointed<'a>(
 /// for when no entry of a listing is named after it; a lower-case pattern matches either
 /// case in the tool that searches (fs.search is smart-case).
 pub(crate) fn a_name(request: &str) -> Option<String> {
+    // Longer than any name: the owner's pasted text, not a name to search for.
+    const MAX_NAME: usize = 40;
     let mut sentence_start = true;
     for raw in request.split_whitespace() {
         let word = raw.trim_start_matches(|c: char| !c.is_alphanumeric());
         let word = word.split(|c: char| !c.is_alphabetic()).next().unwrap_or("");
         let mut letters = word.chars();
         let capital = letters.next().is_some_and(char::is_uppercase)
-            && letters.next().is_some_and(char::is_lowercase);
+            && letters.next().is_some_and(char::is_lowercase)
+            && word.chars().count() <= MAX_NAME;
         if capital && !sentence_start && !raw.contains("://") {
             return Some(word.to_lowercase());
         }
@@ -306,6 +309,11 @@ mod tests {
         ] {
             assert_eq!(a_name(request).as_deref(), name, "{request}");
         }
+        // A name is at most 40 letters; a longer word is no name, and no search's pattern.
+        let word = |n: usize| format!("L{}", "u".repeat(n - 1));
+        let asked = |n: usize| a_name(&format!("What is {}'s number?", word(n)));
+        assert_eq!(asked(40), Some(word(40).to_lowercase()));
+        assert_eq!(asked(41), None);
     }
 
     #[test]

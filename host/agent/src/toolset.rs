@@ -321,7 +321,7 @@ impl Toolset {
                 let listing = r#"{"entries":[{"path":"trips","kind":"dir"},{"path":"trips/rome.txt","kind":"file"},{"path":"trips/oslo.txt","kind":"file"}]}"#;
                 let entries = self.listed(&lister.name, listing).unwrap_or_default();
                 let shown = match self.pointer(flight, &entries) {
-                    Some(pointer) => format!("{listing}\n{pointer}"),
+                    Some(pointer) => format!("{listing}\n{}", pointer.line),
                     None => listing.to_owned(),
                 };
                 out.push(result(1, &shown));
@@ -401,10 +401,10 @@ impl Toolset {
     /// sentence ("The owner's words point at …"), the hint became the model's answers'
     /// first words, even where no entry was pointed at. `None` when
     /// the request points at no entry of the listing (`entries`, from [`Toolset::listed`]). Only tools that read are named; the call goes through the broker as any.
-    pub fn pointer(&self, request: &str, entries: &[(String, bool)]) -> Option<String> {
+    pub fn pointer(&self, request: &str, entries: &[(String, bool)]) -> Option<Next> {
         let (path, is_dir) = crate::route::pointed(request, entries)?;
-        let (_, call) = self.opener(path, *is_dir)?;
-        Some(format!("{{\"next\":{call}}}"))
+        let (_, def, args) = self.opening(path, *is_dir)?;
+        Some(Next::of(def, args))
     }
 
     /// What a small model is told after a listing (the call `listing`, by the tool of
@@ -414,7 +414,7 @@ impl Toolset {
     /// model listed `docs`, saw no file named after Luis (he is in `contacts.txt`), and
     /// answered from the names. `None` without a tool that searches
     /// ([`Toolset::searcher`]) or a name.
-    pub fn search_pointer(&self, request: &str, listing: &ToolCall) -> Option<String> {
+    pub fn search_pointer(&self, request: &str, listing: &ToolCall) -> Option<Next> {
         let name = crate::route::a_name(request)?;
         let (lister, dir, _) = self.finder()?;
         if listing.name != lister.name {
@@ -422,9 +422,7 @@ impl Toolset {
         }
         let folder = listing.arguments[dir].as_str().unwrap_or(".");
         let (searcher, path, pattern) = self.searcher()?;
-        let call = bx_infer::ArgOrder::of(std::slice::from_ref(searcher))
-            .call(&searcher.name, &serde_json::json!({ path: folder, pattern: name }));
-        Some(format!("{{\"next\":{call}}}"))
+        Some(Next::of(searcher, serde_json::json!({ path: folder, pattern: name })))
     }
 
     /// The tool that searches a folder: two required arguments, a path it reads and a
@@ -439,12 +437,7 @@ impl Toolset {
             let required = def.parameters["required"].as_array()?;
             let [a, b] = required.as_slice() else { return None };
             let (a, b) = (a.as_str()?, b.as_str()?);
-            let reads = |arg: &str| {
-                tool.description()
-                    .resources
-                    .iter()
-                    .any(|r| r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::PathRead))
-            };
+            let reads = |arg: &str| reads_path(tool, arg);
             let string = |arg: &str| def.parameters["properties"][arg]["type"] == "string";
             match (reads(a), reads(b)) {
                 (true, false) if string(b) => Some((def, a, b)),
@@ -476,6 +469,18 @@ impl Toolset {
     /// The call that opens `path`, in the reply shape, and its verb: the tool of
     /// directories for a folder, the tool of files for a file.
     fn opener(&self, path: &str, is_dir: bool) -> Option<(&'static str, String)> {
+        let (verb, def, args) = self.opening(path, is_dir)?;
+        let call = bx_infer::ArgOrder::of(std::slice::from_ref(def)).call(&def.name, &args);
+        Some((verb, call))
+    }
+
+    /// The verb, tool and arguments of the call that opens `path`: the tool of
+    /// directories for a folder, the tool of files for a file.
+    fn opening(
+        &self,
+        path: &str,
+        is_dir: bool,
+    ) -> Option<(&'static str, &ToolDef, serde_json::Value)> {
         let (lister, dir, _) = self.finder()?;
         let (def, arg, verb) = if is_dir {
             (lister, dir, "list")
@@ -483,9 +488,7 @@ impl Toolset {
             let (reader, arg) = self.reader()?;
             (reader, arg, "read")
         };
-        let call = bx_infer::ArgOrder::of(std::slice::from_ref(def))
-            .call(&def.name, &serde_json::json!({ arg: path }));
-        Some((verb, call))
+        Some((verb, def, serde_json::json!({ arg: path })))
     }
 
     /// What a small model is told after `call`, to a path tool, failed, given what the
@@ -552,11 +555,7 @@ impl Toolset {
                 let required = def.parameters["required"].as_array()?;
                 let [arg] = required.as_slice() else { return None };
                 let arg = arg.as_str()?;
-                let reads =
-                    tool.description().resources.iter().any(|r| {
-                        r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::PathRead)
-                    });
-                reads.then_some((def, arg))
+                reads_path(tool, arg).then_some((def, arg))
             })
             .collect()
     }
@@ -599,6 +598,30 @@ impl Toolset {
 }
 
 /// The labels of a tool no manifest entry describes: `(result, sink, unlabelled)`.
+/// A call a small model is shown to make next, after a listing (`{"next": CALL}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Next {
+    /// The call as the loop keys calls: the tool's name and its arguments' JSON text.
+    pub key: (String, String),
+    /// The line the model is shown, the call in its reply shape.
+    pub line: String,
+}
+
+impl Next {
+    fn of(def: &ToolDef, args: serde_json::Value) -> Next {
+        let call = bx_infer::ArgOrder::of(std::slice::from_ref(def)).call(&def.name, &args);
+        Next { key: (def.name.clone(), args.to_string()), line: format!("{{\"next\":{call}}}") }
+    }
+}
+
+/// Whether `tool` reads the path its argument `arg` names (a `PathRead` resource).
+fn reads_path(tool: &LoadedTool, arg: &str) -> bool {
+    tool.description()
+        .resources
+        .iter()
+        .any(|r| r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::PathRead))
+}
+
 fn unlabelled() -> (Label, Option<Label>, bool) {
     let label = |text| parse_label(text).unwrap_or(Label::TOP);
     (label(UNLABELLED_RESULT), Some(label(UNLABELLED_SINK)), true)

@@ -272,9 +272,14 @@ impl Agent {
                 // of this turn are told.
                 let listed = if small { toolset.listed(&call.name, &content) } else { None };
                 // One that points at none is shown the search for a name the owner gave.
-                let pointer = listed.as_deref().and_then(|e| {
-                    toolset.pointer(text, e).or_else(|| toolset.search_pointer(text, call))
-                });
+                // Never a call refused before in the turn: copied, it would end the turn.
+                let pointer = listed
+                    .as_deref()
+                    .and_then(|e| {
+                        toolset.pointer(text, e).or_else(|| toolset.search_pointer(text, call))
+                    })
+                    .filter(|next| !refused.contains(&next.key))
+                    .map(|next| next.line);
                 // A listing is shown without its sizes: the 0.5B model read a size in
                 // bytes as a count of lines ("Cargo.toml has 60 lines.").
                 let content = if listed.is_some() {

@@ -468,3 +468,40 @@ fn a_listing_that_points_at_no_entry_is_shown_with_the_search_for_a_name() {
     let shown = ask("What is his phone number?");
     assert!(!shown.contains("next"), "{shown}");
 }
+
+/// The search a listing points to is never one the policy refused earlier in the turn:
+/// copied, it would be refused again and end the turn.
+#[test]
+fn a_listing_does_not_point_to_a_search_refused_before() {
+    let search = r#"{"tool":"fs.search","with":{"path":".","pattern":"luis"}}"#;
+    let list = r#"{"tool":"fs.list","with":{"path":"."}}"#;
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let scripted = model_making(&bodies, &[search, list]);
+    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+    let s = state.path();
+    install(s, "fs_search");
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(ws.join("contacts.txt"), "Luis Ortega, +34 600 333 444\n").unwrap();
+    // fs.list and fs.read may read the workspace; no grant covers fs.search.
+    let policy: String = ["fs.list", "fs.read"]
+        .iter()
+        .map(|tool| {
+            format!(
+                "[[grant]]\ntool = \"{tool}\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"allow\"\nwhen_tainted = \"allow\"\n\n",
+                ws.display()
+            )
+        })
+        .collect();
+    write_policy(s, &policy);
+    let _daemon = Daemon::start(s);
+    let (code, events) =
+        say(s, "small", "What is Luis's phone number?", &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 3, "a search, a listing, then the answer");
+    let refused = last_content(&bodies[1]);
+    assert!(refused.starts_with("refused: no grant covers"), "{refused}");
+    let listing = last_content(&bodies[2]);
+    assert!(listing.contains("contacts.txt"), "{listing}");
+    assert!(!listing.contains("next"), "the refused search again: {listing}");
+}
