@@ -66,7 +66,7 @@ pub(crate) fn route(request: &str, tools: &[Cues]) -> Option<BTreeSet<String>> {
         *counts.entry(cue).or_default() += 1;
     }
     let shared = |cue: &str| counts.get(cue).copied().unwrap_or(0) * 2 > tools.len();
-    let url = request.contains("http://") || request.contains("https://");
+    let url = !urls(request).is_empty();
     let chosen: BTreeSet<String> = tools
         .iter()
         .filter(|t| {
@@ -76,6 +76,32 @@ pub(crate) fn route(request: &str, tools: &[Cues]) -> Option<BTreeSet<String>> {
         .map(|t| t.name.clone())
         .collect();
     (!chosen.is_empty()).then_some(chosen)
+}
+
+/// The most web addresses [`urls`] takes from one request: a pasted page of links is
+/// not a list of pages to fetch, one a call.
+const MAX_URLS: usize = 8;
+
+/// The http and https URLs `request` gives, in order, each once, without the punctuation
+/// that ends a sentence after them (`See https://example.org/a.`), at most [`MAX_URLS`].
+/// The owner's own words: what a small model is pointed at when no call of the turn has
+/// fetched one yet (`Toolset::fetch_pointer`).
+pub(crate) fn urls(request: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in request.split_whitespace() {
+        let start = ["http://", "https://"].iter().filter_map(|s| word.find(s)).min();
+        let Some(start) = start else { continue };
+        let url = word[start..].trim_end_matches(['.', ',', ';', ':', '!', '?', ')', '>', ']', '"', '\'']);
+        let host = url.split_once("://").map_or("", |(_, rest)| rest);
+        if host.is_empty() || out.iter().any(|u| u == url) {
+            continue;
+        }
+        out.push(url.to_owned());
+        if out.len() == MAX_URLS {
+            break;
+        }
+    }
+    out
 }
 
 /// Whether `request` names a file or folder: a word with a `/` inside it
@@ -133,6 +159,22 @@ pub(crate) fn asks_after_something(request: &str) -> bool {
     });
     (question || mine || looking) && about_something
 }
+
+/// Whether `request` asks for a change: a word of [`CHANGING`] in it (`Add 'book
+/// flights' to my todo list.`, `note its time in notes/standup.md`). A question that asks
+/// for none is answered once the call a pointer named has run; one that does may go on
+/// to its write.
+pub(crate) fn asks_for_a_change(request: &str) -> bool {
+    words_of(request).any(|w| CHANGING.contains(&w.as_str()))
+}
+
+/// Verbs of changing things, as an owner writes them.
+const CHANGING: &[&str] = &[
+    "add", "append", "bump", "change", "copy", "create", "delete", "document", "draft",
+    "edit", "fix", "keep", "make", "mark", "move", "note", "put", "record", "remove",
+    "rename", "replace", "reply", "save", "send", "set", "start", "summarise", "summarize",
+    "tick", "update", "write",
+];
 
 /// Words of a request that point at no file: [`STOP`] and the short ones of questions.
 const ASKING: &[&str] = &[
@@ -252,6 +294,20 @@ mod tests {
     }
 
     #[test]
+    fn the_web_addresses_of_a_request_are_taken_in_order_once_without_the_full_stop() {
+        assert_eq!(
+            urls("Is Foo up? http://h:1/status and (https://h:1/changelog). Again: http://h:1/status"),
+            vec!["http://h:1/status".to_owned(), "https://h:1/changelog".to_owned()]
+        );
+        assert_eq!(urls("See <https://example.org/a>, then http://"), vec![
+            "https://example.org/a".to_owned()
+        ]);
+        assert!(urls("no address here, nor in ftp://x").is_empty());
+        let many: String = (0..100).map(|i| format!("http://h/{i} ")).collect();
+        assert_eq!(urls(&many).len(), MAX_URLS);
+    }
+
+    #[test]
     fn a_request_that_names_a_file_or_folder_is_told_from_one_that_does_not() {
         for named in [
             "How do I run the tests? See the README.",
@@ -291,6 +347,26 @@ mod tests {
         }
         for not in ["hello", "Who are you?", "what can you do", "thanks!", "", "Hi, how are you?"] {
             assert!(!asks_after_something(not), "{not}");
+        }
+    }
+
+    #[test]
+    fn a_request_that_asks_for_a_change_is_told_from_a_question() {
+        for change in [
+            "Add 'book flights' to my todo list.",
+            "Read Ana's message and reply yes in messages/outbox/to-ana.txt.",
+            "Make three notes: notes/mon.md, notes/tue.md and notes/wed.md.",
+            "Mark 'renew passport' as done in my todo list.",
+        ] {
+            assert!(asks_for_a_change(change), "{change}");
+        }
+        for question in [
+            "List my inbox.",
+            "How do I run the tests? See the README.",
+            "Search my notes for the research topic.",
+            "Remind me of my ideas.",
+        ] {
+            assert!(!asks_for_a_change(question), "{question}");
         }
     }
 

@@ -4,7 +4,7 @@
 //! other MCP servers (an upstream, `NAME.TOOL`), which the gateway calls: both are
 //! decided, recorded and labelled on the one trust path.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use bx_broker::{Label, Resource, parse_label};
@@ -425,6 +425,65 @@ impl Toolset {
         Some(Next::of(searcher, serde_json::json!({ path: folder, pattern: name })))
     }
 
+    /// What a small model is told after a result, when the owner's `request` gives a web
+    /// address (`crate::route::urls`) that no call of the turn fetched (`proposed`: the
+    /// turn's calls as the loop keys them): the call that fetches the first such, to
+    /// copy, as `{"next": CALL}`. Asked "Is Foo up, and what changed last? URL1 and
+    /// URL2", the 0.5B model fetched the first and answered from it alone; asked to read
+    /// a note "then check URL", it read the note and answered. The address is the
+    /// owner's, never a result's, and the call goes through the broker as any. `None`
+    /// without a tool that fetches ([`Toolset::fetcher`]) or an address left.
+    pub fn fetch_pointer(
+        &self,
+        request: &str,
+        proposed: &HashSet<(String, String)>,
+    ) -> Option<Next> {
+        let (fetcher, arg) = self.fetcher()?;
+        let fetched = |url: &str| {
+            proposed.iter().any(|(name, args)| {
+                name == &fetcher.name
+                    && serde_json::from_str::<serde_json::Value>(args)
+                        .is_ok_and(|a| a[arg].as_str() == Some(url))
+            })
+        };
+        let url = crate::route::urls(request).into_iter().find(|u| !fetched(u))?;
+        Some(Next::of(fetcher, serde_json::json!({ arg: url })))
+    }
+
+    /// What a small model is told after `search`, by the tool that searches, found no
+    /// line (`result` empty): the call that lists the folder it searched, to copy, as
+    /// `{"next": CALL}`; the listing then points at the entry the owner's words name
+    /// ([`Toolset::pointer`]). Asked "Search my notes for the research topic.", the 0.5B
+    /// model searched `notes` for `research`, a word of a file's name (`research.md`) and
+    /// not of its text, and answered that the notes hold no topic. `None` for any other
+    /// call or result, or without a tool of directories.
+    pub fn empty_search_pointer(&self, search: &ToolCall, result: &str) -> Option<Next> {
+        let (searcher, path, _) = self.searcher()?;
+        if search.name != searcher.name || !result.trim().is_empty() {
+            return None;
+        }
+        let folder = search.arguments[path].as_str()?;
+        let (lister, dir, _) = self.finder()?;
+        Some(Next::of(lister, serde_json::json!({ dir: folder })))
+    }
+
+    /// The tool that fetches a web address: its one required argument is a URL it
+    /// fetches (a `UrlFetch` resource), as http.fetch's `url`. Its definition and
+    /// argument.
+    fn fetcher(&self) -> Option<(&ToolDef, &str)> {
+        self.defs.iter().find_map(|def| {
+            let tool = self.tools.get(&def.name)?;
+            let [arg] = def.parameters["required"].as_array()?.as_slice() else { return None };
+            let arg = arg.as_str()?;
+            let fetches = tool
+                .description()
+                .resources
+                .iter()
+                .any(|r| r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::UrlFetch));
+            fetches.then_some((def, arg))
+        })
+    }
+
     /// The tool that searches a folder: two required arguments, a path it reads and a
     /// string (the pattern), the tool's description naming a search. Its definition,
     /// path argument and pattern argument.
@@ -506,6 +565,15 @@ impl Toolset {
             readers.iter().find(|(d, _)| d.name == call.name).map(|(_, a)| *a)
         };
         let path = arg.and_then(|a| call.arguments[a].as_str());
+        // A web address given as a path gets the call that fetches it, as `{"next":
+        // CALL}`: asked "What licence is fastcount under? See URL.", the 0.5B model gave
+        // the URL to fs.read. Written as a sentence ("URL is a web address. To fetch it:
+        // …"), the line became the answer after the fetch.
+        if let Some(url) = path.filter(|p| p.starts_with("http://") || p.starts_with("https://"))
+            && let Some((fetcher, arg)) = self.fetcher()
+        {
+            return Some(Next::of(fetcher, serde_json::json!({ arg: url })).line);
+        }
         if let Some((path, &is_dir)) = path.and_then(|p| seen.get_key_value(p)) {
             let wrong_tool = is_dir != (call.name == lister.name);
             if wrong_tool && let Some((verb, open)) = self.opener(path, is_dir) {

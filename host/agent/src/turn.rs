@@ -139,6 +139,16 @@ impl Agent {
         // front of it each time (docs/agent.md#small-models).
         let mut proposed: HashSet<(String, String)> = HashSet::new();
         let mut answer_next = false;
+        // The calls a pointer (`{"next": CALL}`) showed in this turn. A small model's
+        // question is answered once the call a pointer named has run and shows no next
+        // one (docs/agent.md#small-models): asked "List my inbox.", the 0.5B model listed
+        // `messages/inbox` as pointed, then listed a file in it and answered from the
+        // file; asked how to run the tests, it read the README as pointed, then ran
+        // `import subprocess` in py.run.
+        let mut pointed: HashSet<(String, String)> = HashSet::new();
+        let question = small
+            && crate::route::asks_after_something(text)
+            && !crate::route::asks_for_a_change(text);
         // Once per turn, not per request: the slot does not change within a daemon's life.
         self.remember_slot(session);
         loop {
@@ -278,8 +288,27 @@ impl Agent {
                     .and_then(|e| {
                         toolset.pointer(text, e).or_else(|| toolset.search_pointer(text, call))
                     })
-                    .filter(|next| !refused.contains(&next.key))
-                    .map(|next| next.line);
+                    // A search that found nothing is shown the listing of its folder,
+                    // unless the turn listed it already.
+                    .or_else(|| {
+                        small
+                            .then(|| toolset.empty_search_pointer(call, &content))
+                            .flatten()
+                            .filter(|next| !proposed.contains(&next.key))
+                    })
+                    // A result that is no listing, nor an error, is shown the fetch of a
+                    // web address the owner gave that no call of the turn fetched.
+                    .or_else(|| {
+                        (small && !denied && !content.starts_with("error:"))
+                            .then(|| toolset.fetch_pointer(text, &proposed))
+                            .flatten()
+                    })
+                    .filter(|next| !refused.contains(&next.key));
+                answer_next |= question && pointer.is_none() && pointed.contains(&key);
+                let pointer = pointer.map(|next| {
+                    pointed.insert(next.key);
+                    next.line
+                });
                 // A listing is shown without its sizes: the 0.5B model read a size in
                 // bytes as a count of lines ("Cargo.toml has 60 lines.").
                 let content = if listed.is_some() {

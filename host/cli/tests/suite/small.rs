@@ -17,8 +17,8 @@ fn model(bodies: &Arc<Mutex<Vec<Value>>>) -> ScriptedModel {
 
 /// A model that replies `calls` in turn, one per request, then answers; every request
 /// body is kept.
-fn model_making(bodies: &Arc<Mutex<Vec<Value>>>, calls: &[&'static str]) -> ScriptedModel {
-    let calls = calls.to_vec();
+fn model_making(bodies: &Arc<Mutex<Vec<Value>>>, calls: &[&str]) -> ScriptedModel {
+    let calls: Vec<String> = calls.iter().map(|c| (*c).to_owned()).collect();
     let seen = Arc::clone(bodies);
     ScriptedModel::start(Arc::new(move |r: &Request| {
         if r.is_self_test() {
@@ -26,7 +26,7 @@ fn model_making(bodies: &Arc<Mutex<Vec<Value>>>, calls: &[&'static str]) -> Scri
         }
         seen.lock().unwrap().push(r.body.clone());
         if let Some(call) = calls.get(r.results_this_turn().len()) {
-            Reply::Text((*call).into())
+            Reply::Text(call.clone())
         } else {
             Reply::Text(r#"{"tool":"answer","with":"one file"}"#.into())
         }
@@ -504,4 +504,131 @@ fn a_listing_does_not_point_to_a_search_refused_before() {
     let listing = last_content(&bodies[2]);
     assert!(listing.contains("contacts.txt"), "{listing}");
     assert!(!listing.contains("next"), "the refused search again: {listing}");
+}
+
+/// A result that is no listing is shown with the fetch of a web address the owner gave
+/// that no call of the turn fetched (asked "Is Foo up, and what changed last? URL1 and
+/// URL2", the 0.5B model fetched the first and answered from it alone). An address a
+/// call of the turn fetched, even one refused, is not pointed at again; with every
+/// address fetched, there is no such line.
+#[test]
+fn a_result_is_shown_with_the_fetch_of_an_address_the_owner_gave() {
+    let first = "http://127.0.0.1:9/status";
+    let second = "http://127.0.0.1:9/changelog";
+    let request = format!("Read a.txt, then check {first} and {second}.");
+    let fetch = |url: &str| format!(r#"{{"tool":"http.fetch","with":{{"url":"{url}"}}}}"#);
+    let read = r#"{"tool":"fs.read","with":{"path":"a.txt"}}"#;
+    let turn = |calls: &[&str]| {
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let scripted = model_making(&bodies, calls);
+        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+        let s = state.path();
+        install(s, "http_fetch");
+        let ws = std::fs::canonicalize(ws.path()).unwrap();
+        let _daemon = Daemon::start(s);
+        let (code, events) = say(s, "small", &request, &["--workspace", ws.to_str().unwrap()]);
+        assert_eq!(code, 0, "{events:?}");
+        let bodies = bodies.lock().unwrap().clone();
+        assert_eq!(bodies.len(), calls.len() + 1, "the calls, then the answer");
+        bodies
+    };
+    let bodies = turn(&[read]);
+    let shown = last_content(&bodies[1]);
+    assert!(shown.starts_with("x\n"), "{shown}");
+    assert_ends_with(&shown, &format!("\n{{\"next\":{}}}", fetch(first)));
+    // The first address fetched (no grant covers it: refused), the next result points
+    // at the second.
+    let bodies = turn(&[&fetch(first), read]);
+    let refused = last_content(&bodies[1]);
+    assert!(refused.starts_with("refused: no grant covers"), "{refused}");
+    assert_ends_with(&last_content(&bodies[2]), &format!("\n{{\"next\":{}}}", fetch(second)));
+    // Both fetched: the read has no pointer.
+    let bodies = turn(&[&fetch(first), &fetch(second), read]);
+    assert_eq!(last_content(&bodies[3]), "x\n");
+}
+
+/// A web address given to a path tool is shown with the call that fetches it, not the
+/// listing of the whole folder (asked "What licence is fastcount under? See URL.", the
+/// 0.5B model gave the URL to fs.read).
+#[test]
+fn a_web_address_given_as_a_path_is_shown_with_its_fetch() {
+    let url = "http://127.0.0.1:9/crates/fastcount";
+    let call = format!(r#"{{"tool":"fs.read","with":{{"path":"{url}"}}}}"#);
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let scripted = model_making(&bodies, &[&call]);
+    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+    let s = state.path();
+    install(s, "http_fetch");
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let shown = the_one_result(s, &ws, &bodies, "What licence is it under?");
+    assert!(shown.starts_with("error: "), "{shown}");
+    assert_ends_with(
+        &shown,
+        &format!("\n{{\"next\":{{\"tool\":\"http.fetch\",\"with\":{{\"url\":\"{url}\"}}}}}}"),
+    );
+}
+
+/// A search that found nothing is shown with the listing of the folder it searched (asked
+/// "Search my notes for the research topic.", the 0.5B model searched for `research`, a
+/// word of a file's name and not of its text, and answered that there was no topic). A
+/// search that found a line gets no such line, nor does one of a folder the turn listed.
+#[test]
+fn a_search_that_found_nothing_is_shown_with_the_listing_of_its_folder() {
+    let search = r#"{"tool":"fs.search","with":{"path":".","pattern":"research"}}"#;
+    let turn = |calls: &[&str], text: &str| {
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let scripted = model_making(&bodies, calls);
+        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+        let s = state.path();
+        install(s, "fs_search");
+        let ws = std::fs::canonicalize(ws.path()).unwrap();
+        std::fs::write(ws.join("research.md"), text).unwrap();
+        let _daemon = Daemon::start(s);
+        let request = "Search my notes for the research topic.";
+        let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
+        assert_eq!(code, 0, "{events:?}");
+        let bodies = bodies.lock().unwrap().clone();
+        assert_eq!(bodies.len(), calls.len() + 1, "the calls, then the answer");
+        last_content(bodies.last().unwrap())
+    };
+    let shown = turn(&[search], "Topic: fast table formatters.\n");
+    assert_eq!(shown, "\n{\"next\":{\"tool\":\"fs.list\",\"with\":{\"path\":\".\"}}}");
+    let shown = turn(&[search], "The research: fast table formatters.\n");
+    assert_eq!(shown, "research.md:1:The research: fast table formatters.");
+    let list = r#"{"tool":"fs.list","with":{"path":"."}}"#;
+    let shown = turn(&[list, search], "Topic: fast table formatters.\n");
+    assert_eq!(shown, "");
+}
+
+/// A question is answered once the call a pointer named has run and shows no next one:
+/// asked "List my inbox.", the 0.5B model listed `messages/inbox` as pointed, then listed
+/// a file in it and answered from that. The reply after the pointed call may only answer;
+/// before it, and for a request that asks for a change, every tool is offered.
+#[test]
+fn a_question_is_answered_after_the_call_a_pointer_named() {
+    let calls = [r#"{"tool":"fs.list","with":{"path":"."}}"#, r#"{"tool":"fs.list","with":{"path":"inbox"}}"#];
+    let turn = |request: &str| {
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let scripted = model_making(&bodies, &calls);
+        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+        let s = state.path();
+        let ws = std::fs::canonicalize(ws.path()).unwrap();
+        std::fs::create_dir(ws.join("inbox")).unwrap();
+        std::fs::write(ws.join("inbox/001-ana.txt"), "Dinner on Saturday?\n").unwrap();
+        let _daemon = Daemon::start(s);
+        let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
+        assert_eq!(code, 0, "{events:?}");
+        let bodies = bodies.lock().unwrap().clone();
+        assert_eq!(bodies.len(), 3, "two calls, then the answer");
+        bodies
+    };
+    let bodies = turn("List my inbox.");
+    assert_ends_with(
+        &last_content(&bodies[1]),
+        r#"{"next":{"tool":"fs.list","with":{"path":"inbox"}}}"#,
+    );
+    assert_eq!(offered(&bodies[1]), ["fs.list", "fs.read", "fs.write", "answer"]);
+    assert_eq!(offered(&bodies[2]), ["answer"]);
+    let bodies = turn("Add a line to my inbox.");
+    assert_eq!(offered(&bodies[2]), ["fs.list", "fs.read", "fs.write", "answer"]);
 }
