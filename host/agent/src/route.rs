@@ -81,9 +81,13 @@ pub(crate) fn route(request: &str, tools: &[Cues]) -> Option<BTreeSet<String>> {
 /// The most web addresses [`urls`] takes from one request: a pasted page of links is
 /// not a list of pages to fetch, one a call.
 const MAX_URLS: usize = 8;
+/// The longest web address [`urls`] takes, in bytes: a longer one would be copied into
+/// every result of the turn until it is fetched.
+const MAX_URL_BYTES: usize = 2048;
 
 /// The http and https URLs `request` gives, in order, each once, without the punctuation
-/// that ends a sentence after them (`See https://example.org/a.`), at most [`MAX_URLS`].
+/// that ends a sentence after them (`See https://example.org/a.`), at most [`MAX_URLS`]
+/// of at most [`MAX_URL_BYTES`] each.
 /// The owner's own words: what a small model is pointed at when no call of the turn has
 /// fetched one yet (`Toolset::fetch_pointer`).
 pub(crate) fn urls(request: &str) -> Vec<String> {
@@ -91,9 +95,10 @@ pub(crate) fn urls(request: &str) -> Vec<String> {
     for word in request.split_whitespace() {
         let start = ["http://", "https://"].iter().filter_map(|s| word.find(s)).min();
         let Some(start) = start else { continue };
-        let url = word[start..].trim_end_matches(['.', ',', ';', ':', '!', '?', ')', '>', ']', '"', '\'']);
+        let url = word[start..]
+            .trim_end_matches(['.', ',', ';', ':', '!', '?', ')', '>', ']', '"', '\'']);
         let host = url.split_once("://").map_or("", |(_, rest)| rest);
-        if host.is_empty() || out.iter().any(|u| u == url) {
+        if host.is_empty() || url.len() > MAX_URL_BYTES || out.iter().any(|u| u == url) {
             continue;
         }
         out.push(url.to_owned());
@@ -135,12 +140,6 @@ pub(crate) fn names_a_path(request: &str) -> bool {
 /// "How is the project deployed?", the 0.5B model answered at once, from nothing. "Who
 /// are you?", "what can you do" and "hello" may still be answered at once.
 pub(crate) fn asks_after_something(request: &str) -> bool {
-    const QUESTION: &[&str] = &[
-        "what", "which", "where", "when", "who", "whom", "whose", "why", "how", "is", "are",
-        "does", "do", "did", "can", "could", "should", "will",
-    ];
-    const LOOKING: &[&str] =
-        &["list", "search", "find", "show", "read", "remind", "count", "check", "look", "open"];
     const SMALL_TALK: &[&str] = &[
         "you", "your", "yourself", "me", "do", "hello", "hi", "thanks", "thank", "please", "is",
         "a", "an", "i",
@@ -160,20 +159,53 @@ pub(crate) fn asks_after_something(request: &str) -> bool {
     (question || mine || looking) && about_something
 }
 
-/// Whether `request` asks for a change: a word of [`CHANGING`] in it (`Add 'book
-/// flights' to my todo list.`, `note its time in notes/standup.md`). A question that asks
-/// for none is answered once the call a pointer named has run; one that does may go on
-/// to its write.
-pub(crate) fn asks_for_a_change(request: &str) -> bool {
-    words_of(request).any(|w| CHANGING.contains(&w.as_str()))
+/// Words that open a question.
+const QUESTION: &[&str] = &[
+    "what", "which", "where", "when", "who", "whom", "whose", "why", "how", "is", "are", "does",
+    "do", "did", "can", "could", "should", "will",
+];
+
+/// Verbs of looking, that open a request to be shown something.
+const LOOKING: &[&str] =
+    &["list", "search", "find", "show", "read", "remind", "count", "check", "look", "open"];
+
+/// Whether `request` only asks to be told or shown something: it opens as a question
+/// (a question word, or its first sentence ends with `?`) or with a verb of looking
+/// (`List my inbox.`), asks after something ([`asks_after_something`]), and asks for no
+/// change ([`asks_for_a_change`]). Such a request is answered once the call a pointer
+/// named has run (docs/agent.md#small-models); any other may go on to more calls.
+pub(crate) fn only_asks(request: &str) -> bool {
+    let first_sentence = request.split_inclusive(['.', '?', '!']).next().unwrap_or("");
+    let opens = words_of(request)
+        .next()
+        .is_some_and(|w| QUESTION.contains(&w.as_str()) || LOOKING.contains(&w.as_str()));
+    (opens || first_sentence.trim_end().ends_with('?'))
+        && asks_after_something(request)
+        && !asks_for_a_change(request)
 }
 
-/// Verbs of changing things, as an owner writes them.
+/// Whether `request` asks for a change: a word of [`CHANGING`] in it (`Add 'book
+/// flights' to my todo list.`, `note its time in notes/standup.md`, `check off milk`),
+/// or `tell` to someone other than the one asking (`tell Ana yes`; not `tell me`). It
+/// errs towards a change: taken for one, a question only gets no forced answer.
+pub(crate) fn asks_for_a_change(request: &str) -> bool {
+    let words: Vec<String> = words_of(request).collect();
+    words.iter().enumerate().any(|(i, w)| {
+        CHANGING.contains(&w.as_str())
+            || (w == "tell" && words.get(i + 1).is_none_or(|next| next != "me" && next != "us"))
+    })
+}
+
+/// Verbs of changing things, as an owner writes them, and `off` (`tick off`, `check
+/// off`, `cross off`).
+#[rustfmt::skip]
 const CHANGING: &[&str] = &[
-    "add", "append", "bump", "change", "copy", "create", "delete", "document", "draft",
-    "edit", "fix", "keep", "make", "mark", "move", "note", "put", "record", "remove",
-    "rename", "replace", "reply", "save", "send", "set", "start", "summarise", "summarize",
-    "tick", "update", "write",
+    "add", "added", "answer", "append", "archive", "book", "bump", "cancel", "change",
+    "clear", "complete", "copy", "create", "cross", "delete", "document", "draft", "edit",
+    "email", "finish", "fix", "forward", "insert", "keep", "make", "mark", "move", "note",
+    "off", "post", "put", "record", "remember", "remove", "rename", "replace", "reply",
+    "rewrite", "save", "schedule", "send", "set", "start", "summarise", "summarize", "tick",
+    "translate", "update", "updated", "write",
 ];
 
 /// Words of a request that point at no file: [`STOP`] and the short ones of questions.
@@ -296,15 +328,20 @@ mod tests {
     #[test]
     fn the_web_addresses_of_a_request_are_taken_in_order_once_without_the_full_stop() {
         assert_eq!(
-            urls("Is Foo up? http://h:1/status and (https://h:1/changelog). Again: http://h:1/status"),
+            urls(
+                "Is Foo up? http://h:1/status and (https://h:1/changelog). Again: http://h:1/status"
+            ),
             vec!["http://h:1/status".to_owned(), "https://h:1/changelog".to_owned()]
         );
-        assert_eq!(urls("See <https://example.org/a>, then http://"), vec![
-            "https://example.org/a".to_owned()
-        ]);
+        assert_eq!(
+            urls("See <https://example.org/a>, then http://"),
+            vec!["https://example.org/a".to_owned()]
+        );
         assert!(urls("no address here, nor in ftp://x").is_empty());
         let many: String = (0..100).map(|i| format!("http://h/{i} ")).collect();
         assert_eq!(urls(&many).len(), MAX_URLS);
+        let long = format!("http://h/{}", "a".repeat(MAX_URL_BYTES));
+        assert_eq!(urls(&format!("{long} http://h/b")), vec!["http://h/b".to_owned()]);
     }
 
     #[test]
@@ -365,9 +402,25 @@ mod tests {
             "How do I run the tests? See the README.",
             "Search my notes for the research topic.",
             "Remind me of my ideas.",
+            "Read README.md and tell me what bx is.",
         ] {
             assert!(!asks_for_a_change(question), "{question}");
+            assert!(only_asks(question), "{question}");
         }
+        for change in [
+            "Check off 'milk' on my todo list.",
+            "Check my inbox and tell Ana yes.",
+            "Forward Ana's mail to Bob.",
+            "Answer Ana: yes.",
+            "Please get it updated.",
+        ] {
+            assert!(asks_for_a_change(change), "{change}");
+            assert!(!only_asks(change), "{change}");
+        }
+        // Only a request that opens as a question or a look, not one about the owner's
+        // things alone.
+        assert!(!only_asks("Ana's mail goes to my boss now."));
+        assert!(!only_asks("hello"));
     }
 
     #[test]

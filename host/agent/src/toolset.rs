@@ -550,6 +550,23 @@ impl Toolset {
         Some((verb, def, serde_json::json!({ arg: path })))
     }
 
+    /// What a small model is told after `call`, to a path tool, failed, when its path is
+    /// a web address the owner's `request` gives (`crate::route::urls`): the call that
+    /// fetches it, to copy, as `{"next": CALL}`. Asked "What licence is fastcount under?
+    /// See URL.", the 0.5B model gave the URL to fs.read. Written as a sentence ("URL is
+    /// a web address. To fetch it: …"), the line became the answer after the fetch. Only
+    /// the owner's addresses: one a file or a page put in the model's call gets the
+    /// line any failed path call gets ([`Toolset::recovery_after`]).
+    pub fn url_as_path(&self, call: &ToolCall, request: &str) -> Option<Next> {
+        let (_, arg) = self.readers().into_iter().find(|(d, _)| d.name == call.name)?;
+        let path = call.arguments[arg].as_str()?;
+        if !crate::route::urls(request).iter().any(|u| u == path) {
+            return None;
+        }
+        let (fetcher, url) = self.fetcher()?;
+        Some(Next::of(fetcher, serde_json::json!({ url: path })))
+    }
+
     /// What a small model is told after `call`, to a path tool, failed, given what the
     /// turn's listings showed (`seen`: path to whether it is a folder): a folder given to
     /// the tool of files, or a file given to the tool of directories, gets the call that
@@ -565,15 +582,6 @@ impl Toolset {
             readers.iter().find(|(d, _)| d.name == call.name).map(|(_, a)| *a)
         };
         let path = arg.and_then(|a| call.arguments[a].as_str());
-        // A web address given as a path gets the call that fetches it, as `{"next":
-        // CALL}`: asked "What licence is fastcount under? See URL.", the 0.5B model gave
-        // the URL to fs.read. Written as a sentence ("URL is a web address. To fetch it:
-        // …"), the line became the answer after the fetch.
-        if let Some(url) = path.filter(|p| p.starts_with("http://") || p.starts_with("https://"))
-            && let Some((fetcher, arg)) = self.fetcher()
-        {
-            return Some(Next::of(fetcher, serde_json::json!({ arg: url })).line);
-        }
         if let Some((path, &is_dir)) = path.and_then(|p| seen.get_key_value(p)) {
             let wrong_tool = is_dir != (call.name == lister.name);
             if wrong_tool && let Some((verb, open)) = self.opener(path, is_dir) {

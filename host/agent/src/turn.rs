@@ -146,9 +146,7 @@ impl Agent {
         // file; asked how to run the tests, it read the README as pointed, then ran
         // `import subprocess` in py.run.
         let mut pointed: HashSet<(String, String)> = HashSet::new();
-        let question = small
-            && crate::route::asks_after_something(text)
-            && !crate::route::asks_for_a_change(text);
+        let question = small && crate::route::only_asks(text);
         // Once per turn, not per request: the slot does not change within a daemon's life.
         self.remember_slot(session);
         loop {
@@ -255,7 +253,13 @@ impl Agent {
                     again,
                     ending,
                     recovery: if small && toolset.takes_paths(&call.name) {
-                        toolset.recovery_after(call, &seen)
+                        // A web address of the owner's given as a path: its fetch, unless
+                        // refused before in the turn (copied, it would end the turn).
+                        toolset
+                            .url_as_path(call, text)
+                            .filter(|next| !refused.contains(&next.key))
+                            .map(|next| next.line)
+                            .or_else(|| toolset.recovery_after(call, &seen))
                     } else {
                         None
                     },
@@ -270,8 +274,8 @@ impl Agent {
                         None
                     },
                 };
-                let (content, denied) =
-                    self.call_tool(session, &toolset, call, ctx, events).await?;
+                let (content, ended) = self.call_tool(session, &toolset, call, ctx, events).await?;
+                let denied = ended == Ended::Refused;
                 let content = match workspace.as_deref().filter(|_| small) {
                     Some(ws) => relative_paths(&content, ws),
                     None => content,
@@ -299,12 +303,13 @@ impl Agent {
                     // A result that is no listing, nor an error, is shown the fetch of a
                     // web address the owner gave that no call of the turn fetched.
                     .or_else(|| {
-                        (small && !denied && !content.starts_with("error:"))
+                        (small && listed.is_none() && ended == Ended::Ran)
                             .then(|| toolset.fetch_pointer(text, &proposed))
                             .flatten()
                     })
                     .filter(|next| !refused.contains(&next.key));
-                answer_next |= question && pointer.is_none() && pointed.contains(&key);
+                answer_next |=
+                    question && ended == Ended::Ran && pointer.is_none() && pointed.contains(&key);
                 let pointer = pointer.map(|next| {
                     pointed.insert(next.key);
                     next.line
@@ -383,7 +388,7 @@ impl Agent {
     }
 
     /// One proposed call through the trust path ([`Trust::settle`]); returns what the
-    /// model is told, and whether the call was refused. Only a log that cannot record
+    /// model is told, and how the call ended. Only a log that cannot record
     /// ends the turn (nothing may run unrecorded).
     async fn call_tool(
         self: &Arc<Self>,
@@ -392,7 +397,7 @@ impl Agent {
         call: &ToolCall,
         ctx: CallContext<'_>,
         events: &Events,
-    ) -> Result<(String, bool), AgentError> {
+    ) -> Result<(String, Ended), AgentError> {
         let id = format!("t{:x}-{}", now_ms(), self.calls.fetch_add(1, Ordering::Relaxed));
         let refusal = if ctx.again {
             Some(
@@ -445,20 +450,24 @@ impl Agent {
                 {
                     text = format!("{text}\n{hint}");
                 }
-                return Ok((text, true));
+                return Ok((text, Ended::Refused));
             }
         };
         if let Err(RunError::Limit { .. }) = &finished.outcome {
             // A limit hit is the owner's business too: the runbook says what to change.
             let text = format!("{} (see docs/runbook.md#tool-limit)", finished.for_model());
-            return Ok((text, false));
+            return Ok((text, Ended::Failed));
         }
+        let ended = match finished.status {
+            bx_audit::CallStatus::Ok => Ended::Ran,
+            bx_audit::CallStatus::Error | bx_audit::CallStatus::Stopped => Ended::Failed,
+        };
         if finished.status == bx_audit::CallStatus::Error
             && let Some(hint) = &ctx.recovery
         {
-            return Ok((format!("{}\n{hint}", finished.for_model()), false));
+            return Ok((format!("{}\n{hint}", finished.for_model()), ended));
         }
-        Ok((finished.into_for_model(), false))
+        Ok((finished.into_for_model(), ended))
     }
 }
 
@@ -495,6 +504,17 @@ fn relative_paths(text: &str, workspace: &Path) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// How one call of a turn ended, as the loop goes on from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// It ran and returned.
+    Ran,
+    /// It ran and failed (the tool's error, or a limit it hit).
+    Failed,
+    /// It did not run: refused by the policy, the owner or the loop.
+    Refused,
 }
 
 /// How one proposed call of a turn is to be taken.

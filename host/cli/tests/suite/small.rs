@@ -545,26 +545,42 @@ fn a_result_is_shown_with_the_fetch_of_an_address_the_owner_gave() {
     // Both fetched: the read has no pointer.
     let bodies = turn(&[&fetch(first), &fetch(second), read]);
     assert_eq!(last_content(&bodies[3]), "x\n");
+    // A call that failed gets no fetch's line: its own line says where to look.
+    let bodies = turn(&[r#"{"tool":"fs.read","with":{"path":"b.txt"}}"#]);
+    let failed = last_content(&bodies[1]);
+    assert!(failed.starts_with("error: b.txt"), "{failed}");
+    assert!(!failed.contains("http.fetch"), "{failed}");
 }
 
-/// A web address given to a path tool is shown with the call that fetches it, not the
-/// listing of the whole folder (asked "What licence is fastcount under? See URL.", the
-/// 0.5B model gave the URL to fs.read).
+/// A web address the owner gave, given to a path tool, is shown with the call that
+/// fetches it, not the listing of the whole folder (asked "What licence is fastcount
+/// under? See URL.", the 0.5B model gave the URL to fs.read). An address the owner did
+/// not give (one a file or a page could have put in the model's call) gets the listing
+/// line any failed path call gets.
 #[test]
-fn a_web_address_given_as_a_path_is_shown_with_its_fetch() {
+fn a_web_address_of_the_owners_given_as_a_path_is_shown_with_its_fetch() {
     let url = "http://127.0.0.1:9/crates/fastcount";
     let call = format!(r#"{{"tool":"fs.read","with":{{"path":"{url}"}}}}"#);
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let scripted = model_making(&bodies, &[&call]);
-    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-    let s = state.path();
-    install(s, "http_fetch");
-    let ws = std::fs::canonicalize(ws.path()).unwrap();
-    let shown = the_one_result(s, &ws, &bodies, "What licence is it under?");
+    let ask = |request: &str| {
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let scripted = model_making(&bodies, &[&call]);
+        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+        let s = state.path();
+        install(s, "http_fetch");
+        let ws = std::fs::canonicalize(ws.path()).unwrap();
+        the_one_result(s, &ws, &bodies, request)
+    };
+    let shown = ask(&format!("What licence is fastcount under? See {url}."));
     assert!(shown.starts_with("error: "), "{shown}");
     assert_ends_with(
         &shown,
         &format!("\n{{\"next\":{{\"tool\":\"http.fetch\",\"with\":{{\"url\":\"{url}\"}}}}}}"),
+    );
+    let shown = ask("What licence is fastcount under?");
+    assert!(shown.starts_with("error: "), "{shown}");
+    assert_ends_with(
+        &shown,
+        r#"To find where it is, list the whole folder: {"tool":"fs.list","with":{"path":".","depth":2}}"#,
     );
 }
 
@@ -606,7 +622,10 @@ fn a_search_that_found_nothing_is_shown_with_the_listing_of_its_folder() {
 /// before it, and for a request that asks for a change, every tool is offered.
 #[test]
 fn a_question_is_answered_after_the_call_a_pointer_named() {
-    let calls = [r#"{"tool":"fs.list","with":{"path":"."}}"#, r#"{"tool":"fs.list","with":{"path":"inbox"}}"#];
+    let calls = [
+        r#"{"tool":"fs.list","with":{"path":"."}}"#,
+        r#"{"tool":"fs.list","with":{"path":"inbox"}}"#,
+    ];
     let turn = |request: &str| {
         let bodies = Arc::new(Mutex::new(Vec::new()));
         let scripted = model_making(&bodies, &calls);
@@ -630,5 +649,42 @@ fn a_question_is_answered_after_the_call_a_pointer_named() {
     assert_eq!(offered(&bodies[1]), ["fs.list", "fs.read", "fs.write", "answer"]);
     assert_eq!(offered(&bodies[2]), ["answer"]);
     let bodies = turn("Add a line to my inbox.");
+    assert_eq!(offered(&bodies[2]), ["fs.list", "fs.read", "fs.write", "answer"]);
+}
+
+/// A pointed call that did not run (the policy refused it) asks for no answer: what the
+/// model is told then is not the owner's answer, and it may go on.
+#[test]
+fn a_pointed_call_that_was_refused_asks_for_no_answer() {
+    let calls = [
+        r#"{"tool":"fs.list","with":{"path":"."}}"#,
+        r#"{"tool":"fs.read","with":{"path":"groceries.md"}}"#,
+    ];
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let scripted = model_making(&bodies, &calls);
+    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(ws.join("groceries.md"), "eggs\n").unwrap();
+    // fs.list may read the workspace; no grant covers fs.read.
+    write_policy(
+        s,
+        &format!(
+            "[[grant]]\ntool = \"fs.list\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"allow\"\nwhen_tainted = \"allow\"\n",
+            ws.display()
+        ),
+    );
+    let _daemon = Daemon::start(s);
+    let request = "What is on my grocery list?";
+    let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 3, "two calls, then the answer");
+    assert_ends_with(
+        &last_content(&bodies[1]),
+        r#"{"next":{"tool":"fs.read","with":{"path":"groceries.md"}}}"#,
+    );
+    let refused = last_content(&bodies[2]);
+    assert!(refused.starts_with("refused: no grant covers"), "{refused}");
     assert_eq!(offered(&bodies[2]), ["fs.list", "fs.read", "fs.write", "answer"]);
 }
