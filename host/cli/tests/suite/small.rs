@@ -81,6 +81,29 @@ fn small_turn(
     (bodies, ws.to_str().unwrap().to_owned())
 }
 
+/// One turn of `request` against `calls` (replied in turn, then the answer) in
+/// constrained mode, after `prepare` got the state directory and the workspace (to
+/// install tools, write files or a policy); every request body, one per call and one
+/// for the answer.
+fn small_turn_with(
+    calls: &[&str],
+    request: &str,
+    prepare: impl FnOnce(&std::path::Path, &std::path::Path),
+) -> Vec<Value> {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let scripted = model_making(&bodies, calls);
+    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
+    let s = state.path();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    prepare(s, &ws);
+    let _daemon = Daemon::start(s);
+    let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{events:?}");
+    let bodies = bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), calls.len() + 1, "the calls, then the answer");
+    bodies
+}
+
 /// Fails, showing both, unless `text` ends with `tail`.
 fn assert_ends_with(text: &str, tail: &str) {
     assert!(text.ends_with(tail), "{text:?}\ndoes not end with\n{tail:?}");
@@ -519,18 +542,9 @@ fn a_result_is_shown_with_the_fetch_of_an_address_the_owner_gave() {
     let fetch = |url: &str| format!(r#"{{"tool":"http.fetch","with":{{"url":"{url}"}}}}"#);
     let read = r#"{"tool":"fs.read","with":{"path":"a.txt"}}"#;
     let turn = |calls: &[&str]| {
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let scripted = model_making(&bodies, calls);
-        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-        let s = state.path();
-        install(s, "http_fetch");
-        let ws = std::fs::canonicalize(ws.path()).unwrap();
-        let _daemon = Daemon::start(s);
-        let (code, events) = say(s, "small", &request, &["--workspace", ws.to_str().unwrap()]);
-        assert_eq!(code, 0, "{events:?}");
-        let bodies = bodies.lock().unwrap().clone();
-        assert_eq!(bodies.len(), calls.len() + 1, "the calls, then the answer");
-        bodies
+        small_turn_with(calls, &request, |s, _| {
+            install(s, "http_fetch");
+        })
     };
     let bodies = turn(&[read]);
     let shown = last_content(&bodies[1]);
@@ -592,19 +606,11 @@ fn a_web_address_of_the_owners_given_as_a_path_is_shown_with_its_fetch() {
 fn a_search_that_found_nothing_is_shown_with_the_listing_of_its_folder() {
     let search = r#"{"tool":"fs.search","with":{"path":".","pattern":"research"}}"#;
     let turn = |calls: &[&str], text: &str| {
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let scripted = model_making(&bodies, calls);
-        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-        let s = state.path();
-        install(s, "fs_search");
-        let ws = std::fs::canonicalize(ws.path()).unwrap();
-        std::fs::write(ws.join("research.md"), text).unwrap();
-        let _daemon = Daemon::start(s);
         let request = "Search my notes for the research topic.";
-        let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
-        assert_eq!(code, 0, "{events:?}");
-        let bodies = bodies.lock().unwrap().clone();
-        assert_eq!(bodies.len(), calls.len() + 1, "the calls, then the answer");
+        let bodies = small_turn_with(calls, request, |s, ws| {
+            install(s, "fs_search");
+            std::fs::write(ws.join("research.md"), text).unwrap();
+        });
         last_content(bodies.last().unwrap())
     };
     let shown = turn(&[search], "Topic: fast table formatters.\n");
@@ -627,19 +633,10 @@ fn a_question_is_answered_after_the_call_a_pointer_named() {
         r#"{"tool":"fs.list","with":{"path":"inbox"}}"#,
     ];
     let turn = |request: &str| {
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let scripted = model_making(&bodies, &calls);
-        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-        let s = state.path();
-        let ws = std::fs::canonicalize(ws.path()).unwrap();
-        std::fs::create_dir(ws.join("inbox")).unwrap();
-        std::fs::write(ws.join("inbox/001-ana.txt"), "Dinner on Saturday?\n").unwrap();
-        let _daemon = Daemon::start(s);
-        let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
-        assert_eq!(code, 0, "{events:?}");
-        let bodies = bodies.lock().unwrap().clone();
-        assert_eq!(bodies.len(), 3, "two calls, then the answer");
-        bodies
+        small_turn_with(&calls, request, |_, ws| {
+            std::fs::create_dir(ws.join("inbox")).unwrap();
+            std::fs::write(ws.join("inbox/001-ana.txt"), "Dinner on Saturday?\n").unwrap();
+        })
     };
     let bodies = turn("List my inbox.");
     assert_ends_with(
@@ -660,26 +657,17 @@ fn a_pointed_call_that_was_refused_asks_for_no_answer() {
         r#"{"tool":"fs.list","with":{"path":"."}}"#,
         r#"{"tool":"fs.read","with":{"path":"groceries.md"}}"#,
     ];
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let scripted = model_making(&bodies, &calls);
-    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-    let s = state.path();
-    let ws = std::fs::canonicalize(ws.path()).unwrap();
-    std::fs::write(ws.join("groceries.md"), "eggs\n").unwrap();
-    // fs.list may read the workspace; no grant covers fs.read.
-    write_policy(
-        s,
-        &format!(
-            "[[grant]]\ntool = \"fs.list\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"allow\"\nwhen_tainted = \"allow\"\n",
-            ws.display()
-        ),
-    );
-    let _daemon = Daemon::start(s);
-    let request = "What is on my grocery list?";
-    let (code, events) = say(s, "small", request, &["--workspace", ws.to_str().unwrap()]);
-    assert_eq!(code, 0, "{events:?}");
-    let bodies = bodies.lock().unwrap();
-    assert_eq!(bodies.len(), 3, "two calls, then the answer");
+    let bodies = small_turn_with(&calls, "What is on my grocery list?", |s, ws| {
+        std::fs::write(ws.join("groceries.md"), "eggs\n").unwrap();
+        // fs.list may read the workspace; no grant covers fs.read.
+        write_policy(
+            s,
+            &format!(
+                "[[grant]]\ntool = \"fs.list\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"allow\"\nwhen_tainted = \"allow\"\n",
+                ws.display()
+            ),
+        );
+    });
     assert_ends_with(
         &last_content(&bodies[1]),
         r#"{"next":{"tool":"fs.read","with":{"path":"groceries.md"}}}"#,
