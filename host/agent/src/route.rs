@@ -338,6 +338,11 @@ mod tests {
             vec!["https://example.org/a".to_owned()]
         );
         assert!(urls("no address here, nor in ftp://x").is_empty());
+        // A link written in Markdown, and one quoted.
+        assert_eq!(
+            urls("See [the page](https://h/p), or 'http://h/q'."),
+            vec!["https://h/p".to_owned(), "http://h/q".to_owned()]
+        );
         let many: String = (0..100).map(|i| format!("http://h/{i} ")).collect();
         assert_eq!(urls(&many).len(), MAX_URLS);
         let long = format!("http://h/{}", "a".repeat(MAX_URL_BYTES));

@@ -425,8 +425,8 @@ impl Toolset {
         Some(Next::of(searcher, serde_json::json!({ path: folder, pattern: name })))
     }
 
-    /// What a small model is told after a result, when the owner's `request` gives a web
-    /// address (`crate::route::urls`) that no call of the turn fetched (`proposed`: the
+    /// What a small model is told after a result, when the owner's request gives a web
+    /// address (`urls`, from `crate::route::urls`) that no call of the turn fetched (`proposed`: the
     /// turn's calls as the loop keys them): the call that fetches the first such, to
     /// copy, as `{"next": CALL}`. Asked "Is Foo up, and what changed last? URL1 and
     /// URL2", the 0.5B model fetched the first and answered from it alone; asked to read
@@ -435,7 +435,7 @@ impl Toolset {
     /// without a tool that fetches ([`Toolset::fetcher`]) or an address left.
     pub fn fetch_pointer(
         &self,
-        request: &str,
+        urls: &[String],
         proposed: &HashSet<(String, String)>,
     ) -> Option<Next> {
         let (fetcher, arg) = self.fetcher()?;
@@ -446,7 +446,7 @@ impl Toolset {
                         .is_ok_and(|a| a[arg].as_str() == Some(url))
             })
         };
-        let url = crate::route::urls(request).into_iter().find(|u| !fetched(u))?;
+        let url = urls.iter().find(|u| !fetched(u))?;
         Some(Next::of(fetcher, serde_json::json!({ arg: url })))
     }
 
@@ -529,8 +529,7 @@ impl Toolset {
     /// directories for a folder, the tool of files for a file.
     fn opener(&self, path: &str, is_dir: bool) -> Option<(&'static str, String)> {
         let (verb, def, args) = self.opening(path, is_dir)?;
-        let call = bx_infer::ArgOrder::of(std::slice::from_ref(def)).call(&def.name, &args);
-        Some((verb, call))
+        Some((verb, reply_shape(def, &args)))
     }
 
     /// The verb, tool and arguments of the call that opens `path`: the tool of
@@ -551,16 +550,16 @@ impl Toolset {
     }
 
     /// What a small model is told after `call`, to a path tool, failed, when its path is
-    /// a web address the owner's `request` gives (`crate::route::urls`): the call that
+    /// a web address the owner's request gives (`urls`, from `crate::route::urls`): the call that
     /// fetches it, to copy, as `{"next": CALL}`. Asked "What licence is fastcount under?
     /// See URL.", the 0.5B model gave the URL to fs.read. Written as a sentence ("URL is
     /// a web address. To fetch it: …"), the line became the answer after the fetch. Only
     /// the owner's addresses: one a file or a page put in the model's call gets the
     /// line any failed path call gets ([`Toolset::recovery_after`]).
-    pub fn url_as_path(&self, call: &ToolCall, request: &str) -> Option<Next> {
+    pub fn url_as_path(&self, call: &ToolCall, urls: &[String]) -> Option<Next> {
         let (_, arg) = self.readers().into_iter().find(|(d, _)| d.name == call.name)?;
         let path = call.arguments[arg].as_str()?;
-        if !crate::route::urls(request).iter().any(|u| u == path) {
+        if !urls.iter().any(|u| u == path) {
             return None;
         }
         let (fetcher, url) = self.fetcher()?;
@@ -673,8 +672,9 @@ impl Toolset {
     }
 }
 
-/// The labels of a tool no manifest entry describes: `(result, sink, unlabelled)`.
-/// A call a small model is shown to make next, after a listing (`{"next": CALL}`).
+/// A call a small model is shown to make next (`{"next": CALL}`): after a listing, a
+/// search that found nothing, a result while a web address the owner gave is unfetched,
+/// or a path call given such an address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Next {
     /// The call as the loop keys calls: the tool's name and its arguments' JSON text.
@@ -685,9 +685,15 @@ pub struct Next {
 
 impl Next {
     fn of(def: &ToolDef, args: serde_json::Value) -> Next {
-        let call = bx_infer::ArgOrder::of(std::slice::from_ref(def)).call(&def.name, &args);
+        let call = reply_shape(def, &args);
         Next { key: (def.name.clone(), args.to_string()), line: format!("{{\"next\":{call}}}") }
     }
+}
+
+/// The call of `def` with `args` as a constrained reply writes it, its arguments in the
+/// grammar's order (`bx_infer::ArgOrder`), for the model to copy.
+fn reply_shape(def: &ToolDef, args: &serde_json::Value) -> String {
+    bx_infer::ArgOrder::of(std::slice::from_ref(def)).call(&def.name, args)
 }
 
 /// Whether `tool` reads the path its argument `arg` names (a `PathRead` resource).
@@ -698,6 +704,7 @@ fn reads_path(tool: &LoadedTool, arg: &str) -> bool {
         .any(|r| r.arg == arg && matches!(r.kind, bx_runtime::ResourceKind::PathRead))
 }
 
+/// The labels of a tool no manifest entry describes: `(result, sink, unlabelled)`.
 fn unlabelled() -> (Label, Option<Label>, bool) {
     let label = |text| parse_label(text).unwrap_or(Label::TOP);
     (label(UNLABELLED_RESULT), Some(label(UNLABELLED_SINK)), true)
@@ -711,8 +718,7 @@ fn of_dirs(def: &ToolDef) -> bool {
 
 /// [`Toolset::recovery`]'s text: the call of `lister` with `args`, in the reply shape.
 fn recovery_text(lister: &ToolDef, args: &serde_json::Value) -> String {
-    let call = bx_infer::ArgOrder::of(std::slice::from_ref(lister)).call(&lister.name, args);
-    format!("To find where it is, list the whole folder: {call}")
+    format!("To find where it is, list the whole folder: {}", reply_shape(lister, args))
 }
 
 /// What a path argument says of itself in constrained mode.

@@ -147,6 +147,9 @@ impl Agent {
         // `import subprocess` in py.run.
         let mut pointed: HashSet<(String, String)> = HashSet::new();
         let question = small && crate::route::only_asks(text);
+        // The web addresses the owner gave, which a small model is pointed at until a
+        // call of the turn fetched each.
+        let urls = if small { crate::route::urls(text) } else { Vec::new() };
         // Once per turn, not per request: the slot does not change within a daemon's life.
         self.remember_slot(session);
         loop {
@@ -256,7 +259,7 @@ impl Agent {
                         // A web address of the owner's given as a path: its fetch, unless
                         // refused before in the turn (copied, it would end the turn).
                         toolset
-                            .url_as_path(call, text)
+                            .url_as_path(call, &urls)
                             .filter(|next| !refused.contains(&next.key))
                             .map(|next| next.line)
                             .or_else(|| toolset.recovery_after(call, &seen))
@@ -275,7 +278,6 @@ impl Agent {
                     },
                 };
                 let (content, ended) = self.call_tool(session, &toolset, call, ctx, events).await?;
-                let denied = ended == Ended::Refused;
                 let content = match workspace.as_deref().filter(|_| small) {
                     Some(ws) => relative_paths(&content, ws),
                     None => content,
@@ -304,7 +306,7 @@ impl Agent {
                     // web address the owner gave that no call of the turn fetched.
                     .or_else(|| {
                         (small && listed.is_none() && ended == Ended::Ran)
-                            .then(|| toolset.fetch_pointer(text, &proposed))
+                            .then(|| toolset.fetch_pointer(&urls, &proposed))
                             .flatten()
                     })
                     .filter(|next| !refused.contains(&next.key));
@@ -342,7 +344,7 @@ impl Agent {
                         bx_audit::bounded(&call.name, 200)
                     ));
                 }
-                if denied {
+                if ended == Ended::Refused {
                     refused.insert(key);
                 }
             }

@@ -475,13 +475,11 @@ fn a_listing_is_shown_without_its_sizes() {
 fn a_listing_that_points_at_no_entry_is_shown_with_the_search_for_a_name() {
     let list = r#"{"tool":"fs.list","with":{"path":"."}}"#;
     let ask = |request: &str| {
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let scripted = model_making(&bodies, &[list]);
-        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-        install(state.path(), "fs_search");
-        let ws = std::fs::canonicalize(ws.path()).unwrap();
-        std::fs::write(ws.join("contacts.txt"), "Luis Ortega, +34 600 333 444\n").unwrap();
-        the_one_result(state.path(), &ws, &bodies, request)
+        let bodies = small_turn_with(&[list], request, |s, ws| {
+            install(s, "fs_search");
+            std::fs::write(ws.join("contacts.txt"), "Luis Ortega, +34 600 333 444\n").unwrap();
+        });
+        last_content(&bodies[1])
     };
     let shown = ask("What is Luis's phone number?");
     assert_ends_with(
@@ -498,30 +496,21 @@ fn a_listing_that_points_at_no_entry_is_shown_with_the_search_for_a_name() {
 fn a_listing_does_not_point_to_a_search_refused_before() {
     let search = r#"{"tool":"fs.search","with":{"path":".","pattern":"luis"}}"#;
     let list = r#"{"tool":"fs.list","with":{"path":"."}}"#;
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let scripted = model_making(&bodies, &[search, list]);
-    let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-    let s = state.path();
-    install(s, "fs_search");
-    let ws = std::fs::canonicalize(ws.path()).unwrap();
-    std::fs::write(ws.join("contacts.txt"), "Luis Ortega, +34 600 333 444\n").unwrap();
-    // fs.list and fs.read may read the workspace; no grant covers fs.search.
-    let policy: String = ["fs.list", "fs.read"]
-        .iter()
-        .map(|tool| {
-            format!(
-                "[[grant]]\ntool = \"{tool}\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"allow\"\nwhen_tainted = \"allow\"\n\n",
-                ws.display()
-            )
-        })
-        .collect();
-    write_policy(s, &policy);
-    let _daemon = Daemon::start(s);
-    let (code, events) =
-        say(s, "small", "What is Luis's phone number?", &["--workspace", ws.to_str().unwrap()]);
-    assert_eq!(code, 0, "{events:?}");
-    let bodies = bodies.lock().unwrap();
-    assert_eq!(bodies.len(), 3, "a search, a listing, then the answer");
+    let bodies = small_turn_with(&[search, list], "What is Luis's phone number?", |s, ws| {
+        install(s, "fs_search");
+        std::fs::write(ws.join("contacts.txt"), "Luis Ortega, +34 600 333 444\n").unwrap();
+        // fs.list and fs.read may read the workspace; no grant covers fs.search.
+        let policy: String = ["fs.list", "fs.read"]
+            .iter()
+            .map(|tool| {
+                format!(
+                    "[[grant]]\ntool = \"{tool}\"\npath = \"{}\"\nmode = \"read\"\nlabel = \"private/trusted\"\nwhen_clean = \"allow\"\nwhen_tainted = \"allow\"\n\n",
+                    ws.display()
+                )
+            })
+            .collect();
+        write_policy(s, &policy);
+    });
     let refused = last_content(&bodies[1]);
     assert!(refused.starts_with("refused: no grant covers"), "{refused}");
     let listing = last_content(&bodies[2]);
@@ -574,28 +563,26 @@ fn a_result_is_shown_with_the_fetch_of_an_address_the_owner_gave() {
 #[test]
 fn a_web_address_of_the_owners_given_as_a_path_is_shown_with_its_fetch() {
     let url = "http://127.0.0.1:9/crates/fastcount";
-    let call = format!(r#"{{"tool":"fs.read","with":{{"path":"{url}"}}}}"#);
-    let ask = |request: &str| {
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let scripted = model_making(&bodies, &[&call]);
-        let (state, ws) = setup(&scripted, "tool_mode = \"constrained\"");
-        let s = state.path();
-        install(s, "http_fetch");
-        let ws = std::fs::canonicalize(ws.path()).unwrap();
-        the_one_result(s, &ws, &bodies, request)
+    let given = format!("What licence is fastcount under? See {url}.");
+    let fetch = format!(r#"{{"tool":"http.fetch","with":{{"url":"{url}"}}}}"#);
+    let read = format!(r#"{{"tool":"fs.read","with":{{"path":"{url}"}}}}"#);
+    let list = format!(r#"{{"tool":"fs.list","with":{{"path":"{url}"}}}}"#);
+    let last = |calls: &[&str], request: &str| {
+        let bodies = small_turn_with(calls, request, |s, _| {
+            install(s, "http_fetch");
+        });
+        let shown = last_content(bodies.last().unwrap());
+        assert!(shown.starts_with("error: "), "{shown}");
+        shown
     };
-    let shown = ask(&format!("What licence is fastcount under? See {url}."));
-    assert!(shown.starts_with("error: "), "{shown}");
-    assert_ends_with(
-        &shown,
-        &format!("\n{{\"next\":{{\"tool\":\"http.fetch\",\"with\":{{\"url\":\"{url}\"}}}}}}"),
-    );
-    let shown = ask("What licence is fastcount under?");
-    assert!(shown.starts_with("error: "), "{shown}");
-    assert_ends_with(
-        &shown,
-        r#"To find where it is, list the whole folder: {"tool":"fs.list","with":{"path":".","depth":2}}"#,
-    );
+    let listing = r#"To find where it is, list the whole folder: {"tool":"fs.list","with":{"path":".","depth":2}}"#;
+    // Given to either tool that reads a path.
+    assert_ends_with(&last(&[&read], &given), &format!("\n{{\"next\":{fetch}}}"));
+    assert_ends_with(&last(&[&list], &given), &format!("\n{{\"next\":{fetch}}}"));
+    // Not an address the owner gave.
+    assert_ends_with(&last(&[&read], "What licence is fastcount under?"), listing);
+    // Not a fetch the policy refused earlier in the turn (no grant covers it).
+    assert_ends_with(&last(&[&fetch, &read], &given), listing);
 }
 
 /// A search that found nothing is shown with the listing of the folder it searched (asked
