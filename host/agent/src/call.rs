@@ -449,7 +449,7 @@ impl Trust {
     ) -> Result<Option<PathBuf>, AgentError> {
         let requested = requested.map(check_workspace).transpose()?;
         let (workspace, moved) =
-            in_place(|| self.ledger.workspace(&self.audit, session, requested.as_deref()))?;
+            self.ledger.workspace(&self.audit, session, requested.as_deref())?;
         if moved {
             return Err(AgentError::workspace_moved(
                 session,
@@ -1146,62 +1146,66 @@ fn finish(
         ),
         Err(_) => (Vec::new(), 0),
     };
-    // The taint rises first (a call that ran has been seen, even if its record then
-    // cannot be written, and then nobody sees its output), noting what it reached with
-    // each item's label, as its record shows it, and the URLs it named: what raised it.
-    let reached: Vec<(Label, &str)> = match &outcome {
-        Ok(report) => {
-            { report.touched.iter().map(|t| t.label()).zip(touched.iter().map(String::as_str)) }
-                .collect()
-        }
-        Err(_) => Vec::new(),
-    };
-    let urls: Vec<&str> = r
-        .resources
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|r| match r {
-            Resource::Url(u) => Some(u.as_str()),
-            Resource::PathRead(_) | Resource::PathWrite(_) | Resource::Call { .. } => None,
-        })
-        .collect();
-    let taint = in_place(|| trust.ledger.observe(&r.session, &r.call, label, &reached, &urls))?;
     let (output_sha256, output_bytes, error) = match output {
         Some(t) => (Some(sha256_hex(t.as_bytes())), Some(t.len() as u64), None),
         None => (None, None, Some(bounded(&failure, MAX_FIELD_BYTES))),
     };
-    let record = Entry::Result(bx_audit::Outcome {
-        session: r.session.clone(),
-        call: r.call.clone(),
-        status,
-        label: label.to_string(),
-        touched,
-        touched_more,
-        output_sha256,
-        output_bytes,
-        error,
-        refused,
-        secrets: activity
-            .used
+    // Off the async threads, in one hand-off: the taint, then the result's record.
+    let taint = in_place(|| -> Result<Label, AgentError> {
+        // The taint rises first (a call that ran has been seen, even if its record then
+        // cannot be written, and then nobody sees its output), noting what it reached with
+        // each item's label, as its record shows it, and the URLs it named: what raised it.
+        let reached: Vec<(Label, &str)> = match &outcome {
+            Ok(report) => {
+                { report.touched.iter().map(|t| t.label()).zip(touched.iter().map(String::as_str)) }
+                    .collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        let urls: Vec<&str> = r
+            .resources
+            .as_deref()
+            .unwrap_or_default()
             .iter()
-            .map(|(name, host)| bx_audit::SecretUse {
-                name: name.clone(),
-                host: bounded(host, bx_audit::MAX_ITEM_BYTES),
+            .filter_map(|r| match r {
+                Resource::Url(u) => Some(u.as_str()),
+                Resource::PathRead(_) | Resource::PathWrite(_) | Resource::Call { .. } => None,
             })
-            .collect(),
-        leaks: activity
-            .leaks
-            .iter()
-            .map(|l| bx_audit::LeakFound {
-                name: l.name.clone(),
-                direction: l.direction.to_string(),
-                host: bounded(&l.host, bx_audit::MAX_ITEM_BYTES),
-                encoding: l.encoding.to_string(),
-            })
-            .collect(),
-    });
-    in_place(|| trust.audit.append(&record))?;
+            .collect();
+        let taint = trust.ledger.observe(&r.session, &r.call, label, &reached, &urls)?;
+        let record = Entry::Result(bx_audit::Outcome {
+            session: r.session.clone(),
+            call: r.call.clone(),
+            status,
+            label: label.to_string(),
+            touched,
+            touched_more,
+            output_sha256,
+            output_bytes,
+            error,
+            refused,
+            secrets: activity
+                .used
+                .iter()
+                .map(|(name, host)| bx_audit::SecretUse {
+                    name: name.clone(),
+                    host: bounded(host, bx_audit::MAX_ITEM_BYTES),
+                })
+                .collect(),
+            leaks: activity
+                .leaks
+                .iter()
+                .map(|l| bx_audit::LeakFound {
+                    name: l.name.clone(),
+                    direction: l.direction.to_string(),
+                    host: bounded(&l.host, bx_audit::MAX_ITEM_BYTES),
+                    encoding: l.encoding.to_string(),
+                })
+                .collect(),
+        });
+        trust.audit.append(&record)?;
+        Ok(taint)
+    })?;
     let now = bx_audit::format_rfc3339(std::time::SystemTime::now());
     trust.secrets.note_uses(&activity.used, &now);
     trust.secrets.quarantine(&activity.leaks, &now);
@@ -1275,10 +1279,12 @@ pub fn output_of(call: &str, settled: Result<Finished, Refused>) -> bx_protocol:
     bx_protocol::Body::ToolOutput { call: call.to_owned(), outcome, label, text, stderr }
 }
 
-/// Runs `f`, which blocks (an fsync of the audit log), so that it does not stall the
-/// async worker it is called on: on a multi-threaded runtime the worker hands its other
-/// tasks off while `f` runs; elsewhere (a one-shot command's own runtime, or no runtime)
-/// it simply runs.
+/// Runs `f`, which blocks (an fsync of the audit log or a state file, or a wait for
+/// another's), so that it does not stall the async worker it is called on: on a
+/// multi-threaded runtime the worker hands its other tasks off while `f` runs; elsewhere
+/// (a one-shot command's own runtime, or no runtime) it simply runs. Each hand-off wakes
+/// another thread, so adjacent steps share one, and a step that blocks only sometimes
+/// (the ledger's writes) calls this where it does. Nested, the inner call just runs.
 pub fn in_place<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),

@@ -14,6 +14,7 @@ use bx_audit::{AuditLog, Entry, Session};
 use bx_broker::{Cover, Label, Scope, parse_label};
 use bx_state::{SessionState, Sessions};
 
+use crate::call::in_place;
 use crate::error::AgentError;
 
 mod saved;
@@ -382,13 +383,15 @@ impl Ledger {
         let in_log = known.get(session).map(|k| k.taint);
         let logged = in_log.unwrap_or(Label::CLEAN);
         let record = |event: &str, detail: String, taint: Label| {
-            log.append(&Entry::Session(Session {
-                session: session.to_owned(),
-                call: call.map(str::to_owned),
-                event: event.to_owned(),
-                detail,
-                taint: Some(taint.to_string()),
-            }))
+            in_place(|| {
+                log.append(&Entry::Session(Session {
+                    session: session.to_owned(),
+                    call: call.map(str::to_owned),
+                    event: event.to_owned(),
+                    detail,
+                    taint: Some(taint.to_string()),
+                }))
+            })
         };
         let (state, damage) = self.files.state(session)?;
         let mut note = None;
@@ -413,7 +416,9 @@ impl Ledger {
                         self.files.dir().join(format!("{session}.json")).display()
                     );
                     record("state-rebuilt", detail, logged)?;
-                    self.files.put(session, &SessionState { taint: logged, slot: None })?;
+                    in_place(|| {
+                        self.files.put(session, &SessionState { taint: logged, slot: None })
+                    })?;
                 }
                 logged
             }
@@ -424,7 +429,9 @@ impl Ledger {
                     state.taint
                 );
                 record("state-rebuilt", detail, rebuilt)?;
-                self.files.put(session, &SessionState { taint: rebuilt, slot: state.slot })?;
+                in_place(|| {
+                    self.files.put(session, &SessionState { taint: rebuilt, slot: state.slot })
+                })?;
                 rebuilt
             }
             None => logged.join(state.taint),
@@ -452,7 +459,7 @@ impl Ledger {
         let taint =
             taint.join(if self.files.has_state(session) { state.taint } else { Label::CLEAN });
         if taint != state.taint || !self.files.has_state(session) {
-            self.files.put(session, &SessionState { taint, slot: state.slot })?;
+            in_place(|| self.files.put(session, &SessionState { taint, slot: state.slot }))?;
         }
         known.entry(session.to_owned()).or_default().taint = taint;
         Ok(taint)
@@ -496,13 +503,15 @@ impl Ledger {
         if hit == 0 {
             return Ok(0);
         }
-        log.append(&Entry::Session(Session {
-            session: session.to_owned(),
-            call: None,
-            event: event.to_owned(),
-            detail: detail.clone(),
-            taint: None,
-        }))?;
+        in_place(|| {
+            log.append(&Entry::Session(Session {
+                session: session.to_owned(),
+                call: None,
+                event: event.to_owned(),
+                detail: detail.clone(),
+                taint: None,
+            }))
+        })?;
         Ok(known.get_mut(session).map_or(0, |k| k.end_scopes(event, &detail)))
     }
 
@@ -546,15 +555,17 @@ impl Ledger {
         })?;
         let mut known = self.lock();
         let (state, _) = self.files.state(session)?;
-        log.append(&Entry::Session(Session {
-            session: session.to_owned(),
-            call: None,
-            event: "state-rebuilt".into(),
-            detail: format!("rebuilt by the owner from {results} results in the audit log"),
-            taint: Some(taint.to_string()),
-        }))?;
+        in_place(|| {
+            log.append(&Entry::Session(Session {
+                session: session.to_owned(),
+                call: None,
+                event: "state-rebuilt".into(),
+                detail: format!("rebuilt by the owner from {results} results in the audit log"),
+                taint: Some(taint.to_string()),
+            }))
+        })?;
         let slot = if self.files.has_state(session) { state.slot } else { None };
-        self.files.put(session, &SessionState { taint, slot })?;
+        in_place(|| self.files.put(session, &SessionState { taint, slot }))?;
         known.entry(session.to_owned()).or_default().taint = taint;
         Ok((taint, results))
     }
@@ -590,13 +601,15 @@ impl Ledger {
         {
             return Ok((None, true));
         }
-        log.append(&Entry::Session(Session {
-            session: session.to_owned(),
-            call: None,
-            event: WORKSPACE_EVENT.to_owned(),
-            detail: requested.display().to_string(),
-            taint: None,
-        }))?;
+        in_place(|| {
+            log.append(&Entry::Session(Session {
+                session: session.to_owned(),
+                call: None,
+                event: WORKSPACE_EVENT.to_owned(),
+                detail: requested.display().to_string(),
+                taint: None,
+            }))
+        })?;
         known.entry(session.to_owned()).or_default().workspace = Some(requested.to_path_buf());
         Ok((Some(requested.to_path_buf()), false))
     }
@@ -612,7 +625,7 @@ impl Ledger {
         }
         let logged = known.get(session).map_or(Label::CLEAN, |k| k.taint);
         let taint = if self.files.has_state(session) { state.taint.join(logged) } else { logged };
-        self.files.put(session, &SessionState { taint, slot: Some(slot) })?;
+        in_place(|| self.files.put(session, &SessionState { taint, slot: Some(slot) }))?;
         Ok(())
     }
 }
