@@ -1,8 +1,9 @@
 //! Newline-delimited lines from an untrusted byte stream, bounded: the stdio transport of
 //! `bx mcp` reads an MCP client's messages with it (`bx-fuzz mcp_lines` fuzzes it).
-//! tokio-util's `LinesCodec` does the splitting over a blocking reader: a line ends at
-//! `\n` (a `\r` before it is dropped), the input's last line may lack its `\n`, and a
-//! line over the limit is reported once and discarded as it arrives, never held.
+//! tokio-util's `LinesCodec` does the splitting ([`Splitter`]; [`LineReader`] drives it
+//! over a blocking reader): a line ends at `\n` (a `\r` before it is dropped), the
+//! input's last line may lack its `\n`, and a line over the limit is reported once and
+//! discarded as it arrives, never held.
 
 use std::io::Read;
 
@@ -30,9 +31,14 @@ pub enum LineError {
     Io(std::io::Error),
 }
 
-/// The lines of a blocking input, each at most `max` bytes (without its `\r\n`).
-pub struct LineReader<R> {
-    input: R,
+/// The splitting itself, with no input of its own: bytes go in through [`space`] and
+/// [`filled`], lines come out of [`split`]. [`LineReader`] drives it over a blocking
+/// reader; `bx mcp` drives it over a non-blocking pipe, so the two read the same lines.
+///
+/// [`space`]: Splitter::space
+/// [`filled`]: Splitter::filled
+/// [`split`]: Splitter::split
+pub struct Splitter {
     max: usize,
     codec: LinesCodec,
     buf: BytesMut,
@@ -41,19 +47,84 @@ pub struct LineReader<R> {
     ended: bool,
     /// Nothing more comes.
     done: bool,
+    /// The read that failed, to be handed out as the last item.
+    failed: Option<std::io::Error>,
 }
 
-impl<R: Read> LineReader<R> {
-    /// Lines of `input`, each at most `max` bytes.
-    pub fn new(input: R, max: usize) -> LineReader<R> {
-        LineReader {
-            input,
+/// What [`Splitter::split`] has.
+#[derive(Debug)]
+pub enum Split {
+    /// A line, or why one was not read.
+    Line(Result<String, LineError>),
+    /// Nothing until more is read: read into [`Splitter::space`], then call
+    /// [`Splitter::filled`].
+    Read,
+    /// Nothing more comes.
+    End,
+}
+
+impl Splitter {
+    /// A splitter of lines of at most `max` bytes each.
+    pub fn new(max: usize) -> Splitter {
+        Splitter {
             max,
             codec: LinesCodec::new_with_max_length(max),
             buf: BytesMut::with_capacity(LINE_READ_BYTES),
             chunk: vec![0; LINE_READ_BYTES].into_boxed_slice(),
             ended: false,
             done: false,
+            failed: None,
+        }
+    }
+
+    /// The next line of what has been read so far.
+    pub fn split(&mut self) -> Split {
+        if let Some(e) = self.failed.take() {
+            self.done = true;
+            return Split::Line(Err(LineError::Io(e)));
+        }
+        while !self.done {
+            let decoded = if self.ended {
+                self.codec.decode_eof(&mut self.buf)
+            } else {
+                self.codec.decode(&mut self.buf)
+            };
+            return match decoded {
+                Ok(Some(line)) => Split::Line(Ok(line)),
+                Ok(None) if self.ended => {
+                    self.done = true;
+                    continue;
+                }
+                Ok(None) => Split::Read,
+                Err(LinesCodecError::MaxLineLengthExceeded) => {
+                    Split::Line(Err(LineError::TooLong(self.max)))
+                }
+                // Bytes that are not UTF-8: the codec has already taken the line.
+                Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    Split::Line(Err(LineError::NotUtf8))
+                }
+                Err(LinesCodecError::Io(e)) => {
+                    self.done = true;
+                    Split::Line(Err(LineError::Io(e)))
+                }
+            };
+        }
+        Split::End
+    }
+
+    /// Where the next read goes ([`LINE_READ_BYTES`]).
+    pub fn space(&mut self) -> &mut [u8] {
+        &mut self.chunk
+    }
+
+    /// What the read into [`space`](Splitter::space) gave: a count (0 is the input's
+    /// end) or its error (an interrupted read is tried again).
+    pub fn filled(&mut self, read: std::io::Result<usize>) {
+        match read {
+            Ok(0) => self.ended = true,
+            Ok(n) => self.buf.extend_from_slice(&self.chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => self.failed = Some(e),
         }
     }
 
@@ -64,42 +135,39 @@ impl<R: Read> LineReader<R> {
     }
 }
 
+/// The lines of a blocking input, each at most `max` bytes (without its `\r\n`).
+pub struct LineReader<R> {
+    input: R,
+    split: Splitter,
+}
+
+impl<R: Read> LineReader<R> {
+    /// Lines of `input`, each at most `max` bytes.
+    pub fn new(input: R, max: usize) -> LineReader<R> {
+        LineReader { input, split: Splitter::new(max) }
+    }
+
+    /// Bytes read and not yet handed out as lines or discarded: never more than the
+    /// limit plus [`LINE_READ_BYTES`].
+    pub fn buffered(&self) -> usize {
+        self.split.buffered()
+    }
+}
+
 impl<R: Read> Iterator for LineReader<R> {
     type Item = Result<String, LineError>;
 
     fn next(&mut self) -> Option<Result<String, LineError>> {
-        while !self.done {
-            let decoded = if self.ended {
-                self.codec.decode_eof(&mut self.buf)
-            } else {
-                self.codec.decode(&mut self.buf)
-            };
-            match decoded {
-                Ok(Some(line)) => return Some(Ok(line)),
-                Ok(None) if self.ended => self.done = true,
-                Ok(None) => match self.input.read(&mut self.chunk) {
-                    Ok(0) => self.ended = true,
-                    Ok(n) => self.buf.extend_from_slice(&self.chunk[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(LineError::Io(e)));
-                    }
-                },
-                Err(LinesCodecError::MaxLineLengthExceeded) => {
-                    return Some(Err(LineError::TooLong(self.max)));
-                }
-                // Bytes that are not UTF-8: the codec has already taken the line.
-                Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-                    return Some(Err(LineError::NotUtf8));
-                }
-                Err(LinesCodecError::Io(e)) => {
-                    self.done = true;
-                    return Some(Err(LineError::Io(e)));
+        loop {
+            match self.split.split() {
+                Split::Line(line) => return Some(line),
+                Split::End => return None,
+                Split::Read => {
+                    let read = self.input.read(self.split.space());
+                    self.split.filled(read);
                 }
             }
         }
-        None
     }
 }
 

@@ -532,24 +532,24 @@ fn serve(state: &StateDir, args: &ServeArgs) -> anyhow::Result<u8> {
         let token = crate::token::token(state, crate::token::Service::Mcp)?;
         return runtime.block_on(http::serve(bridge, args, addr, token)).map(|()| EXIT_OK);
     }
-    // One client on stdio: one thread does the async work (the bridge only waits on
-    // the daemon and the client), and nothing wakes another to hand a message over.
+    // One client on stdio: one thread does all the work (the bridge only waits on the
+    // daemon and the client), and nothing wakes another to hand a message over.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let (transport, written) = lines::Lines::stdio().context("starting the stdio threads")?;
     let served = runtime.block_on(async move {
-        let service = bridge
-            .clone()
-            .serve(transport)
-            .await
-            .map_err(|e| anyhow::anyhow!("MCP handshake: {e}"))?;
-        let ended = service.waiting().await;
-        ended.map(|_| ()).map_err(|e| anyhow::anyhow!("MCP: {e}"))
+        let (transport, written) = lines::Lines::stdio().context("opening stdin and stdout")?;
+        let served = match bridge.clone().serve(transport).await {
+            Ok(service) => {
+                service.waiting().await.map(|_| ()).map_err(|e| anyhow::anyhow!("MCP: {e}"))
+            }
+            Err(e) => Err(anyhow::anyhow!("MCP handshake: {e}")),
+        };
+        // What was answered before the end is written out, unless stdout is stuck.
+        let _ = tokio::time::timeout(Duration::from_secs(5), written).await;
+        served
     });
-    // What was answered before the end is written out, unless stdout is stuck.
-    let _ = written.recv_timeout(Duration::from_secs(5));
     served.map(|()| EXIT_OK)
 }
 

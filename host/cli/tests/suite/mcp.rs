@@ -726,3 +726,93 @@ pub(super) fn daemons_of(s: &Path) -> Vec<u32> {
     }
     found
 }
+
+/// The names of the threads of process `pid`.
+fn threads_of(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect()
+}
+
+/// `bx mcp` serves whatever the client gives it as stdin and stdout: pipes and sockets
+/// (a Node client's are a socket pair) on its one runtime thread, with no thread to
+/// relay a message (each would cost a hand-off per message, docs/mcp.md); a file or a
+/// terminal through a relay. Every kind answers every line, bad ones included, and
+/// ends at the input's end.
+#[test]
+fn stdio_of_every_kind_is_served_and_pipes_without_a_relay() {
+    use std::io::{BufRead as _, Write as _};
+    let Setup { s, ws, .. } = &setup("", &["fs_read"]);
+    let daemon = Daemon::start(s);
+    let input = [INITIALIZE, INITIALIZED, &call(2, "fs.read", "notes.txt"), "{not json"];
+    // The answers in any order (a bad line's comes as soon as it is read).
+    let check = |replies: &[Value], how: &str| {
+        assert_eq!(replies.len(), 3, "{how}: {replies:?}");
+        let by_id = |id: Value| replies.iter().find(|r| r.get("id") == Some(&id)).unwrap();
+        assert_eq!(by_id(json!(1))["result"]["serverInfo"]["name"], "bx", "{how}");
+        let read = by_id(json!(2));
+        let text = read["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("milk, eggs"), "{how}: {read}");
+        let bad = replies.iter().find(|r| r.get("id").is_none()).unwrap();
+        assert_eq!(bad["error"]["code"], -32700, "{how}: {bad}");
+    };
+
+    // Pipes: the relay threads are never started.
+    let mut raw = Raw::start(s, ws);
+    raw.send(&call(2, "fs.read", "notes.txt"));
+    assert_eq!(raw.reply(json!(2))["result"]["isError"], false);
+    let names = threads_of(raw.server.id());
+    assert!(!names.iter().any(|n| n.starts_with("mcp-std")), "{names:?}");
+    raw.kill();
+
+    // A socket pair, as Node gives its children.
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let theirs_out = theirs.try_clone().unwrap();
+    let mut server = bx_command(s)
+        .args(["mcp", "--workspace"])
+        .arg(ws)
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs_out)))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut writer = ours.try_clone().unwrap();
+    let mut reader = std::io::BufReader::new(ours);
+    let mut replies = Vec::new();
+    for line in input {
+        writeln!(writer, "{line}").unwrap();
+        if line != INITIALIZED {
+            let mut reply = String::new();
+            reader.read_line(&mut reply).unwrap();
+            replies.push(serde_json::from_str::<Value>(&reply).unwrap());
+        }
+    }
+    let names = threads_of(server.id());
+    assert!(!names.iter().any(|n| n.starts_with("mcp-std")), "{names:?}");
+    writer.shutdown(std::net::Shutdown::Write).unwrap();
+    assert!(server.wait().unwrap().success());
+    check(&replies, "a socket pair");
+
+    // Files: read to the end, every answer written out before the exit.
+    let dir = tempfile::tempdir().unwrap();
+    let (requests, answers) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
+    std::fs::write(&requests, input.join("\n")).unwrap();
+    let status = bx_command(s)
+        .args(["mcp", "--workspace"])
+        .arg(ws)
+        .stdin(std::fs::File::open(&requests).unwrap())
+        .stdout(std::fs::File::create(&answers).unwrap())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let replies: Vec<Value> = std::fs::read_to_string(&answers)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    check(&replies, "files");
+    daemon.stop();
+}

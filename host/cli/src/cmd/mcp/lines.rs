@@ -7,19 +7,28 @@
 //! (as MCP says; JSON-RPC 2.0 would have `null`), so the exchange is one answer per bad
 //! line and never grows.
 //!
-//! Both ends are plain threads: one reads stdin, splits lines
-//! ([`bx_protocol::lines::LineReader`], tokio-util's `LinesCodec`, bounded; fuzzed as
+//! Both ends are tasks on the bridge's one thread: one reads stdin, splits lines
+//! ([`bx_protocol::lines::Splitter`], tokio-util's `LinesCodec`, bounded; fuzzed as
 //! `bx-fuzz mcp_lines`), parses them and hands messages to the service; one writes
-//! what the service sends to stdout. tokio's own stdin and stdout would pass every read
-//! and write through its blocking pool, a thread hop each way per message.
+//! what the service sends to stdout. A stdin or stdout that is a pipe or a socket (what
+//! a client that starts `bx mcp` gives it) is made non-blocking and polled with the
+//! daemon's connection, so a message crosses no thread on its way in or out. Two
+//! threads with blocking reads and writes cost a hand-off each way per message, and
+//! tokio's own stdin and stdout pass every read and write through its blocking pool.
+//! A terminal or a file is relayed through a pipe by a thread of its own.
 
-use bx_protocol::lines::{LineError, LineReader};
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt as _;
+
+use bx_protocol::lines::{LineError, Split, Splitter};
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, RequestId,
     ServerJsonRpcMessage,
 };
 use rmcp::{ErrorData, RoleServer};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::unix::pipe;
+use tokio::sync::{mpsc, oneshot};
 
 /// The longest line read (8 MiB). A tool call's arguments go to the daemon in one frame
 /// of at most 4 MiB, so a longer request could not be carried anyway; past the limit
@@ -37,37 +46,41 @@ pub(crate) const MAX_PENDING: usize = 64;
 /// The requests read and not yet answered, by id.
 #[derive(Default)]
 struct Pending {
-    ids: std::sync::Mutex<std::collections::HashSet<RequestId>>,
-    answered: std::sync::Condvar,
+    ids: parking_lot::Mutex<std::collections::HashSet<RequestId>>,
+    answered: tokio::sync::Notify,
 }
 
 impl Pending {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
-        self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> parking_lot::MutexGuard<'_, std::collections::HashSet<RequestId>> {
+        self.ids.lock()
     }
 
     /// Waits until fewer than [`MAX_PENDING`] requests are open, then counts `id` in;
-    /// false once `gone` says nobody will answer any more.
-    fn admit(&self, id: RequestId, gone: impl Fn() -> bool) -> bool {
-        let mut ids = self.lock();
-        while ids.len() >= MAX_PENDING && !ids.contains(&id) {
-            if gone() {
-                return false;
+    /// false once the service, `to_service`'s reader, is gone (nobody will answer).
+    async fn admit(&self, id: RequestId, to_service: &mpsc::Sender<ClientJsonRpcMessage>) -> bool {
+        loop {
+            // Listening before the check: an answer between the two is not missed.
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            {
+                let mut ids = self.lock();
+                if ids.len() < MAX_PENDING || ids.contains(&id) {
+                    ids.insert(id);
+                    return true;
+                }
             }
-            let (next, _) = self
-                .answered
-                .wait_timeout(ids, std::time::Duration::from_millis(500))
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            ids = next;
+            tokio::select! {
+                () = answered => {}
+                () = to_service.closed() => return false,
+            }
         }
-        ids.insert(id);
-        true
     }
 
     /// `id` is answered (or cancelled: then no answer comes).
     fn done(&self, id: &RequestId) {
         if self.lock().remove(id) {
-            self.answered.notify_all();
+            self.answered.notify_waiters();
         }
     }
 }
@@ -78,7 +91,7 @@ pub(crate) struct Lines {
     outgoing: Option<mpsc::Sender<ServerJsonRpcMessage>>,
     /// Fires when the writer stops (stdout closed): then serving ends, even while
     /// stdin stays open.
-    stdout_gone: tokio::sync::oneshot::Receiver<()>,
+    stdout_gone: oneshot::Receiver<()>,
 }
 
 /// What one line is.
@@ -93,29 +106,96 @@ enum Line {
 }
 
 impl Lines {
-    /// Starts the two threads on this process's stdin and stdout. The returned receiver
-    /// yields once the writer has written everything sent before the transport closed
-    /// (or has failed): wait on it, bounded, before the process exits.
-    pub(crate) fn stdio() -> std::io::Result<(Lines, std::sync::mpsc::Receiver<()>)> {
+    /// Starts reading stdin and writing stdout, as tasks of the current runtime. The
+    /// returned receiver yields once everything sent before the transport closed has been
+    /// written out (or writing has failed): await it, bounded, before the process exits.
+    pub(crate) fn stdio() -> std::io::Result<(Lines, oneshot::Receiver<()>)> {
         let (to_service, incoming) = mpsc::channel(QUEUE);
         let (outgoing, to_write) = mpsc::channel(QUEUE);
         let pending = std::sync::Arc::new(Pending::default());
-        let (gone, stdout_gone) = tokio::sync::oneshot::channel();
+        let (gone, stdout_gone) = oneshot::channel();
+        let (written, done) = oneshot::channel();
+        let input = reader(std::io::stdin().as_fd())?;
+        let (output, written) = writer(std::io::stdout().as_fd(), written)?;
         // The reader's handle on the writer is weak: once the service lets go of its
         // end, the writer finishes even while the reader still waits on stdin.
         let replies = outgoing.downgrade();
         let read_pending = std::sync::Arc::clone(&pending);
-        std::thread::Builder::new().name("mcp-stdin".into()).spawn(move || {
-            read_lines(std::io::stdin().lock(), &to_service, &replies, &read_pending);
-        })?;
-        let (written, done) = std::sync::mpsc::channel();
-        std::thread::Builder::new().name("mcp-stdout".into()).spawn(move || {
-            write_lines(std::io::stdout().lock(), to_write, &pending);
+        tokio::spawn(async move {
+            read_lines(input, &to_service, &replies, &read_pending).await;
+        });
+        tokio::spawn(async move {
+            write_lines(output, to_write, &pending).await;
             let _ = gone.send(());
-            let _ = written.send(());
-        })?;
+            // With a relay, it says so once it has passed everything on.
+            if let Some(written) = written {
+                let _ = written.send(());
+            }
+        });
         Ok((Lines { incoming, outgoing: Some(outgoing), stdout_gone }, done))
     }
+}
+
+/// Input that is read without a thread.
+type Input = Box<dyn AsyncRead + Unpin + Send>;
+/// Output that is written without a thread.
+type Output = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// What `fd` is, as a file of its own (a duplicate: `fd` stays open).
+fn own(fd: BorrowedFd<'_>) -> std::io::Result<(std::fs::File, std::fs::FileType)> {
+    let file = std::fs::File::from(fd.try_clone_to_owned()?);
+    let kind = file.metadata()?.file_type();
+    Ok((file, kind))
+}
+
+/// A socket, non-blocking, for the runtime to poll.
+fn socket(file: std::fs::File) -> std::io::Result<tokio::net::UnixStream> {
+    let socket = std::os::unix::net::UnixStream::from(OwnedFd::from(file));
+    socket.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(socket)
+}
+
+/// Stdin as the runtime reads it: the pipe or socket itself, else a pipe that a thread
+/// fills from it.
+fn reader(fd: BorrowedFd<'_>) -> std::io::Result<Input> {
+    let (mut file, kind) = own(fd)?;
+    if kind.is_fifo() {
+        return Ok(Box::new(pipe::Receiver::from_file(file)?));
+    }
+    if kind.is_socket() {
+        return Ok(Box::new(socket(file)?));
+    }
+    let (relayed, mut into) = std::io::pipe()?;
+    std::thread::Builder::new().name("mcp-stdin".into()).spawn(move || {
+        // Ends at the input's end, or once the reader is gone.
+        let _ = std::io::copy(&mut file, &mut into);
+    })?;
+    Ok(Box::new(pipe::Receiver::from_owned_fd(OwnedFd::from(relayed))?))
+}
+
+/// Stdout as the runtime writes it: the pipe or socket itself, else a pipe that a thread
+/// empties into it. With a relay, `written` goes to the thread, which sends it once it
+/// has passed on everything; otherwise it is handed back, for the writer to send.
+fn writer(
+    fd: BorrowedFd<'_>,
+    written: oneshot::Sender<()>,
+) -> std::io::Result<(Output, Option<oneshot::Sender<()>>)> {
+    let (mut file, kind) = own(fd)?;
+    if kind.is_fifo() {
+        return Ok((Box::new(pipe::Sender::from_file(file)?), Some(written)));
+    }
+    if kind.is_socket() {
+        return Ok((Box::new(socket(file)?), Some(written)));
+    }
+    let (mut relayed, from) = std::io::pipe()?;
+    let sender = pipe::Sender::from_owned_fd(OwnedFd::from(from))?;
+    std::thread::Builder::new().name("mcp-stdout".into()).spawn(move || {
+        // Ends once the writer has closed its end and all is passed on, or stdout fails
+        // (the writer's next write then fails too, and serving ends).
+        let _ = std::io::copy(&mut relayed, &mut file);
+        let _ = written.send(());
+    })?;
+    Ok((Box::new(sender), None))
 }
 
 impl rmcp::transport::Transport<RoleServer> for Lines {
@@ -154,13 +234,23 @@ impl rmcp::transport::Transport<RoleServer> for Lines {
 }
 
 /// Reads lines until the input ends, the service is gone, or the writer is.
-fn read_lines(
-    input: impl std::io::Read,
+async fn read_lines(
+    mut input: impl AsyncRead + Unpin,
     to_service: &mpsc::Sender<ClientJsonRpcMessage>,
     replies: &mpsc::WeakSender<ServerJsonRpcMessage>,
     pending: &Pending,
 ) {
-    for line in LineReader::new(input, MAX_LINE_BYTES) {
+    let mut split = Splitter::new(MAX_LINE_BYTES);
+    loop {
+        let line = match split.split() {
+            Split::Line(line) => line,
+            Split::Read => {
+                let read = input.read(split.space()).await;
+                split.filled(read);
+                continue;
+            }
+            Split::End => return,
+        };
         let line = match line {
             Ok(text) => classify(&text),
             Err(LineError::TooLong(_)) => error(
@@ -179,10 +269,10 @@ fn read_lines(
         let sent = match line {
             Line::Message(m) => {
                 match &*m {
-                    // A request first waits for its place among the pending (the
-                    // guard does the waiting; false: nobody will answer any more).
+                    // A request first waits for its place among the pending (false:
+                    // nobody will answer any more).
                     ClientJsonRpcMessage::Request(r)
-                        if !pending.admit(r.id.clone(), || to_service.is_closed()) =>
+                        if !pending.admit(r.id.clone(), to_service).await =>
                     {
                         return;
                     }
@@ -195,11 +285,12 @@ fn read_lines(
                     }
                     _ => {}
                 }
-                to_service.blocking_send(*m).is_ok()
+                to_service.send(*m).await.is_ok()
             }
-            Line::Error(reply) => {
-                replies.upgrade().is_some_and(|r| r.blocking_send(*reply).is_ok())
-            }
+            Line::Error(reply) => match replies.upgrade() {
+                Some(r) => r.send(*reply).await.is_ok(),
+                None => false,
+            },
             Line::Nothing => true,
         };
         if !sent {
@@ -209,13 +300,13 @@ fn read_lines(
 }
 
 /// Writes each message as one line, flushing when nothing more is waiting.
-fn write_lines(
-    mut out: impl std::io::Write,
+async fn write_lines(
+    mut out: impl AsyncWrite + Unpin,
     mut to_write: mpsc::Receiver<ServerJsonRpcMessage>,
     pending: &Pending,
 ) {
     let mut line = Vec::new();
-    while let Some(msg) = to_write.blocking_recv() {
+    while let Some(msg) = to_write.recv().await {
         match &msg {
             ServerJsonRpcMessage::Response(r) => pending.done(&r.id),
             ServerJsonRpcMessage::Error(e) => {
@@ -230,11 +321,13 @@ fn write_lines(
             continue;
         }
         line.push(b'\n');
-        if out.write_all(&line).is_err() || (to_write.is_empty() && out.flush().is_err()) {
+        if out.write_all(&line).await.is_err()
+            || (to_write.is_empty() && out.flush().await.is_err())
+        {
             return;
         }
     }
-    let _ = out.flush();
+    let _ = out.flush().await;
 }
 
 fn error(e: ErrorData, id: Option<RequestId>) -> Line {
@@ -296,10 +389,20 @@ fn classify(text: &str) -> Line {
 mod tests {
     use super::*;
 
+    /// One thread's runtime, as `bx mcp` has.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
     fn lines(input: &[u8]) -> (Vec<ClientJsonRpcMessage>, Vec<serde_json::Value>) {
         let (to_service, mut incoming) = mpsc::channel(1024);
         let (replies, mut to_write) = mpsc::channel(1024);
-        read_lines(input, &to_service, &replies.downgrade(), &Pending::default());
+        runtime().block_on(read_lines(
+            input,
+            &to_service,
+            &replies.downgrade(),
+            &Pending::default(),
+        ));
         drop((to_service, replies));
         let mut messages = Vec::new();
         while let Ok(m) = incoming.try_recv() {
@@ -410,7 +513,8 @@ mod tests {
         let reading = {
             let pending = std::sync::Arc::clone(&pending);
             std::thread::spawn(move || {
-                read_lines(input.as_bytes(), &to_service, &replies.downgrade(), &pending);
+                let replies = replies.downgrade();
+                runtime().block_on(read_lines(input.as_bytes(), &to_service, &replies, &pending));
             })
         };
         for id in 1..=MAX_PENDING as i64 {
