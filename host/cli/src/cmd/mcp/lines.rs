@@ -55,9 +55,8 @@ impl Pending {
         self.ids.lock()
     }
 
-    /// Waits until fewer than [`MAX_PENDING`] requests are open, then counts `id` in;
-    /// false once the service, `to_service`'s reader, is gone (nobody will answer).
-    async fn admit(&self, id: RequestId, to_service: &mpsc::Sender<ClientJsonRpcMessage>) -> bool {
+    /// Waits until fewer than [`MAX_PENDING`] requests are open, then counts `id` in.
+    async fn admit(&self, id: RequestId, to_service: &mpsc::Sender<ClientJsonRpcMessage>) -> Admit {
         loop {
             // Listening before the check: an answer between the two is not missed.
             let answered = self.answered.notified();
@@ -65,14 +64,17 @@ impl Pending {
             answered.as_mut().enable();
             {
                 let mut ids = self.lock();
-                if ids.len() < MAX_PENDING || ids.contains(&id) {
+                if ids.contains(&id) {
+                    return Admit::Taken;
+                }
+                if ids.len() < MAX_PENDING {
                     ids.insert(id);
-                    return true;
+                    return Admit::In;
                 }
             }
             tokio::select! {
                 () = answered => {}
-                () = to_service.closed() => return false,
+                () = to_service.closed() => return Admit::Gone,
             }
         }
     }
@@ -85,10 +87,29 @@ impl Pending {
     }
 }
 
+/// A message for stdout.
+struct Out {
+    message: ServerJsonRpcMessage,
+    /// It comes from the service, so a response or an error with an id answers that open
+    /// request. The reader's own answers to lines it did not pass on (a bad line, an id
+    /// still open) answer nothing that is open, even when they carry an open id.
+    answers: bool,
+}
+
+/// Whether a request was let in.
+enum Admit {
+    In,
+    /// A request with its id is still open: the service would answer only one of the
+    /// two, so this one is answered with an error here.
+    Taken,
+    /// The service is gone: nobody will answer any more.
+    Gone,
+}
+
 /// The service's end of the transport.
 pub(crate) struct Lines {
     incoming: mpsc::Receiver<ClientJsonRpcMessage>,
-    outgoing: Option<mpsc::Sender<ServerJsonRpcMessage>>,
+    outgoing: Option<mpsc::Sender<Out>>,
     /// Fires when the writer stops (stdout closed): then serving ends, even while
     /// stdin stays open.
     stdout_gone: oneshot::Receiver<()>,
@@ -213,7 +234,7 @@ impl rmcp::transport::Transport<RoleServer> for Lines {
                     "the transport is closed",
                 ));
             };
-            outgoing.send(item).await.map_err(|_| {
+            outgoing.send(Out { message: item, answers: true }).await.map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed")
             })
         }
@@ -237,7 +258,7 @@ impl rmcp::transport::Transport<RoleServer> for Lines {
 async fn read_lines(
     mut input: impl AsyncRead + Unpin,
     to_service: &mpsc::Sender<ClientJsonRpcMessage>,
-    replies: &mpsc::WeakSender<ServerJsonRpcMessage>,
+    replies: &mpsc::WeakSender<Out>,
     pending: &Pending,
 ) {
     let mut split = Splitter::new(MAX_LINE_BYTES);
@@ -269,12 +290,24 @@ async fn read_lines(
         let sent = match line {
             Line::Message(m) => {
                 match &*m {
-                    // A request first waits for its place among the pending (false:
-                    // nobody will answer any more).
-                    ClientJsonRpcMessage::Request(r)
-                        if !pending.admit(r.id.clone(), to_service).await =>
-                    {
-                        return;
+                    // A request first waits for its place among the pending.
+                    ClientJsonRpcMessage::Request(r) => {
+                        match pending.admit(r.id.clone(), to_service).await {
+                            Admit::In => {}
+                            Admit::Taken => {
+                                let why = "a request with this id is still open (JSON-RPC ids are unique among open requests)";
+                                let message = ServerJsonRpcMessage::error(
+                                    ErrorData::invalid_request(why, None),
+                                    Some(r.id.clone()),
+                                );
+                                let reply = Out { message, answers: false };
+                                match replies.upgrade() {
+                                    Some(out) if out.send(reply).await.is_ok() => continue,
+                                    _ => return,
+                                }
+                            }
+                            Admit::Gone => return,
+                        }
                     }
                     ClientJsonRpcMessage::Notification(n) => {
                         if let ClientNotification::CancelledNotification(c) = &n.notification
@@ -288,7 +321,7 @@ async fn read_lines(
                 to_service.send(*m).await.is_ok()
             }
             Line::Error(reply) => match replies.upgrade() {
-                Some(r) => r.send(*reply).await.is_ok(),
+                Some(r) => r.send(Out { message: *reply, answers: false }).await.is_ok(),
                 None => false,
             },
             Line::Nothing => true,
@@ -302,14 +335,14 @@ async fn read_lines(
 /// Writes each message as one line, flushing when nothing more is waiting.
 async fn write_lines(
     mut out: impl AsyncWrite + Unpin,
-    mut to_write: mpsc::Receiver<ServerJsonRpcMessage>,
+    mut to_write: mpsc::Receiver<Out>,
     pending: &Pending,
 ) {
     let mut line = Vec::new();
-    while let Some(msg) = to_write.recv().await {
-        match &msg {
-            ServerJsonRpcMessage::Response(r) => pending.done(&r.id),
-            ServerJsonRpcMessage::Error(e) => {
+    while let Some(Out { message, answers }) = to_write.recv().await {
+        match &message {
+            ServerJsonRpcMessage::Response(r) if answers => pending.done(&r.id),
+            ServerJsonRpcMessage::Error(e) if answers => {
                 if let Some(id) = &e.id {
                     pending.done(id);
                 }
@@ -317,7 +350,7 @@ async fn write_lines(
             _ => {}
         }
         line.clear();
-        if serde_json::to_writer(&mut line, &msg).is_err() {
+        if serde_json::to_writer(&mut line, &message).is_err() {
             continue;
         }
         line.push(b'\n');
@@ -387,6 +420,8 @@ fn classify(text: &str) -> Line {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     /// One thread's runtime, as `bx mcp` has.
@@ -410,7 +445,7 @@ mod tests {
         }
         let mut errors = Vec::new();
         while let Ok(m) = to_write.try_recv() {
-            errors.push(serde_json::to_value(&m).unwrap());
+            errors.push(serde_json::to_value(&m.message).unwrap());
         }
         (messages, errors)
     }
@@ -479,6 +514,45 @@ mod tests {
             "{errors:#?}"
         );
         assert!(messages.is_empty(), "{messages:?}");
+    }
+
+    /// A request whose id is still open is answered with an error, not passed on: the
+    /// service would answer one of the two and drop the other without a word. Once the
+    /// first is answered, the id may be used again.
+    #[test]
+    fn a_request_reusing_an_open_id_is_answered_with_an_error() {
+        let (to_service, mut incoming) = mpsc::channel(1024);
+        let (replies, mut to_write) = mpsc::channel(1024);
+        let pending = Pending::default();
+        let input = format!("{}{}{}", ping(5), ping(5), ping(6));
+        runtime().block_on(read_lines(
+            input.as_bytes(),
+            &to_service,
+            &replies.downgrade(),
+            &pending,
+        ));
+        assert_eq!(id_of(&incoming.try_recv().unwrap()), RequestId::Number(5));
+        assert_eq!(id_of(&incoming.try_recv().unwrap()), RequestId::Number(6));
+        assert!(incoming.try_recv().is_err());
+        let answer = to_write.try_recv().unwrap();
+        let value = serde_json::to_value(&answer.message).unwrap();
+        assert_eq!((&value["id"], &value["error"]["code"]), (&json!(5), &json!(-32600)));
+        // Written out, that error answers nothing: request 5 is still open.
+        let (out, to_write) = mpsc::channel(1);
+        out.try_send(answer).unwrap();
+        drop(out);
+        let mut written = Vec::new();
+        runtime().block_on(write_lines(&mut written, to_write, &pending));
+        assert!(String::from_utf8(written).unwrap().contains("still open"));
+        assert!(pending.lock().contains(&RequestId::Number(5)), "the open request was let go");
+        pending.done(&RequestId::Number(5));
+        runtime().block_on(read_lines(
+            ping(5).as_bytes(),
+            &to_service,
+            &replies.downgrade(),
+            &pending,
+        ));
+        assert_eq!(id_of(&incoming.try_recv().unwrap()), RequestId::Number(5));
     }
 
     fn ping(id: u64) -> String {
