@@ -383,15 +383,16 @@ impl Ledger {
         let in_log = known.get(session).map(|k| k.taint);
         let logged = in_log.unwrap_or(Label::CLEAN);
         let record = |event: &str, detail: String, taint: Label| {
-            in_place(|| {
-                log.append(&Entry::Session(Session {
+            append_session(
+                log,
+                Session {
                     session: session.to_owned(),
                     call: call.map(str::to_owned),
                     event: event.to_owned(),
                     detail,
                     taint: Some(taint.to_string()),
-                }))
-            })
+                },
+            )
         };
         let (state, damage) = self.files.state(session)?;
         let mut note = None;
@@ -416,9 +417,7 @@ impl Ledger {
                         self.files.dir().join(format!("{session}.json")).display()
                     );
                     record("state-rebuilt", detail, logged)?;
-                    in_place(|| {
-                        self.files.put(session, &SessionState { taint: logged, slot: None })
-                    })?;
+                    self.put(session, &SessionState { taint: logged, slot: None })?;
                 }
                 logged
             }
@@ -429,9 +428,7 @@ impl Ledger {
                     state.taint
                 );
                 record("state-rebuilt", detail, rebuilt)?;
-                in_place(|| {
-                    self.files.put(session, &SessionState { taint: rebuilt, slot: state.slot })
-                })?;
+                self.put(session, &SessionState { taint: rebuilt, slot: state.slot })?;
                 rebuilt
             }
             None => logged.join(state.taint),
@@ -459,7 +456,7 @@ impl Ledger {
         let taint =
             taint.join(if self.files.has_state(session) { state.taint } else { Label::CLEAN });
         if taint != state.taint || !self.files.has_state(session) {
-            in_place(|| self.files.put(session, &SessionState { taint, slot: state.slot }))?;
+            self.put(session, &SessionState { taint, slot: state.slot })?;
         }
         known.entry(session.to_owned()).or_default().taint = taint;
         Ok(taint)
@@ -503,15 +500,16 @@ impl Ledger {
         if hit == 0 {
             return Ok(0);
         }
-        in_place(|| {
-            log.append(&Entry::Session(Session {
+        append_session(
+            log,
+            Session {
                 session: session.to_owned(),
                 call: None,
                 event: event.to_owned(),
                 detail: detail.clone(),
                 taint: None,
-            }))
-        })?;
+            },
+        )?;
         Ok(known.get_mut(session).map_or(0, |k| k.end_scopes(event, &detail)))
     }
 
@@ -555,17 +553,18 @@ impl Ledger {
         })?;
         let mut known = self.lock();
         let (state, _) = self.files.state(session)?;
-        in_place(|| {
-            log.append(&Entry::Session(Session {
+        append_session(
+            log,
+            Session {
                 session: session.to_owned(),
                 call: None,
                 event: "state-rebuilt".into(),
                 detail: format!("rebuilt by the owner from {results} results in the audit log"),
                 taint: Some(taint.to_string()),
-            }))
-        })?;
+            },
+        )?;
         let slot = if self.files.has_state(session) { state.slot } else { None };
-        in_place(|| self.files.put(session, &SessionState { taint, slot }))?;
+        self.put(session, &SessionState { taint, slot })?;
         known.entry(session.to_owned()).or_default().taint = taint;
         Ok((taint, results))
     }
@@ -601,15 +600,16 @@ impl Ledger {
         {
             return Ok((None, true));
         }
-        in_place(|| {
-            log.append(&Entry::Session(Session {
+        append_session(
+            log,
+            Session {
                 session: session.to_owned(),
                 call: None,
                 event: WORKSPACE_EVENT.to_owned(),
                 detail: requested.display().to_string(),
                 taint: None,
-            }))
-        })?;
+            },
+        )?;
         known.entry(session.to_owned()).or_default().workspace = Some(requested.to_path_buf());
         Ok((Some(requested.to_path_buf()), false))
     }
@@ -625,9 +625,19 @@ impl Ledger {
         }
         let logged = known.get(session).map_or(Label::CLEAN, |k| k.taint);
         let taint = if self.files.has_state(session) { state.taint.join(logged) } else { logged };
-        in_place(|| self.files.put(session, &SessionState { taint, slot: Some(slot) }))?;
-        Ok(())
+        self.put(session, &SessionState { taint, slot: Some(slot) })
     }
+
+    /// Writes `session`'s state file (synced), off the async threads ([`in_place`]): the
+    /// ledger's steps run on them otherwise, as most write nothing.
+    fn put(&self, session: &str, state: &SessionState) -> Result<(), AgentError> {
+        Ok(in_place(|| self.files.put(session, state))?)
+    }
+}
+
+/// Appends `event` to the log (synced), off the async threads ([`in_place`]).
+fn append_session(log: &AuditLog, event: Session) -> Result<bx_audit::Receipt, AgentError> {
+    Ok(in_place(|| log.append(&Entry::Session(event)))?)
 }
 
 #[cfg(test)]
