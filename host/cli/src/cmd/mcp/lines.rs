@@ -65,7 +65,7 @@ impl Pending {
             {
                 let mut ids = self.lock();
                 if ids.contains(&id) {
-                    return Admit::Taken;
+                    return Admit::Taken(id);
                 }
                 if ids.len() < MAX_PENDING {
                     ids.insert(id);
@@ -76,6 +76,27 @@ impl Pending {
                 () = answered => {}
                 () = to_service.closed() => return Admit::Gone,
             }
+        }
+    }
+
+    /// Whether message `m` goes on to the service: a request once it has its place
+    /// ([`Pending::admit`]); a cancel frees the place of the request it names.
+    async fn enter(
+        &self,
+        m: &ClientJsonRpcMessage,
+        to_service: &mpsc::Sender<ClientJsonRpcMessage>,
+    ) -> Admit {
+        match m {
+            ClientJsonRpcMessage::Request(r) => self.admit(r.id.clone(), to_service).await,
+            ClientJsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    self.done(id);
+                }
+                Admit::In
+            }
+            _ => Admit::In,
         }
     }
 
@@ -96,12 +117,12 @@ struct Out {
     answers: bool,
 }
 
-/// Whether a request was let in.
+/// Whether a message goes on to the service.
 enum Admit {
     In,
-    /// A request with its id is still open: the service would answer only one of the
+    /// A request with this id is still open: the service would answer only one of the
     /// two, so this one is answered with an error here.
-    Taken,
+    Taken(RequestId),
     /// The service is gone: nobody will answer any more.
     Gone,
 }
@@ -288,47 +309,36 @@ async fn read_lines(
             Err(_) => return,
         };
         let sent = match line {
-            Line::Message(m) => {
-                match &*m {
-                    // A request first waits for its place among the pending.
-                    ClientJsonRpcMessage::Request(r) => {
-                        match pending.admit(r.id.clone(), to_service).await {
-                            Admit::In => {}
-                            Admit::Taken => {
-                                let why = "a request with this id is still open (JSON-RPC ids are unique among open requests)";
-                                let message = ServerJsonRpcMessage::error(
-                                    ErrorData::invalid_request(why, None),
-                                    Some(r.id.clone()),
-                                );
-                                let reply = Out { message, answers: false };
-                                match replies.upgrade() {
-                                    Some(out) if out.send(reply).await.is_ok() => continue,
-                                    _ => return,
-                                }
-                            }
-                            Admit::Gone => return,
-                        }
-                    }
-                    ClientJsonRpcMessage::Notification(n) => {
-                        if let ClientNotification::CancelledNotification(c) = &n.notification
-                            && let Some(id) = &c.params.request_id
-                        {
-                            pending.done(id);
-                        }
-                    }
-                    _ => {}
+            Line::Message(m) => match pending.enter(&m, to_service).await {
+                Admit::In => to_service.send(*m).await.is_ok(),
+                Admit::Taken(id) => {
+                    let why = "a request with this id is still open (JSON-RPC ids are unique among open requests)";
+                    answer(
+                        replies,
+                        ServerJsonRpcMessage::error(
+                            ErrorData::invalid_request(why, None),
+                            Some(id),
+                        ),
+                    )
+                    .await
                 }
-                to_service.send(*m).await.is_ok()
-            }
-            Line::Error(reply) => match replies.upgrade() {
-                Some(r) => r.send(Out { message: *reply, answers: false }).await.is_ok(),
-                None => false,
+                Admit::Gone => false,
             },
+            Line::Error(reply) => answer(replies, *reply).await,
             Line::Nothing => true,
         };
         if !sent {
             return;
         }
+    }
+}
+
+/// Sends the reader's own answer to a line it did not pass on; false once the writer
+/// is gone. It answers no open request, even one with its id ([`Out::answers`]).
+async fn answer(replies: &mpsc::WeakSender<Out>, message: ServerJsonRpcMessage) -> bool {
+    match replies.upgrade() {
+        Some(out) => out.send(Out { message, answers: false }).await.is_ok(),
+        None => false,
     }
 }
 
@@ -517,14 +527,17 @@ mod tests {
     }
 
     /// A request whose id is still open is answered with an error, not passed on: the
-    /// service would answer one of the two and drop the other without a word. Once the
-    /// first is answered, the id may be used again.
+    /// service would answer one of the two and drop the other without a word. Neither
+    /// that answer nor a bad line's with the open id lets the open request go (it would
+    /// free its place past the bound). Once the first is answered, the id may be used
+    /// again.
     #[test]
     fn a_request_reusing_an_open_id_is_answered_with_an_error() {
         let (to_service, mut incoming) = mpsc::channel(1024);
         let (replies, mut to_write) = mpsc::channel(1024);
         let pending = Pending::default();
-        let input = format!("{}{}{}", ping(5), ping(5), ping(6));
+        let bad = "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":5}\n";
+        let input = format!("{}{}{bad}{}", ping(5), ping(5), ping(6));
         runtime().block_on(read_lines(
             input.as_bytes(),
             &to_service,
@@ -534,16 +547,20 @@ mod tests {
         assert_eq!(id_of(&incoming.try_recv().unwrap()), RequestId::Number(5));
         assert_eq!(id_of(&incoming.try_recv().unwrap()), RequestId::Number(6));
         assert!(incoming.try_recv().is_err());
-        let answer = to_write.try_recv().unwrap();
-        let value = serde_json::to_value(&answer.message).unwrap();
+        let taken = to_write.try_recv().unwrap();
+        let value = serde_json::to_value(&taken.message).unwrap();
         assert_eq!((&value["id"], &value["error"]["code"]), (&json!(5), &json!(-32600)));
-        // Written out, that error answers nothing: request 5 is still open.
-        let (out, to_write) = mpsc::channel(1);
-        out.try_send(answer).unwrap();
+        let bad = to_write.try_recv().unwrap();
+        let value = serde_json::to_value(&bad.message).unwrap();
+        assert_eq!((&value["id"], &value["error"]["code"]), (&json!(5), &json!(-32602)));
+        // Written out, those errors answer nothing: request 5 is still open.
+        let (out, to_write) = mpsc::channel(2);
+        out.try_send(taken).unwrap();
+        out.try_send(bad).unwrap();
         drop(out);
         let mut written = Vec::new();
         runtime().block_on(write_lines(&mut written, to_write, &pending));
-        assert!(String::from_utf8(written).unwrap().contains("still open"));
+        assert_eq!(String::from_utf8(written).unwrap().lines().count(), 2);
         assert!(pending.lock().contains(&RequestId::Number(5)), "the open request was let go");
         pending.done(&RequestId::Number(5));
         runtime().block_on(read_lines(
