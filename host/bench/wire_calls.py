@@ -16,6 +16,7 @@ import time
 
 S, W, session, tool, path, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
 s = socket.socket(socket.AF_UNIX)
+s.settimeout(60)  # a daemon that stops answering ends the run, not hangs it
 s.connect(S + "/bx.sock")
 token = open(S + "/bx.sock.token").read().strip()
 buf = b""
