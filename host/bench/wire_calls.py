@@ -34,7 +34,11 @@ def recv():
             size = struct.unpack(">I", buf[:4])[0]
             if len(buf) >= 4 + size:
                 frame, buf = buf[4 : 4 + size], buf[4 + size :]
-                return json.loads(frame)
+                # A text result's bytes follow the envelope's JSON, `attached` of them.
+                envelope, _ = json.JSONDecoder().raw_decode(frame.decode())
+                if "attached" in envelope:
+                    envelope["msg"]["text"] = frame[len(frame) - envelope["attached"] :].decode()
+                return envelope
         more = s.recv(1 << 16)
         assert more, "the daemon closed the connection"
         buf += more

@@ -85,7 +85,9 @@ impl Guard {
 async fn answer(runtime: &Runtime, function: &LoadedTool, args: &str) -> Option<serde_json::Value> {
     match runtime.call_sealed(function, args).await {
         Ok(report) => match report.result {
-            Ok(Output::Json(text) | Output::Text(text)) => serde_json::from_str(&text).ok(),
+            // A string answer (`label-result`'s) is its own text, not JSON.
+            Ok(Output::Text(text)) => Some(serde_json::Value::String(text)),
+            Ok(Output::Json(text)) => serde_json::from_str(&text).ok(),
             Err(_) => None,
         },
         Err(_) => None,

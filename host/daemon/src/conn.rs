@@ -562,8 +562,8 @@ mod tests {
             overflow: Arc::new(AtomicBool::new(false)),
             closed: Arc::new(Notify::new()),
         };
-        // Control characters escape to six bytes each: 1 MiB of them is 6 MiB of frame.
-        let text = "\u{1}".repeat(1 << 20);
+        // A text result goes in the frame as it is: one byte over the limit is too large.
+        let text = "\u{1}".repeat(bx_protocol::MAX_FRAME_BYTES + 1);
         let msg = Body::ToolOutput {
             call: "c".into(),
             outcome: bx_protocol::RunOutcome::Text,

@@ -5,7 +5,7 @@
 
 use std::io::Read;
 
-use crate::message::Envelope;
+use crate::message::{Envelope, Wire};
 
 /// The largest frame accepted (4 MiB). Without a bound a peer could announce a length of
 /// 4 GiB and make the daemon allocate it before reading a byte; an approval block with a
@@ -81,7 +81,7 @@ pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, FrameError> {
     };
     let mut out = Vec::with_capacity(room.min(HEAD_BYTES + MAX_FRAME_BYTES));
     out.resize(HEAD_BYTES, 0);
-    serde_json::to_writer(&mut out, envelope).map_err(FrameError::Bad)?;
+    envelope.write_body(&mut out).map_err(FrameError::Bad)?;
     let len = out.len() - HEAD_BYTES;
     if len > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge(len));
@@ -103,7 +103,21 @@ pub(crate) fn body_len(head: [u8; 4]) -> Result<usize, FrameError> {
 
 /// Parses a frame's body (what follows the head) as one envelope of our version.
 pub(crate) fn parse_body(body: &[u8]) -> Result<Envelope, FrameError> {
-    let envelope: Envelope = serde_json::from_slice(body).map_err(FrameError::Bad)?;
+    let bad = |e: &dyn std::fmt::Display| FrameError::Bad(serde::de::Error::custom(e));
+    let mut values = serde_json::Deserializer::from_slice(body).into_iter::<Wire>();
+    let wire = match values.next() {
+        Some(wire) => wire.map_err(FrameError::Bad)?,
+        None => return Err(bad(&"the frame holds no envelope")),
+    };
+    // What follows the JSON: a `text` result's bytes where the envelope says so, and
+    // otherwise nothing but JSON's white space.
+    let after = &body[values.byte_offset()..];
+    let attached = wire.attaches();
+    if !attached && let Some(at) = after.iter().position(|b| !b" \t\n\r".contains(b)) {
+        let at = values.byte_offset() + at;
+        return Err(bad(&format_args!("bytes after the envelope, from byte {at}")));
+    }
+    let envelope = Envelope::from_wire(wire, Some(after)).map_err(|e| bad(&e))?;
     if envelope.v != crate::VERSION {
         return Err(FrameError::Version(envelope.v));
     }

@@ -7,11 +7,12 @@ pub const VERSION: u32 = 1;
 
 /// One message on the socket.
 ///
-/// On the wire, a `tool_output` whose outcome is `json` carries its text as the
-/// envelope's `output`, the JSON as it is, with the message's `text` empty: a result
-/// of a megabyte is then copied into the frame and out of it, not escaped into a JSON
-/// string and unescaped again (docs/wire.md). Every other message, and a `json` text
-/// that is not one JSON value, goes as its fields say.
+/// On the wire, a `tool_output` carries its result so that it is not escaped into a JSON
+/// string and unescaped again (docs/wire.md): one whose outcome is `json` as the
+/// envelope's `output`, the JSON as it is; in a frame, one whose outcome is `text` as the
+/// bytes after the envelope's JSON, their count in `attached`. Either way the message's
+/// `text` is empty. Every other message, and a `json` text that is not one JSON value,
+/// goes as its fields say; so does a `text` result where there is no frame (plain JSON).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(try_from = "Wire")]
 pub struct Envelope {
@@ -27,13 +28,16 @@ pub struct Envelope {
 /// An envelope as the wire has it.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Wire {
+pub(crate) struct Wire {
     v: u32,
     id: u64,
     msg: Body,
     // `null` is a value here (a result of `null`), not an absent field.
     #[serde(default, deserialize_with = "present")]
     output: Option<Box<serde_json::value::RawValue>>,
+    /// Bytes of the message's text that follow the envelope's JSON in its frame.
+    #[serde(default)]
+    attached: Option<usize>,
 }
 
 /// A field that is there, whatever its value (`null` included).
@@ -51,47 +55,119 @@ struct WireOut<'a> {
     msg: &'a Body,
     #[serde(skip_serializing_if = "Option::is_none")]
     output: Option<&'a serde_json::value::RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attached: Option<usize>,
 }
 
-/// An envelope's `output` where none belongs: beside a message other than a `json`
-/// tool output, or beside a text of its own.
+/// A result carried where it does not belong, or not as its envelope says.
 #[derive(Debug, thiserror::Error)]
-#[error("`output` belongs only to a tool_output of outcome json, whose text is then empty")]
-pub struct StrayOutput;
+#[non_exhaustive]
+pub enum StrayOutput {
+    /// `output` beside a message other than a `json` tool output, or beside a text of
+    /// its own.
+    #[error("`output` belongs only to a tool_output of outcome json, whose text is then empty")]
+    Output,
+    /// `attached` beside a message other than a `text` tool output, beside a text of its
+    /// own, or outside a frame.
+    #[error(
+        "`attached` belongs only to a tool_output of outcome text, whose text is then empty, \
+         in a frame"
+    )]
+    Attached,
+    /// The frame's bytes after the envelope are not the count `attached` gives.
+    #[error("`attached` says {said} bytes follow the envelope, and the frame has {found}")]
+    Length {
+        /// What `attached` says.
+        said: usize,
+        /// What the frame has.
+        found: usize,
+    },
+    /// The bytes after the envelope are not UTF-8.
+    #[error("the text attached to the envelope is not UTF-8 (at byte {at})")]
+    NotUtf8 {
+        /// Where the first bad byte is.
+        at: usize,
+    },
+}
 
 impl TryFrom<Wire> for Envelope {
     type Error = StrayOutput;
 
     fn try_from(wire: Wire) -> Result<Envelope, StrayOutput> {
-        let Wire { v, id, mut msg, output } = wire;
+        Envelope::from_wire(wire, None)
+    }
+}
+
+impl Wire {
+    /// Whether bytes after the envelope's JSON are its text (`attached`).
+    pub(crate) fn attaches(&self) -> bool {
+        self.attached.is_some()
+    }
+}
+
+impl Envelope {
+    /// The envelope `wire` says, with `after`, the bytes its frame holds after its JSON
+    /// (`None` outside a frame, where nothing can be attached).
+    pub(crate) fn from_wire(wire: Wire, after: Option<&[u8]>) -> Result<Envelope, StrayOutput> {
+        let Wire { v, id, mut msg, output, attached } = wire;
         if let Some(output) = output {
             match &mut msg {
                 Body::ToolOutput { outcome: RunOutcome::Json, text, .. } if text.is_empty() => {
                     *text = String::from(Box::<str>::from(output));
                 }
-                _ => return Err(StrayOutput),
+                _ => return Err(StrayOutput::Output),
             }
         }
+        if let Some(said) = attached {
+            let (Body::ToolOutput { outcome: RunOutcome::Text, text, .. }, Some(after)) =
+                (&mut msg, after)
+            else {
+                return Err(StrayOutput::Attached);
+            };
+            if !text.is_empty() {
+                return Err(StrayOutput::Attached);
+            }
+            if after.len() != said {
+                return Err(StrayOutput::Length { said, found: after.len() });
+            }
+            *text = std::str::from_utf8(after)
+                .map_err(|e| StrayOutput::NotUtf8 { at: e.valid_up_to() })?
+                .to_owned();
+        }
         Ok(Envelope { v, id, msg })
+    }
+
+    /// Writes the envelope as a frame's body: a `text` tool output's text after the JSON,
+    /// as it is, and everything else as [`Serialize`] writes it.
+    pub(crate) fn write_body(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let Envelope { v, id, msg } = self;
+        if let Body::ToolOutput { outcome: RunOutcome::Text, text, .. } = msg {
+            let head = WireOut {
+                v: *v,
+                id: *id,
+                msg: &msg.without_text(),
+                output: None,
+                attached: Some(text.len()),
+            };
+            serde_json::to_writer(&mut *out, &head)?;
+            out.extend_from_slice(text.as_bytes());
+            return Ok(());
+        }
+        serde_json::to_writer(out, self)
     }
 }
 
 impl Serialize for Envelope {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let Envelope { v, id, msg } = self;
-        if let Body::ToolOutput { call, outcome: RunOutcome::Json, label, text, stderr } = msg
+        if let Body::ToolOutput { outcome: RunOutcome::Json, text, .. } = msg
             && let Some(raw) = one_value(text)
         {
-            let msg = Body::ToolOutput {
-                call: call.clone(),
-                outcome: RunOutcome::Json,
-                label: label.clone(),
-                text: String::new(),
-                stderr: stderr.clone(),
-            };
-            return WireOut { v: *v, id: *id, msg: &msg, output: Some(raw) }.serialize(s);
+            let msg = msg.without_text();
+            let out = WireOut { v: *v, id: *id, msg: &msg, output: Some(raw), attached: None };
+            return out.serialize(s);
         }
-        WireOut { v: *v, id: *id, msg, output: None }.serialize(s)
+        WireOut { v: *v, id: *id, msg, output: None, attached: None }.serialize(s)
     }
 }
 
@@ -594,6 +670,21 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Body {
+    /// A `tool_output` with its text left out, the rest copied (it is small), for the
+    /// envelope that carries the text beside it; any other message as it is.
+    fn without_text(&self) -> Body {
+        match self {
+            Body::ToolOutput { call, outcome, label, stderr, .. } => Body::ToolOutput {
+                call: call.clone(),
+                outcome: *outcome,
+                label: label.clone(),
+                text: String::new(),
+                stderr: stderr.clone(),
+            },
+            other => other.clone(),
+        }
+    }
+
     /// Every type name, in declaration order. The fixture test checks each has a fixture.
     pub const TYPES: &'static [&'static str] = &[
         "hello",

@@ -132,6 +132,67 @@ fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
     }
 }
 
+/// A `text` result goes after the envelope's JSON in its frame, its bytes as they are
+/// (not escaped into `text`), counted by `attached`, and is read back as the message's
+/// text; out of a frame (plain JSON) it stays in `text`.
+#[test]
+fn a_text_result_goes_after_the_envelope_as_it_is() {
+    let out = |outcome, text: &str| Envelope {
+        v: 1,
+        id: 9,
+        msg: Body::ToolOutput {
+            call: "c".into(),
+            outcome,
+            label: "private/trusted".into(),
+            text: text.into(),
+            stderr: String::new(),
+        },
+    };
+    for text in ["line\n\"quoted\" \\ 🦀\u{0}", "", "{\"a\":1}", " \n"] {
+        let env = out(RunOutcome::Text, text);
+        let bytes = encode(&env).unwrap();
+        let head = format!(r#""text":"","stderr":""}},"attached":{}}}"#, text.len());
+        let body = &bytes[4..];
+        assert!(body.ends_with(format!("{head}{text}").as_bytes()), "{text:?}");
+        assert_eq!(decode(&bytes).unwrap(), env, "{text:?}");
+        // Plain JSON has nowhere to put it after: it stays escaped in `text`.
+        let json = serde_json::to_string(&env).unwrap();
+        assert!(!json.contains("attached"), "{json}");
+        assert_eq!(serde_json::from_str::<Envelope>(&json).unwrap(), env);
+    }
+    let head = |attached: &str, outcome: &str, text: &str| {
+        format!(
+            r#"{{"v":1,"id":1,"msg":{{"type":"tool_output","call":"c","outcome":"{outcome}","label":"","text":"{text}","stderr":""}},"attached":{attached}}}"#
+        )
+    };
+    let refused = |body: &[u8]| match decode(&frame(body)) {
+        Err(FrameError::Bad(e)) => e.to_string(),
+        other => panic!("accepted {:?}: {other:?}", String::from_utf8_lossy(body)),
+    };
+    // The count must be the bytes that follow, exactly.
+    assert!(refused(format!("{}abc", head("2", "text", "")).as_bytes()).contains("says 2"));
+    assert!(refused(format!("{}abc", head("4", "text", "")).as_bytes()).contains("has 3"));
+    assert!(refused(format!("{} abc", head("3", "text", "")).as_bytes()).contains("has 4"));
+    // UTF-8, or nothing.
+    let mut bad = head("2", "text", "").into_bytes();
+    bad.extend_from_slice(b"a\xff");
+    assert!(refused(&bad).contains("not UTF-8 (at byte 1)"));
+    // Only beside an empty text of a `text` tool output.
+    for (outcome, text) in [("json", ""), ("failed", ""), ("text", "x")] {
+        let body = format!("{}y", head("1", outcome, text));
+        assert!(refused(body.as_bytes()).contains("belongs only to"), "{outcome} {text}");
+    }
+    let ok = r#"{"v":1,"id":1,"msg":{"type":"ok"},"attached":1}x"#;
+    assert!(refused(ok.as_bytes()).contains("belongs only to"));
+    assert!(refused(br#"{"v":1,"id":1,"msg":{"type":"ok"},"attached":-1}"#).contains("`-1`"));
+    // Out of a frame there is nothing after the JSON to attach.
+    assert!(serde_json::from_str::<Envelope>(&head("0", "text", "")).is_err());
+    // Without `attached`, anything after the JSON but white space is refused.
+    assert!(refused(br#"{"v":1,"id":1,"msg":{"type":"ok"}}x"#).contains("from byte 34"));
+    assert!(decode(&frame(b"{\"v\":1,\"id\":1,\"msg\":{\"type\":\"ok\"}} \n")).is_ok());
+    assert!(refused(b" ").contains("no envelope"));
+}
+
 fn frame(body: &[u8]) -> Vec<u8> {
     let mut f = (body.len() as u32).to_be_bytes().to_vec();
     f.extend_from_slice(body);

@@ -231,7 +231,7 @@ fn bench_standard(rt: &Runtime) {
     let args = serde_json::json!({"path": file}).to_string();
     let wasi = measure(300, || {
         let r = exec.block_on(rt.call(&read_file, grant(&read_file, allow.clone()), &args));
-        assert!(matches!(r.unwrap().result, Ok(Output::Json(t)) if t.len() > 1 << 20));
+        assert!(matches!(r.unwrap().result, Ok(Output::Text(t)) if t.len() == 1 << 20));
     });
     let fs_read = load(rt, "fs_read");
     let read_args = serde_json::json!({"path": file, "limit": 1 << 20}).to_string();
@@ -345,14 +345,14 @@ fn bench_py(rt: &Runtime) {
     let args = r#"{"code": "print(1)"}"#;
     let warm = measure(100, || {
         let r = exec.block_on(rt.call(&py, grant(&py, AllowList::new()), args)).unwrap();
-        assert!(matches!(r.result, Ok(Output::Json(t)) if t == "\"1\\n\""));
+        assert!(matches!(r.result, Ok(Output::Text(t)) if t == "1\n"));
     });
     let instance = measure(100, || exec.block_on(rt.instantiate_only(&py)).unwrap());
     let cold = measure(10, || {
         let (c, _) = cache.load(rt, &hex, || unreachable!("cache miss")).unwrap();
         let py = rt.load_function(&c, &d, spec()).unwrap();
         let r = exec.block_on(rt.call(&py, grant(&py, AllowList::new()), args)).unwrap();
-        assert!(matches!(r.result, Ok(Output::Json(_))));
+        assert!(matches!(r.result, Ok(Output::Text(_))));
     });
     let hostile = load(rt, "test_hostile");
     let echo = r#"{"mode":"echo","text":"hi"}"#;

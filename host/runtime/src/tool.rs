@@ -662,7 +662,7 @@ impl Runtime {
             Ok(Err(e)) => return Err(self.classify(e, store)),
             Err(_) => return Err(self.past_deadline()),
         };
-        Ok(wit_json::render(&results))
+        Ok(wit_json::render(results))
     }
 
     /// [`Runtime::call_with`] for callers outside an async runtime (see [`block_on`]).

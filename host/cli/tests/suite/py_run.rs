@@ -59,7 +59,8 @@ fn py_run_computes_over_the_files_it_names_and_reaches_nothing_else() {
     // The sum of a column: what it printed, then its last line's value.
     let r = run(s, &ws, json!({"code": SUM, "reads": ["sales.csv"]}), &[]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert_eq!(r.stdout.trim(), "\"3 rows\\n49.75\"");
+    // A string result is shown as itself, not as a JSON string.
+    assert_eq!(r.stdout.trim(), "3 rows\n49.75");
     // An exception is the call's failure, with the code's own traceback.
     let r = run(s, &ws, json!({"code": "def f():\n    return 1 / 0\nf()"}), &[]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
@@ -267,7 +268,7 @@ fn the_loop_and_the_python_sdk_call_py_run() {
     assert_eq!(called["error"], false, "{called}");
     assert_eq!(std::fs::read_to_string(ws.join("report.txt")).unwrap(), "total 49.75\n");
     let (_, called) = sdk(scripted_call("print"));
-    assert!(called["text"].as_str().unwrap().contains("hi\\n42"), "{called}");
+    assert!(called["text"].as_str().unwrap().contains("hi\n42"), "{called}");
     let (_, called) = sdk(scripted_call("fail"));
     assert_eq!(called["error"], true, "{called}");
     assert!(called["text"].as_str().unwrap().contains("ZeroDivisionError"), "{called}");
@@ -422,7 +423,7 @@ fn fetch_reaches_the_listed_urls_only() {
     let allow = format!("127.0.0.1:{listed}");
     let code = format!("len(fetch('{url}').splitlines())");
     let r = run(s, &ws, json!({"code": code, "urls": [url]}), &["--allow-host", &allow]);
-    assert_eq!((r.code, r.stdout.trim()), (0, "\"2\""), "{}", r.stderr);
+    assert_eq!((r.code, r.stdout.trim()), (0, "2"), "{}", r.stderr);
     // Granted by hand too, but not listed by the call: refused by the host.
     let elsewhere = format!("http://127.0.0.1:{other}/");
     let code = format!("fetch('{elsewhere}')");

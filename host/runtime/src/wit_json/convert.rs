@@ -397,23 +397,53 @@ pub(crate) fn vals_to_json(results: &[Val]) -> Value {
     serde_json::to_value(Results(results)).unwrap_or(Value::Null)
 }
 
-/// A call's results as what goes back: a single `result`'s `ok` arm as JSON (`null` for
-/// an arm without a payload), and its `err` arm as the call's failure, a string as
-/// itself and anything else as its JSON; any other results as [`vals_to_json`] gives
-/// them. Written straight from the values, each string escaped once, with no [`Value`]
-/// between (a 1 MiB result was copied twice and escaped through a formatter before).
-pub(crate) fn render(results: &[Val]) -> Result<Output, CallError> {
-    match results {
-        [Val::Result(Ok(payload))] => Ok(Output::Json(text(&Payload(payload.as_deref())))),
+/// A call's results as what goes back: the one result, or a single `result`'s `ok` arm,
+/// as itself when it is a string ([`as_text`]) and as its JSON otherwise (`null` for an
+/// arm without a payload); a `result`'s `err` arm as the call's failure, a string as
+/// itself and anything else as its JSON; several results as [`vals_to_json`] gives them.
+///
+/// A string is moved, not copied or escaped: the text that reaches a client or the model
+/// is the string, escaped once into the JSON that carries it (as a host without bx gives
+/// it), not a JSON string escaped a second time. Anything else is written straight from
+/// the values, each string in it escaped once, with no [`Value`] between.
+pub(crate) fn render(mut results: Vec<Val>) -> Result<Output, CallError> {
+    let one = match results.as_mut_slice() {
+        [one] => std::mem::replace(one, Val::Bool(false)),
+        _ => return Ok(Output::Json(text(&Results(&results)))),
+    };
+    match one {
+        Val::Result(Ok(payload)) => Ok(shown(payload.map(|p| *p))),
         // An error is small; its JSON value says whether it is a string (an enum case,
-        // a char and a payload-less variant are strings too).
-        [Val::Result(Err(payload))] => Err(CallError::Failed(
+        // a char and a payload-less variant are strings too, an option of one as well).
+        Val::Result(Err(payload)) => Err(CallError::Failed(
             match serde_json::to_value(Payload(payload.as_deref())).unwrap_or(Value::Null) {
                 Value::String(message) => message,
                 other => other.to_string(),
             },
         )),
-        _ => Ok(Output::Json(text(&Results(results)))),
+        one => Ok(shown(Some(one))),
+    }
+}
+
+/// One value as what goes back: [`as_text`]'s text, or its JSON (`null` for none).
+fn shown(value: Option<Val>) -> Output {
+    match value.map(as_text) {
+        Some(Ok(text)) => Output::Text(text),
+        Some(Err(other)) => Output::Json(text(&AsJson(&other))),
+        None => Output::Json("null".to_owned()),
+    }
+}
+
+/// A value that is a string, as that string: a `string` (moved), a `char`, an `enum`
+/// case or a `variant`'s payload-less case. Anything else is handed back, an `option`
+/// of a string included: its `none` is `null`, which a string `"null"` would then read
+/// as.
+fn as_text(value: Val) -> Result<String, Val> {
+    match value {
+        Val::String(s) => Ok(s),
+        Val::Char(c) => Ok(c.to_string()),
+        Val::Enum(case) | Val::Variant(case, None) => Ok(case),
+        other => Err(other),
     }
 }
 

@@ -342,9 +342,15 @@ fn the_schema_accepts_exactly_what_converts() {
             match converted {
                 Ok(vals) => {
                     accepted += 1;
-                    // The text a call's results are written as is their JSON value's.
-                    if !matches!(vals.as_slice(), [Val::Result(_)]) {
-                        assert_eq!(rendered(&vals), Ok(vals_to_json(&vals).to_string()), "{name}");
+                    // The text a call's results are written as is their JSON value's,
+                    // or the string itself for one that is a string (not an option).
+                    let json = vals_to_json(&vals);
+                    match (vals.as_slice(), &json) {
+                        ([Val::Result(_)], _) => {}
+                        ([v], Value::String(s)) if !matches!(v, Val::Option(_)) => {
+                            assert_eq!(rendered(&vals), Ok(format!("text: {s}")), "{name}")
+                        }
+                        _ => assert_eq!(rendered(&vals), Ok(json.to_string()), "{name}"),
                     }
                     let back = json!({"v": vals_to_json(&vals)});
                     assert_eq!(
@@ -414,7 +420,7 @@ fn writes_results_and_splits_result_values() {
 
 /// [`render`]'s output or failure, as text.
 fn rendered(results: &[Val]) -> Result<String, String> {
-    match render(results) {
+    match render(results.to_vec()) {
         Ok(Output::Json(text)) => Ok(text),
         Ok(Output::Text(text)) => Ok(format!("text: {text}")),
         Err(CallError::Failed(m)) => Err(m),
@@ -426,9 +432,23 @@ fn rendered(results: &[Val]) -> Result<String, String> {
 fn renders_results_as_text_straight_from_the_values() {
     let ok = |v: Val| Val::Result(Ok(Some(Box::new(v))));
     let err = |v: Val| Val::Result(Err(Some(Box::new(v))));
-    // The `ok` arm's JSON, each string escaped once.
-    assert_eq!(rendered(&[ok(Val::String("a\"b\n".into()))]), Ok(r#""a\"b\n""#.to_owned()));
+    // A string is its own text, in the `ok` arm or alone: not escaped at all.
+    assert_eq!(rendered(&[ok(Val::String("a\"b\n".into()))]), Ok("text: a\"b\n".to_owned()));
+    assert_eq!(rendered(&[Val::String("null".into())]), Ok("text: null".to_owned()));
+    assert_eq!(rendered(&[ok(Val::Enum("done".into()))]), Ok("text: done".to_owned()));
+    assert_eq!(rendered(&[ok(Val::Char('🦀'))]), Ok("text: 🦀".to_owned()));
+    assert_eq!(rendered(&[Val::Variant("empty".into(), None)]), Ok("text: empty".to_owned()));
+    // An option of a string is its JSON: its `none` is `null`, which a text would not
+    // tell from the string "null".
+    let some = |v: Val| Val::Option(Some(Box::new(v)));
+    assert_eq!(rendered(&[ok(some(Val::String("null".into())))]), Ok(r#""null""#.to_owned()));
+    assert_eq!(rendered(&[ok(Val::Option(None))]), Ok("null".to_owned()));
     assert_eq!(rendered(&[Val::Result(Ok(None))]), Ok("null".to_owned()));
+    // Anything else is its JSON, each string in it escaped once.
+    let listed = Val::List(vec![Val::String("a\"b".into())]);
+    assert_eq!(rendered(&[ok(listed)]), Ok(r#"["a\"b"]"#.to_owned()));
+    let case = Val::Variant("found".into(), Some(Box::new(Val::U8(1))));
+    assert_eq!(rendered(&[case]), Ok(r#"{"found":1}"#.to_owned()));
     // A record's fields in the order of their names, as a JSON object's keys.
     let record = Val::Record(vec![
         ("y".into(), Val::Float32(0.1)),
