@@ -5,7 +5,8 @@
 //! Every wait is bounded: a frame must arrive whole within [`FRAME_SECS`] of its first
 //! byte; a connection with nothing running may sit idle for [`IDLE_SECS`] (less when
 //! the daemon needs its place); replies wait in a queue of at most
-//! [`MAX_QUEUED_BYTES`], and a client that does not read them is dropped.
+//! [`MAX_QUEUED_BYTES`], and a client that does not read them is dropped (a call's
+//! last reply waits up to [`WRITE_SECS`] for room first).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -43,13 +44,87 @@ pub const MAX_QUEUED_BYTES: usize = 8 << 20;
 struct Out {
     tx: mpsc::UnboundedSender<Vec<u8>>,
     queued: Arc<AtomicUsize>,
+    /// Set once the connection takes no more frames (the client fell behind, or the
+    /// writer failed).
     overflow: Arc<AtomicBool>,
     closed: Arc<Notify>,
+    /// Woken each time the writer has taken a frame off the queue, and when it ends.
+    room: Arc<Notify>,
 }
 
 impl Out {
+    fn new(tx: mpsc::UnboundedSender<Vec<u8>>) -> Out {
+        Out {
+            tx,
+            queued: Arc::new(AtomicUsize::new(0)),
+            overflow: Arc::new(AtomicBool::new(false)),
+            closed: Arc::new(Notify::new()),
+            room: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Queues a reply or event; a client whose queue is full is dropped.
     fn send(&self, id: u64, msg: Body) {
-        let frame = match bx_protocol::encode(&Envelope { v: VERSION, id, msg }) {
+        let frame = Out::frame(id, msg);
+        let len = frame.len();
+        if self.overflow.load(Ordering::Relaxed)
+            || self.queued.fetch_add(len, Ordering::AcqRel) + len > MAX_QUEUED_BYTES
+        {
+            self.fall_behind();
+            return;
+        }
+        if self.tx.send(frame).is_err() {
+            self.closed.notify_one();
+        }
+    }
+
+    /// Queues a request's last reply, which may be as large as a frame: where the queue
+    /// has no room for it yet, it waits for the writer to make room (one such reply at a
+    /// time, when they are megabytes each), at most
+    /// [`WRITE_SECS`] (what the writer gives the client for one frame), and only then
+    /// drops the client as too far behind. `bx mcp` sends every call of its client on
+    /// one connection, and a few results of megabytes at once would otherwise pass the
+    /// bound while the client reads them as fast as they come.
+    async fn send_last(&self, id: u64, msg: Body) {
+        let frame = Out::frame(id, msg);
+        let len = frame.len();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(WRITE_SECS);
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            // Listening before looking: a frame written in between still wakes it.
+            room.as_mut().enable();
+            if self.overflow.load(Ordering::Acquire) {
+                return self.fall_behind();
+            }
+            // At most half the queue, or all of an empty one (a frame is at most half):
+            // the rest is left for other requests' small replies and events, which are
+            // not held back.
+            let fits = |queued: usize| {
+                (queued == 0 || queued + len <= MAX_QUEUED_BYTES / 2).then_some(queued + len)
+            };
+            if self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, fits).is_ok() {
+                if self.tx.send(frame).is_err() {
+                    self.closed.notify_one();
+                }
+                return;
+            }
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return self.fall_behind();
+            }
+        }
+    }
+
+    /// The connection takes no more frames: its reader stops and it closes.
+    fn fall_behind(&self) {
+        self.overflow.store(true, Ordering::Release);
+        self.closed.notify_one();
+    }
+
+    /// `msg` as the frame of a reply to `id`, or, when it is too large for one, the
+    /// error that says so.
+    fn frame(id: u64, msg: Body) -> Vec<u8> {
+        match bx_protocol::encode(&Envelope { v: VERSION, id, msg }) {
             Ok(frame) => frame,
             // A reply too large for a frame (a tool's text output escapes to several
             // times its size) ends its request with an error that says so: dropped
@@ -60,22 +135,9 @@ impl Out {
                     format!("the reply could not be sent: {e}"),
                     "docs/runbook.md#reply-too-large",
                 );
-                let Ok(frame) = bx_protocol::encode(&Envelope { v: VERSION, id, msg: why }) else {
-                    return;
-                };
-                frame
+                // An error of at most MAX_ERROR_BYTES of message always fits.
+                bx_protocol::encode(&Envelope { v: VERSION, id, msg: why }).unwrap_or_default()
             }
-        };
-        let len = frame.len();
-        if self.overflow.load(Ordering::Relaxed)
-            || self.queued.fetch_add(len, Ordering::AcqRel) + len > MAX_QUEUED_BYTES
-        {
-            self.overflow.store(true, Ordering::Relaxed);
-            self.closed.notify_one();
-            return;
-        }
-        if self.tx.send(frame).is_err() {
-            self.closed.notify_one();
         }
     }
 }
@@ -148,25 +210,23 @@ pub(crate) async fn handle(
     let (rd, mut wr) = stream.into_split();
     let mut frames = Frames::new(rd, Duration::from_secs(FRAME_SECS));
     let (tx, mut queue) = mpsc::unbounded_channel::<Vec<u8>>();
-    let out = Out {
-        tx,
-        queued: Arc::new(AtomicUsize::new(0)),
-        overflow: Arc::new(AtomicBool::new(false)),
-        closed: Arc::new(Notify::new()),
-    };
+    let out = Out::new(tx);
     let writer = {
-        let (queued, closed) = (Arc::clone(&out.queued), Arc::clone(&out.closed));
+        let out = Out { tx: mpsc::unbounded_channel().0, ..out.clone() };
         tokio::spawn(async move {
             while let Some(frame) = queue.recv().await {
                 let wrote =
                     tokio::time::timeout(Duration::from_secs(WRITE_SECS), wr.write_all(&frame))
                         .await;
-                queued.fetch_sub(frame.len(), Ordering::AcqRel);
+                out.queued.fetch_sub(frame.len(), Ordering::AcqRel);
+                out.room.notify_waiters();
                 if !matches!(wrote, Ok(Ok(()))) {
-                    closed.notify_one();
                     break;
                 }
             }
+            // Written out, or failed: a last reply waiting for room waits no more.
+            out.fall_behind();
+            out.room.notify_waiters();
         })
     };
     let ticket = Arc::new(ticket);
@@ -493,7 +553,7 @@ async fn run_tool(agent: Arc<Agent>, out: Out, id: u64, call: ByHand) {
     drop(events);
     let _ = forward.await;
     match result {
-        Ok(Ok(output)) => out.send(id, output),
+        Ok(Ok(output)) => out.send_last(id, output).await,
         Ok(Err(e)) => out.send(id, error(e.code(), e.to_string(), e.runbook())),
         Err(bug) => out.send(id, bug),
     }
@@ -556,12 +616,7 @@ mod tests {
     #[test]
     fn a_reply_too_large_for_a_frame_is_answered_with_an_error() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let out = Out {
-            tx,
-            queued: Arc::new(AtomicUsize::new(0)),
-            overflow: Arc::new(AtomicBool::new(false)),
-            closed: Arc::new(Notify::new()),
-        };
+        let out = Out::new(tx);
         // A text result goes in the frame as it is: one byte over the limit is too large.
         let text = "\u{1}".repeat(bx_protocol::MAX_FRAME_BYTES + 1);
         let msg = Body::ToolOutput {
@@ -578,6 +633,48 @@ mod tests {
         let Body::Error { message, runbook, .. } = env.msg else { panic!("{:?}", env.msg) };
         assert!(message.contains("over the 4194304-byte limit"), "{message}");
         assert_eq!(runbook, "docs/runbook.md#reply-too-large");
+    }
+
+    /// A call's last reply waits for room in a full queue instead of dropping the client,
+    /// goes once the writer has made room, and takes at most half of a queue in use; a
+    /// connection that takes no more frames lets it go at once.
+    #[tokio::test]
+    async fn a_last_reply_waits_for_room_and_small_ones_keep_theirs() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let out = Out::new(tx);
+        let output = |text: &str| Body::ToolOutput {
+            call: "c".into(),
+            outcome: bx_protocol::RunOutcome::Text,
+            label: String::new(),
+            text: text.into(),
+            stderr: String::new(),
+        };
+        // A queue that is in use, with less than half of it free.
+        let taken = MAX_QUEUED_BYTES / 2;
+        out.queued.store(taken, Ordering::Release);
+        let waiting = tokio::spawn({
+            let out = out.clone();
+            let big = "x".repeat(1 << 20);
+            async move { out.send_last(7, output(&big)).await }
+        });
+        // A small reply of another request still goes, and the last one still waits.
+        out.send(8, output("small"));
+        assert_eq!(bx_protocol::decode(&rx.recv().await.unwrap()).unwrap().id, 8);
+        tokio::task::yield_now().await;
+        assert!(rx.try_recv().is_err(), "went past the bound");
+        assert!(!out.overflow.load(Ordering::Acquire), "the client was dropped");
+        // The writer takes what was queued: the last reply goes.
+        out.queued.store(0, Ordering::Release);
+        out.room.notify_waiters();
+        waiting.await.unwrap();
+        let env = bx_protocol::decode(&rx.recv().await.unwrap()).unwrap();
+        assert_eq!(env.id, 7);
+        assert!(!out.overflow.load(Ordering::Acquire));
+        // A connection that takes no more frames: nothing is queued, nothing waits.
+        out.queued.store(taken, Ordering::Release);
+        out.fall_behind();
+        out.send_last(9, output("late")).await;
+        assert!(rx.try_recv().is_err());
     }
 
     #[tokio::test]

@@ -35,8 +35,9 @@ pub(crate) struct Wire {
     // `null` is a value here (a result of `null`), not an absent field.
     #[serde(default, deserialize_with = "present")]
     output: Option<Box<serde_json::value::RawValue>>,
-    /// Bytes of the message's text that follow the envelope's JSON in its frame.
-    #[serde(default)]
+    /// Bytes of the message's text that follow the envelope's JSON in its frame
+    /// (`null` is not a count, and not an absent field either).
+    #[serde(default, deserialize_with = "count")]
     attached: Option<usize>,
 }
 
@@ -45,6 +46,11 @@ fn present<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Box<serde_json::value::RawValue>>, D::Error> {
     Box::<serde_json::value::RawValue>::deserialize(d).map(Some)
+}
+
+/// A count that is there.
+fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    usize::deserialize(d).map(Some)
 }
 
 /// The same, borrowed, to write.

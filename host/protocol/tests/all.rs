@@ -185,6 +185,8 @@ fn a_text_result_goes_after_the_envelope_as_it_is() {
     let ok = r#"{"v":1,"id":1,"msg":{"type":"ok"},"attached":1}x"#;
     assert!(refused(ok.as_bytes()).contains("belongs only to"));
     assert!(refused(br#"{"v":1,"id":1,"msg":{"type":"ok"},"attached":-1}"#).contains("`-1`"));
+    // `null` is no count, and no absent field either.
+    assert!(refused(br#"{"v":1,"id":1,"msg":{"type":"ok"},"attached":null}"#).contains("null"));
     // Out of a frame there is nothing after the JSON to attach.
     assert!(serde_json::from_str::<Envelope>(&head("0", "text", "")).is_err());
     // Without `attached`, anything after the JSON but white space is refused.

@@ -136,6 +136,47 @@ fn components_in_three_languages_install_list_and_run_by_hand() {
     verify_clean(s);
 }
 
+/// Results near a frame's limit, many at once on `bx mcp`'s one connection to the
+/// daemon, are each answered whole, the string itself: the daemon waits for room in its
+/// queue to `bx mcp` instead of dropping the connection as too far behind (it dropped
+/// it, and three to five of eight calls failed "mid-call").
+#[test]
+fn large_results_at_once_through_bx_mcp_are_each_answered_whole() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    assert_eq!(bx(s, &["policy", "init"]).code, 0);
+    let r = install_standard(s, "wasi-files", Some(FILES_MANIFEST), &["--name", "files"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let (_tmp, ws) = workspace();
+    // Under the 4 MiB frame, with characters that JSON escapes.
+    let big = "a \"quoted\" line\n".repeat(4_000_000 / 17);
+    std::fs::write(ws.join("big.txt"), &big).unwrap();
+    let _daemon = Daemon::start(s);
+    let mut raw = super::mcp::Raw::start(s, &ws);
+    let ids = 2..10;
+    for id in ids.clone() {
+        raw.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"files.read-file","arguments":{{"path":"big.txt"}}}}}}"#
+        ));
+    }
+    let mut answered = BTreeMap::new();
+    for _ in ids.clone() {
+        let reply = raw.replies.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+        let text = reply["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        let what = if text == big { "whole".to_owned() } else { bounded_text(text) };
+        answered.insert(reply["id"].as_u64().unwrap(), (reply["result"]["isError"].clone(), what));
+    }
+    for id in ids {
+        assert_eq!(answered.get(&id), Some(&(json!(false), "whole".to_owned())), "{answered:?}");
+    }
+    raw.kill();
+}
+
+/// The start of `text`, for a failure message.
+fn bounded_text(text: &str) -> String {
+    text.chars().take(200).collect()
+}
+
 #[test]
 fn install_refuses_a_foreign_import_and_a_manifest_the_policy_refuses() {
     let state = tempfile::tempdir().unwrap();
