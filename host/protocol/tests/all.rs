@@ -64,11 +64,9 @@ fn every_fixture_round_trips_byte_for_byte_and_every_type_has_one() {
     assert!(stray.is_empty(), "fixtures without a type: {stray:?}");
 }
 
-/// A `json` result goes as the envelope's `output`, as it is (not escaped into `text`),
-/// and is read back as the message's text; any other text goes in `text`.
-#[test]
-fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
-    let out = |outcome, text: &str| Envelope {
+/// A tool's output with `outcome` and `text`, as the daemon sends it.
+fn tool_output(outcome: RunOutcome, text: &str) -> Envelope {
+    Envelope {
         v: 1,
         id: 9,
         msg: Body::ToolOutput {
@@ -78,18 +76,25 @@ fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
             text: text.into(),
             stderr: String::new(),
         },
-    };
+    }
+}
+
+/// A `json` result goes as the envelope's `output`, as it is (not escaped into `text`),
+/// and is read back as the message's text; any other text goes in `text`.
+#[test]
+fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
     let json = r#"{"a":"line\n\"quoted\"","b":[1,2.5,null]}"#;
     let wire =
-        String::from_utf8(encode(&out(RunOutcome::Json, json)).unwrap()[4..].to_vec()).unwrap();
+        String::from_utf8(encode(&tool_output(RunOutcome::Json, json)).unwrap()[4..].to_vec())
+            .unwrap();
     assert!(wire.ends_with(&format!(r#""text":"","stderr":""}},"output":{json}}}"#)), "{wire}");
     assert_eq!(
-        decode(&encode(&out(RunOutcome::Json, json)).unwrap()).unwrap(),
-        out(RunOutcome::Json, json)
+        decode(&encode(&tool_output(RunOutcome::Json, json)).unwrap()).unwrap(),
+        tool_output(RunOutcome::Json, json)
     );
     // Every value, `null` included (a result of `null` is one, not an absent `output`).
     for value in ["null", "true", "0", "\"\"", "[]", "{}", "-0", "1e400", "\"\\ud800\""] {
-        let env = out(RunOutcome::Json, value);
+        let env = tool_output(RunOutcome::Json, value);
         let bytes = encode(&env).unwrap();
         assert!(String::from_utf8_lossy(&bytes).contains(&format!(",\"output\":{value}}}")));
         assert_eq!(decode(&bytes).unwrap(), env, "{value}");
@@ -102,7 +107,7 @@ fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
         (RunOutcome::Json, "{\"a\":"),
         (RunOutcome::Text, "[1]"),
     ] {
-        let env = out(outcome, text);
+        let env = tool_output(outcome, text);
         let bytes = encode(&env).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains("\"output\""), "{text:?}");
         assert_eq!(decode(&bytes).unwrap(), env);
@@ -110,7 +115,7 @@ fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
     // Nested far past serde_json's depth for values: checked and read without recursion
     // (no overflow), and carried as it is.
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    let env = out(RunOutcome::Json, &deep);
+    let env = tool_output(RunOutcome::Json, &deep);
     assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
     let unclosed = format!(
         r#"{{"v":1,"id":1,"msg":{{"type":"tool_output","call":"c","outcome":"json","label":"","text":"","stderr":""}},"output":{}}}"#,
@@ -137,19 +142,8 @@ fn a_json_result_goes_as_it_is_and_comes_back_as_its_text() {
 /// text; out of a frame (plain JSON) it stays in `text`.
 #[test]
 fn a_text_result_goes_after_the_envelope_as_it_is() {
-    let out = |outcome, text: &str| Envelope {
-        v: 1,
-        id: 9,
-        msg: Body::ToolOutput {
-            call: "c".into(),
-            outcome,
-            label: "private/trusted".into(),
-            text: text.into(),
-            stderr: String::new(),
-        },
-    };
     for text in ["line\n\"quoted\" \\ 🦀\u{0}", "", "{\"a\":1}", " \n"] {
-        let env = out(RunOutcome::Text, text);
+        let env = tool_output(RunOutcome::Text, text);
         let bytes = encode(&env).unwrap();
         let head = format!(r#""text":"","stderr":""}},"attached":{}}}"#, text.len());
         let body = &bytes[4..];
