@@ -37,88 +37,114 @@ const WRITE_SECS: u64 = 30;
 /// Bytes of replies and events queued for one client (8 MiB). A client that sends
 /// requests and never reads is dropped at this bound instead of growing the daemon.
 pub const MAX_QUEUED_BYTES: usize = 8 << 20;
+/// Bytes of calls' results waiting for room in the queue (32 MiB, eight of the largest
+/// frames): past it the client is dropped at once, as past the queue's bound, so that a
+/// client that reads nothing while it starts calls cannot make the daemon hold their
+/// results for [`WRITE_SECS`] each.
+const MAX_WAITING_BYTES: usize = 4 * MAX_QUEUED_BYTES;
 
 /// The sending side of a connection: bounded by bytes queued, closed when the client
 /// falls too far behind.
 #[derive(Clone)]
 struct Out {
     tx: mpsc::UnboundedSender<Vec<u8>>,
-    queued: Arc<AtomicUsize>,
+    queue: Arc<Queue>,
+}
+
+/// What the senders of a connection and its writer share.
+#[derive(Default)]
+struct Queue {
+    /// Bytes of frames sent to the writer and not yet written.
+    queued: AtomicUsize,
+    /// Bytes of results waiting for room ([`Out::send_last`]).
+    waiting: AtomicUsize,
     /// Set once the connection takes no more frames (the client fell behind, or the
-    /// writer failed).
-    overflow: Arc<AtomicBool>,
-    closed: Arc<Notify>,
+    /// writer ended).
+    overflow: AtomicBool,
+    /// Woken when the connection should end.
+    closed: Notify,
     /// Woken each time the writer has taken a frame off the queue, and when it ends.
-    room: Arc<Notify>,
+    room: Notify,
+}
+
+impl Queue {
+    /// The connection takes no more frames: its reader stops and it closes.
+    fn fall_behind(&self) {
+        self.overflow.store(true, Ordering::Release);
+        self.closed.notify_one();
+    }
 }
 
 impl Out {
     fn new(tx: mpsc::UnboundedSender<Vec<u8>>) -> Out {
-        Out {
-            tx,
-            queued: Arc::new(AtomicUsize::new(0)),
-            overflow: Arc::new(AtomicBool::new(false)),
-            closed: Arc::new(Notify::new()),
-            room: Arc::new(Notify::new()),
-        }
+        Out { tx, queue: Arc::default() }
     }
 
     /// Queues a reply or event; a client whose queue is full is dropped.
     fn send(&self, id: u64, msg: Body) {
         let frame = Out::frame(id, msg);
         let len = frame.len();
-        if self.overflow.load(Ordering::Relaxed)
-            || self.queued.fetch_add(len, Ordering::AcqRel) + len > MAX_QUEUED_BYTES
+        let q = &self.queue;
+        if q.overflow.load(Ordering::Relaxed)
+            || q.queued.fetch_add(len, Ordering::AcqRel) + len > MAX_QUEUED_BYTES
         {
-            self.fall_behind();
-            return;
+            return q.fall_behind();
         }
         if self.tx.send(frame).is_err() {
-            self.closed.notify_one();
+            q.closed.notify_one();
         }
     }
 
     /// Queues a request's last reply, which may be as large as a frame: where the queue
     /// has no room for it yet, it waits for the writer to make room (one such reply at a
-    /// time, when they are megabytes each), at most
-    /// [`WRITE_SECS`] (what the writer gives the client for one frame), and only then
+    /// time, when they are megabytes each), at most [`WRITE_SECS`] (what the writer
+    /// gives the client for one frame) and within [`MAX_WAITING_BYTES`], and only then
     /// drops the client as too far behind. `bx mcp` sends every call of its client on
     /// one connection, and a few results of megabytes at once would otherwise pass the
     /// bound while the client reads them as fast as they come.
     async fn send_last(&self, id: u64, msg: Body) {
         let frame = Out::frame(id, msg);
         let len = frame.len();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(WRITE_SECS);
-        loop {
-            let room = self.room.notified();
-            tokio::pin!(room);
-            // Listening before looking: a frame written in between still wakes it.
-            room.as_mut().enable();
-            if self.overflow.load(Ordering::Acquire) {
-                return self.fall_behind();
-            }
-            // At most half the queue, or all of an empty one (a frame is at most half):
-            // the rest is left for other requests' small replies and events, which are
-            // not held back.
-            let fits = |queued: usize| {
-                (queued == 0 || queued + len <= MAX_QUEUED_BYTES / 2).then_some(queued + len)
-            };
-            if self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, fits).is_ok() {
-                if self.tx.send(frame).is_err() {
-                    self.closed.notify_one();
-                }
-                return;
-            }
-            if tokio::time::timeout_at(deadline, room).await.is_err() {
-                return self.fall_behind();
-            }
+        let q = &self.queue;
+        if q.waiting.fetch_add(len, Ordering::AcqRel) + len > MAX_WAITING_BYTES {
+            q.waiting.fetch_sub(len, Ordering::AcqRel);
+            return q.fall_behind();
+        }
+        let queued = self.wait_for_room(len).await;
+        q.waiting.fetch_sub(len, Ordering::AcqRel);
+        if !queued {
+            return q.fall_behind();
+        }
+        if self.tx.send(frame).is_err() {
+            q.closed.notify_one();
         }
     }
 
-    /// The connection takes no more frames: its reader stops and it closes.
-    fn fall_behind(&self) {
-        self.overflow.store(true, Ordering::Release);
-        self.closed.notify_one();
+    /// Counts `len` bytes into the queue once they fit (at most half the queue, or all
+    /// of an empty one: the rest is left for other requests' small replies and events,
+    /// which are not held back); false when the connection ends or [`WRITE_SECS`] pass
+    /// first.
+    async fn wait_for_room(&self, len: usize) -> bool {
+        let q = &self.queue;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(WRITE_SECS);
+        let fits = |queued: usize| {
+            (queued == 0 || queued + len <= MAX_QUEUED_BYTES / 2).then_some(queued + len)
+        };
+        loop {
+            let room = q.room.notified();
+            tokio::pin!(room);
+            // Listening before looking: a frame written in between still wakes it.
+            room.as_mut().enable();
+            if q.overflow.load(Ordering::Acquire) {
+                return false;
+            }
+            if q.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, fits).is_ok() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// `msg` as the frame of a reply to `id`, or, when it is too large for one, the
@@ -212,21 +238,21 @@ pub(crate) async fn handle(
     let (tx, mut queue) = mpsc::unbounded_channel::<Vec<u8>>();
     let out = Out::new(tx);
     let writer = {
-        let out = Out { tx: mpsc::unbounded_channel().0, ..out.clone() };
+        let shared = Arc::clone(&out.queue);
         tokio::spawn(async move {
             while let Some(frame) = queue.recv().await {
                 let wrote =
                     tokio::time::timeout(Duration::from_secs(WRITE_SECS), wr.write_all(&frame))
                         .await;
-                out.queued.fetch_sub(frame.len(), Ordering::AcqRel);
-                out.room.notify_waiters();
+                shared.queued.fetch_sub(frame.len(), Ordering::AcqRel);
+                shared.room.notify_waiters();
                 if !matches!(wrote, Ok(Ok(()))) {
                     break;
                 }
             }
             // Written out, or failed: a last reply waiting for room waits no more.
-            out.fall_behind();
-            out.room.notify_waiters();
+            shared.fall_behind();
+            shared.room.notify_waiters();
         })
     };
     let ticket = Arc::new(ticket);
@@ -242,7 +268,7 @@ pub(crate) async fn handle(
         let frame = tokio::select! {
             f = frames.next() => f,
             () = ticket.evict.notified() => break,
-            () = out.closed.notified() => break,
+            () = out.queue.closed.notified() => break,
             () = tokio::time::sleep(Duration::from_secs(IDLE_SECS)), if idle => break,
             Some(_) = turns.join_next(), if !turns.is_empty() => continue,
             _ = shutdown.changed() => break,
@@ -636,8 +662,9 @@ mod tests {
     }
 
     /// A call's last reply waits for room in a full queue instead of dropping the client,
-    /// goes once the writer has made room, and takes at most half of a queue in use; a
-    /// connection that takes no more frames lets it go at once.
+    /// goes once the writer has made room, and takes at most half of a queue in use; past
+    /// the bytes that may wait, or on a connection that takes no more frames, it is let
+    /// go at once.
     #[tokio::test]
     async fn a_last_reply_waits_for_room_and_small_ones_keep_theirs() {
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -651,7 +678,7 @@ mod tests {
         };
         // A queue that is in use, with less than half of it free.
         let taken = MAX_QUEUED_BYTES / 2;
-        out.queued.store(taken, Ordering::Release);
+        out.queue.queued.store(taken, Ordering::Release);
         let waiting = tokio::spawn({
             let out = out.clone();
             let big = "x".repeat(1 << 20);
@@ -662,17 +689,28 @@ mod tests {
         assert_eq!(bx_protocol::decode(&rx.recv().await.unwrap()).unwrap().id, 8);
         tokio::task::yield_now().await;
         assert!(rx.try_recv().is_err(), "went past the bound");
-        assert!(!out.overflow.load(Ordering::Acquire), "the client was dropped");
+        assert!(!out.queue.overflow.load(Ordering::Acquire), "the client was dropped");
         // The writer takes what was queued: the last reply goes.
-        out.queued.store(0, Ordering::Release);
-        out.room.notify_waiters();
+        out.queue.queued.store(0, Ordering::Release);
+        out.queue.room.notify_waiters();
         waiting.await.unwrap();
         let env = bx_protocol::decode(&rx.recv().await.unwrap()).unwrap();
         assert_eq!(env.id, 7);
-        assert!(!out.overflow.load(Ordering::Acquire));
+        assert!(!out.queue.overflow.load(Ordering::Acquire));
+        assert_eq!(out.queue.waiting.load(Ordering::Acquire), 0);
+        // Past the bytes that may wait: the client is dropped at once, nothing waits.
+        out.queue.queued.store(MAX_QUEUED_BYTES, Ordering::Release);
+        out.queue.waiting.store(MAX_WAITING_BYTES - 10, Ordering::Release);
+        let at_once = futures_util::FutureExt::now_or_never(out.send_last(10, output("over")));
+        assert!(at_once.is_some(), "it waited");
+        assert!(out.queue.overflow.load(Ordering::Acquire), "the client was kept");
+        assert_eq!(out.queue.waiting.load(Ordering::Acquire), MAX_WAITING_BYTES - 10);
+        assert!(rx.try_recv().is_err());
+        out.queue.overflow.store(false, Ordering::Release);
+        out.queue.waiting.store(0, Ordering::Release);
         // A connection that takes no more frames: nothing is queued, nothing waits.
-        out.queued.store(taken, Ordering::Release);
-        out.fall_behind();
+        out.queue.queued.store(taken, Ordering::Release);
+        out.queue.fall_behind();
         out.send_last(9, output("late")).await;
         assert!(rx.try_recv().is_err());
     }
